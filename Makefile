@@ -1,0 +1,29 @@
+# mwinv: `make demo` and `make test` are the two set-up commands (README).
+VENV   := .venv
+PY     := $(VENV)/bin/python
+SCALE  ?= 0.1
+OUT    ?= out/demo
+PYTEST_ARGS ?=
+
+.PHONY: deps demo test extension installcheck bench clean
+
+deps:
+	bash scripts/deps.sh
+
+# The PostgreSQL extension (C, PGXS) is built and installed into the server's directories.
+extension: deps
+	@if [ -f dbplugins/postgresql/Makefile ]; then $(MAKE) -C dbplugins/postgresql install; fi
+
+demo: deps extension
+	$(VENV)/bin/mwinv demo --scale $(SCALE) --out $(OUT)
+
+test: deps extension
+	@if [ -f dbplugins/postgresql/Makefile ]; then bash scripts/installcheck.sh; fi
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: deps extension
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) out build *.egg-info
+	@if [ -f dbplugins/postgresql/Makefile ]; then $(MAKE) -C dbplugins/postgresql clean; fi

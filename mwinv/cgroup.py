@@ -1,0 +1,115 @@
+"""cgroup v1 limits for a server's processes: memory (keeps the storage-hierarchy balance of a big
+database at small scale), CPU quota and block I/O throttles (what-if checks)."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from mwinv.errors import MwinvError
+
+CGROUP_V1_ROOT = Path("/sys/fs/cgroup")
+
+
+def block_device_of(path: str | os.PathLike) -> str:
+    """'major:minor' of the whole disk holding path (blkio throttles need the disk, not a partition)."""
+    dev = os.stat(path).st_dev
+    major, minor = os.major(dev), os.minor(dev)
+    sys_dev = Path(f"/sys/dev/block/{major}:{minor}")
+    if (sys_dev / "partition").exists():
+        parent = (sys_dev.resolve().parent / "dev").read_text().strip()
+        return parent
+    return f"{major}:{minor}"
+
+
+@dataclass
+class Cgroup:
+    name: str
+    memory_bytes: int | None = None
+    cpu_fraction: float | None = None  # 0.5 = half of one CPU
+    read_bps: dict[str, int] | None = None  # device 'maj:min' -> bytes/s
+    write_bps: dict[str, int] | None = None
+
+    def __post_init__(self) -> None:
+        self.name = f"{self.name}-{uuid.uuid4().hex[:8]}"
+        self._created: list[Path] = []
+
+    def controllers(self) -> list[str]:
+        c = []
+        if self.memory_bytes is not None:
+            c.append("memory")
+        if self.cpu_fraction is not None:
+            c.append("cpu")
+        if self.read_bps or self.write_bps:
+            c.append("blkio")
+        return c
+
+    def path(self, controller: str) -> Path:
+        return CGROUP_V1_ROOT / controller / "mwinv" / self.name
+
+    def create(self) -> "Cgroup":
+        for ctl in self.controllers():
+            root = CGROUP_V1_ROOT / ctl
+            if not (root / "tasks").exists():
+                raise MwinvError(f"cgroup v1 controller {ctl!r} is not mounted at {root}")
+            p = self.path(ctl)
+            try:
+                p.mkdir(parents=True, exist_ok=True)
+            except PermissionError:
+                raise MwinvError(f"no permission to create cgroup {p} (run as root)") from None
+            self._created.append(p)
+        if self.memory_bytes is not None:
+            self._write("memory", "memory.limit_in_bytes", str(self.memory_bytes))
+        if self.cpu_fraction is not None:
+            period = 100_000
+            self._write("cpu", "cpu.cfs_period_us", str(period))
+            self._write("cpu", "cpu.cfs_quota_us", str(max(1000, int(period * self.cpu_fraction))))
+        for dev, bps in (self.read_bps or {}).items():
+            self._write("blkio", "blkio.throttle.read_bps_device", f"{dev} {bps}")
+        for dev, bps in (self.write_bps or {}).items():
+            self._write("blkio", "blkio.throttle.write_bps_device", f"{dev} {bps}")
+        return self
+
+    def _write(self, ctl: str, file: str, value: str) -> None:
+        target = self.path(ctl) / file
+        try:
+            target.write_text(value)
+        except OSError as exc:
+            raise MwinvError(f"cannot write {value!r} to {target}: {exc.strerror}") from None
+
+    def exec_prefix(self) -> list[str]:
+        """argv prefix that moves the shell into this cgroup, then execs the rest."""
+        if not self._created:
+            self.create()
+        joins = " && ".join(f"echo $$ > {p}/cgroup.procs" for p in self._created)
+        return ["sh", "-c", f'{joins} && exec "$@"', "mwinv-cgexec"]
+
+    def add_pid(self, pid: int) -> None:
+        for p in self._created:
+            (p / "cgroup.procs").write_text(str(pid))
+
+    def remove(self) -> None:
+        for p in self._created:
+            for _ in range(20):
+                try:
+                    p.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)  # processes still exiting
+        self._created = []
+
+
+def drop_page_cache() -> None:
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+    except PermissionError:
+        raise MwinvError("no permission to drop the page cache (/proc/sys/vm/drop_caches): run as root") from None
+    except OSError as exc:
+        raise MwinvError(f"cannot drop the page cache: {exc.strerror}") from None

@@ -1,0 +1,40 @@
+"""Shared plumbing of the click layers: one-line errors and clean exits on signals."""
+
+import signal
+import sys
+
+import click
+
+from mwinv.errors import MwinvError
+
+
+def _raise_interrupt(signum, frame):
+    # SIGTERM unwinds like Ctrl-C so every `finally` (servers, tracing state) runs.
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def install_signal_handlers() -> None:
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
+def run_main(command: click.Command, prog: str) -> None:
+    """Run a click command; MwinvError becomes `prog: error: ...` and exit 2, Ctrl-C exit 130."""
+    install_signal_handlers()
+    try:
+        command.main(prog_name=prog, standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo(f"{prog}: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except MwinvError as exc:
+        click.echo(f"{prog}: error: {exc}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        click.echo(f"{prog}: interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+

@@ -1,0 +1,14 @@
+"""mwinv-correlate: not yet implemented (see the issue list)."""
+
+import click
+
+from mwinv.cli.common import run_main
+
+
+@click.command(help=__doc__)
+def cli() -> None:
+    raise click.ClickException("mwinv-correlate is not implemented yet")
+
+
+def main() -> None:
+    run_main(cli, "mwinv-correlate")

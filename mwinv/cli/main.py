@@ -1,0 +1,65 @@
+"""`mwinv`: the umbrella command (demo, TPC-H workload). The per-job tools are mwinv-trace,
+mwinv-sample and mwinv-correlate."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+
+from mwinv.cli.common import run_main
+from mwinv.workloads import runner, tpch
+from mwinv.workloads.setup import tpch_server
+
+
+@click.group(help=__doc__)
+def cli() -> None:
+    pass
+
+
+@cli.command("tpch")
+@click.option("--scale", default=0.1, show_default=True, help="TPC-H scale factor (> 0).")
+@click.option("--queries", "query_spec", default="all", show_default=True, help="e.g. 1,3,5-7 or all.")
+@click.option("--streams", default=1, show_default=True, help="concurrent query streams.")
+@click.option("--cold", is_flag=True, help="drop the page cache and restart the server before the run.")
+@click.option("--memory-mb", type=int, default=None, help="cap the server's memory (cgroup v1), e.g. 256.")
+@click.option("--port", type=int, default=None, help="port of the throw-away server (default: a free one).")
+@click.option("--check", is_flag=True, help="compare results with the official answers (SF 0.01, 0.1, 1).")
+def tpch_cmd(scale, query_spec, streams, cold, memory_mb, port, check) -> None:
+    """Start a throw-away PostgreSQL, load TPC-H, run queries and print their timings.
+
+    \b
+    Examples:
+      mwinv tpch --scale 0.01 --queries 1,6 --check
+      mwinv tpch --scale 0.1 --streams 2 --cold --memory-mb 256
+    """
+    console = Console()
+    numbers = tpch.parse_query_list(query_spec)
+    scale = tpch.check_scale(scale)
+    server = tpch_server(scale, memory_mb=memory_mb, port=port, progress=lambda s: console.log(s))
+    try:
+        runs = runner.run_with_progress(server, numbers, console=console, streams=streams, cold=cold,
+                                        keep_results=check)
+        console.print(runner.timing_table(runs))
+        if check:
+            bad = [p for r in runs if r.result is not None for p in tpch.compare_result(r.query, scale, r.result)]
+            for p in bad[:20]:
+                console.print(f"[red]{p}")
+            if bad:
+                raise click.ClickException(f"{len(bad)} differences from the official answers")
+            console.print("[green]all results equal the official TPC-H answers")
+    finally:
+        server.stop()
+
+
+@cli.command()
+@click.option("--scale", default=0.1, show_default=True, help="TPC-H scale factor.")
+@click.option("--out", default="out/demo", show_default=True, help="where the capture and report go.")
+def demo(scale, out) -> None:
+    """Set up, load TPC-H, run the 22 queries and print the timings."""
+    from mwinv.demo import run_demo
+
+    run_demo(scale=scale, out=out)
+
+
+def main() -> None:
+    run_main(cli, "mwinv")

@@ -1,0 +1,284 @@
+"""Throw-away PostgreSQL clusters: initdb, start on a private socket directory and port, stop and
+remove, also on Ctrl-C, SIGTERM and test failures. Several may run at once."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mwinv.errors import MwinvError
+
+PG_BINDIR_CANDIDATES = ("/usr/lib/postgresql/15/bin",)
+
+_live: set["PgServer"] = set()
+_live_lock = threading.Lock()
+
+
+def pg_bindir() -> Path:
+    env = os.environ.get("MWINV_PG_BINDIR")
+    candidates = (env,) if env else PG_BINDIR_CANDIDATES
+    for c in candidates:
+        if c and (Path(c) / "postgres").exists():
+            return Path(c)
+    try:
+        out = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, check=True)
+        return Path(out.stdout.strip())
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise MwinvError("no PostgreSQL 15 binaries found (set MWINV_PG_BINDIR)") from exc
+
+
+def _stop_all_live() -> None:
+    for srv in list(_live):
+        srv.stop()
+
+
+def _on_signal(signum, frame):
+    _stop_all_live()
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+atexit.register(_stop_all_live)
+
+
+def _install_sigterm_cleanup() -> None:
+    # Only where nobody else has claimed SIGTERM (the CLI layer and pytest leave it default).
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (
+        signal.SIG_DFL,
+        None,
+    ):
+        signal.signal(signal.SIGTERM, _on_signal)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+@dataclass
+class PgServer:
+    """One private PostgreSQL cluster. Use as a context manager, or call start()/stop()."""
+
+    name: str = "mwinv"
+    port: int | None = None
+    base_dir: Path | None = None  # holds data/, sock/, log; created, and removed on stop
+    gucs: dict[str, str] = field(default_factory=dict)
+    shared_preload_libraries: list[str] = field(default_factory=list)
+    listen_addresses: str = ""
+    cgroup: "object | None" = None  # mwinv.cgroup.Cgroup: postmaster and backends start inside it
+    netns: str | None = None
+    keep: bool = False
+
+    def __post_init__(self) -> None:
+        self._started = False
+        self._owns_base = False
+        self.run_as = None
+
+    # ---- paths and connection info
+    @property
+    def data_dir(self) -> Path:
+        return self.base_dir / "data"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.base_dir / "sock"
+
+    @property
+    def log_file(self) -> Path:
+        return self.base_dir / "postgres.log"
+
+    def conninfo(self, dbname: str = "postgres", user: str = "postgres") -> str:
+        host = self.socket_dir if not self.listen_addresses else self.listen_addresses.split(",")[0]
+        return f"host={host} port={self.port} dbname={dbname} user={user}"
+
+    def env(self) -> dict[str, str]:
+        return {"PGHOST": str(self.socket_dir), "PGPORT": str(self.port), "PGUSER": "postgres"}
+
+    # ---- lifecycle
+    def _user_cmd(self, argv: list[str]) -> list[str]:
+        prefix: list[str] = []
+        if self.netns:
+            prefix += ["ip", "netns", "exec", self.netns]
+        if self.run_as:
+            prefix += ["runuser", "-u", self.run_as, "--"]
+        return prefix + argv
+
+    def _check_inputs(self) -> None:
+        if os.geteuid() == 0:
+            try:
+                pwd.getpwnam("postgres")
+            except KeyError:
+                raise MwinvError("user 'postgres' does not exist; PostgreSQL refuses to run as root") from None
+            self.run_as = "postgres"
+        if self.port is None:
+            self.port = free_port()
+        elif not (1 <= self.port <= 65535):
+            raise MwinvError(f"port {self.port} is out of range")
+        elif port_in_use(self.port):
+            raise MwinvError(f"port {self.port} is in use")
+        if self.base_dir is not None:
+            self.base_dir = Path(self.base_dir)
+            if self.base_dir.exists() and any(self.base_dir.iterdir()):
+                raise MwinvError(f"data directory {self.base_dir} exists and is not empty")
+
+    def start(self) -> "PgServer":
+        self._check_inputs()
+        bindir = pg_bindir()
+        if self.base_dir is None:
+            self.base_dir = Path(tempfile.mkdtemp(prefix=f"mwinv-pg-{self.name}-"))
+        else:
+            self.base_dir.mkdir(parents=True, exist_ok=True)
+        self._owns_base = True
+        with _live_lock:
+            _live.add(self)
+        _install_sigterm_cleanup()
+        try:
+            self.socket_dir.mkdir(exist_ok=True)
+            if self.run_as:
+                pw = pwd.getpwnam(self.run_as)
+                os.chmod(self.base_dir, 0o700)
+                for p in (self.base_dir, self.socket_dir):
+                    os.chown(p, pw.pw_uid, pw.pw_gid)
+            self._run(
+                [str(bindir / "initdb"), "-D", str(self.data_dir), "-A", "trust", "-U", "postgres",
+                 "-E", "UTF8", "--locale=C", "--no-sync"],
+                what="initdb",
+            )
+            self._write_conf()
+            self._pg_ctl_start(bindir)
+            self._started = True
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _write_conf(self) -> None:
+        conf = {
+            "port": str(self.port),
+            "unix_socket_directories": f"'{self.socket_dir}'",
+            "listen_addresses": f"'{self.listen_addresses}'",
+            "fsync": "off",
+            "synchronous_commit": "off",
+            "full_page_writes": "off",
+            "logging_collector": "off",
+            "max_connections": "50",
+        }
+        if self.shared_preload_libraries:
+            conf["shared_preload_libraries"] = "'" + ",".join(self.shared_preload_libraries) + "'"
+        conf.update(self.gucs)
+        with open(self.data_dir / "postgresql.conf", "a") as f:
+            f.write("\n# mwinv throw-away server\n")
+            for k, v in conf.items():
+                f.write(f"{k} = {v}\n")
+        if self.listen_addresses:
+            with open(self.data_dir / "pg_hba.conf", "a") as f:
+                f.write("host all all 0.0.0.0/0 trust\n")
+
+    def _pg_ctl_start(self, bindir: Path) -> None:
+        argv = [str(bindir / "pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log_file), "-w", "-t", "60",
+                "start"]
+        argv = self._user_cmd(argv)
+        if self.cgroup is not None:
+            # Enter the cgroup before pg_ctl forks the postmaster: every backend inherits it.
+            argv = self.cgroup.exec_prefix() + argv
+        self._run(argv, what="pg_ctl start", as_user=False)
+
+    def _run(self, argv: list[str], what: str, as_user: bool = True) -> None:
+        proc = subprocess.run(self._user_cmd(argv) if as_user else argv, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()
+            log_tail = ""
+            if self.log_file.exists():
+                lines = self.log_file.read_text(errors="replace").strip().splitlines()
+                log_tail = lines[-1] if lines else ""
+            msg = (tail[-1] if tail else f"exit {proc.returncode}") + (f" (log: {log_tail})" if log_tail else "")
+            raise MwinvError(f"{what} failed for server {self.name!r}: {msg}")
+
+    def restart(self) -> None:
+        """Stop and start again (used for cold runs: empties shared_buffers)."""
+        bindir = pg_bindir()
+        subprocess.run(self._user_cmd([str(bindir / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w",
+                                       "stop"]), capture_output=True)
+        self._pg_ctl_start(bindir)
+
+    def postmaster_pid(self) -> int:
+        return int((self.data_dir / "postmaster.pid").read_text().split()[0])
+
+    def stop(self) -> None:
+        """Stop the server (fast, then immediate) and remove its directory. Safe to call twice."""
+        with _live_lock:
+            if self not in _live:
+                return
+            _live.discard(self)
+        if self.base_dir and (self.data_dir / "postmaster.pid").exists():
+            bindir = pg_bindir()
+            for mode in ("fast", "immediate"):
+                proc = subprocess.run(
+                    self._user_cmd([str(bindir / "pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w", "-t", "30",
+                                    "stop"]),
+                    capture_output=True,
+                )
+                if proc.returncode == 0:
+                    break
+            else:
+                self._kill_postmaster()
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        if self._owns_base and self.base_dir and not self.keep:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+        self._started = False
+
+    def _kill_postmaster(self) -> None:
+        try:
+            os.kill(self.postmaster_pid(), signal.SIGKILL)
+            time.sleep(0.5)
+        except (OSError, ValueError):
+            pass
+
+    def __enter__(self) -> "PgServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other) -> bool:
+        return self is other
+
+    # ---- convenience
+    def connect(self, dbname: str = "postgres", autocommit: bool = True, **kw):
+        import psycopg
+
+        return psycopg.connect(self.conninfo(dbname), autocommit=autocommit, **kw)
+
+    def psql(self, sql: str, dbname: str = "postgres") -> str:
+        proc = subprocess.run(
+            [str(pg_bindir() / "psql"), "-X", "-Atq", "-v", "ON_ERROR_STOP=1", "-d", self.conninfo(dbname), "-c",
+             sql],
+            capture_output=True, text=True,
+        )
+        if proc.returncode != 0:
+            raise MwinvError(f"psql on server {self.name!r}: {proc.stderr.strip().splitlines()[-1]}")
+        return proc.stdout
