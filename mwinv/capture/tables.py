@@ -1,0 +1,180 @@
+"""The capture directory: the contract between the parts (see docs/capture.md).
+
+One directory per run:
+    manifest.json
+    <table>/<node>-<part>.parquet      one or more parts per table and node
+
+Every table has a `node` column; times are integer nanoseconds on the node's clock named in the
+manifest (CLOCK_MONOTONIC unless it says otherwise)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mwinv.errors import MwinvError
+
+i32, i64, f64, s, b = pa.int32(), pa.int64(), pa.float64(), pa.string(), pa.bool_()
+
+SCHEMAS: dict[str, pa.Schema] = {
+    # DBMS side
+    "statement": pa.schema([
+        ("node", s), ("dbms", s), ("pid", i32), ("leader_pid", i32), ("statement_id", i64),
+        ("parent_statement_id", i64), ("query_id", i64), ("query_text_hash", i64), ("database", s),
+        ("username", s), ("start_ns", i64), ("end_ns", i64), ("start_wall_ns", i64),
+        ("plan_ns", i64), ("cpu_user_ns", i64), ("cpu_sys_ns", i64), ("read_bytes", i64),
+        ("write_bytes", i64), ("minflt", i64), ("majflt", i64), ("inblock", i64), ("oublock", i64),
+        ("nvcsw", i64), ("nivcsw", i64), ("rows", i64), ("nesting_level", i32), ("errored", b),
+    ]),
+    "statement_text": pa.schema([("query_text_hash", i64), ("query_id", i64), ("text", s)]),
+    # OS side
+    "process": pa.schema([
+        ("node", s), ("pid", i32), ("ppid", i32), ("comm", s), ("role", s), ("start_ns", i64),
+        ("end_ns", i64),
+    ]),
+    "kernel_event": pa.schema([
+        ("node", s), ("ts_ns", i64), ("cpu", i32), ("pid", i32), ("event", s),
+        # sched_switch / sched_wakeup / fork / exit
+        ("prev_pid", i32), ("prev_state", s), ("next_pid", i32), ("target_pid", i32),
+        # block_rq_issue / block_rq_complete
+        ("dev", s), ("sector", i64), ("nr_bytes", i64), ("rwbs", s),
+        # sys_enter / sys_exit (syscall number and return value)
+        ("syscall_nr", i32), ("syscall_ret", i64),
+        ("stack_id", i64), ("fields", s),  # fields: the remaining fields as text, for other events
+    ]),
+    "kernel_stack": pa.schema([("node", s), ("stack_id", i64), ("frames", pa.list_(s))]),
+    # perf cpu-clock samples (kernel hot spots where the function tracer is not allowed)
+    "cpu_sample": pa.schema([("node", s), ("ts_ns", i64), ("cpu", i32), ("pid", i32), ("stack_id", i64),
+                             ("kernel", b)]),
+    "node_sample": pa.schema([
+        ("node", s), ("ts_ns", i64), ("interval_ns", i64), ("cpu_user_ns", i64), ("cpu_sys_ns", i64),
+        ("cpu_iowait_ns", i64), ("cpu_idle_ns", i64), ("disk", s), ("read_bytes", i64), ("write_bytes", i64),
+        ("read_reqs", i64), ("write_reqs", i64), ("seq_reqs", i64), ("nonseq_reqs", i64),
+        ("avg_stride_sectors", f64), ("seq_source", s), ("net_iface", s), ("net_rx_bytes", i64),
+        ("net_tx_bytes", i64), ("net_rx_packets", i64), ("net_tx_packets", i64),
+    ]),
+    "process_sample": pa.schema([
+        ("node", s), ("pid", i32), ("ts_ns", i64), ("interval_ns", i64), ("utime_ns", i64), ("stime_ns", i64),
+        ("read_bytes", i64), ("write_bytes", i64), ("run_ns", i64), ("runqueue_wait_ns", i64),
+    ]),
+    # Derived by the correlator
+    "statement_attribution": pa.schema([
+        ("node", s), ("statement_id", i64), ("query_id", i64), ("component", s), ("ns", i64),
+        ("from_workers_ns", i64),
+    ]),
+    "statement_kernel_function": pa.schema([
+        ("node", s), ("statement_id", i64), ("query_id", i64), ("function", s), ("stack", s),
+        ("samples", i64), ("ns", i64), ("share", f64), ("source", s),
+    ]),
+    "statement_class": pa.schema([
+        ("node", s), ("statement_id", i64), ("query_id", i64), ("limit", s), ("allocated_share", f64),
+        ("confidence", f64), ("evidence", s),
+    ]),
+    "prediction": pa.schema([
+        ("statement_id", i64), ("query_id", i64), ("what_if", s), ("factor", f64), ("predicted_ns", i64),
+        ("measured_ns", i64),
+    ]),
+}
+
+ATTRIBUTION_COMPONENTS = ("cpu_user", "cpu_sys", "disk_seq", "disk_random", "network", "lock_wait",
+                          "run_queue", "other_wait", "not_allocated")
+
+
+def node_name() -> str:
+    return os.environ.get("MWINV_NODE", socket.gethostname())
+
+
+class Capture:
+    """A capture directory: write parts of tables, read whole tables, keep the manifest."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def create(self, **manifest) -> "Capture":
+        self.path.mkdir(parents=True, exist_ok=True)
+        m = {"format": "mwinv-capture", "version": 1, "created_wall_ns": time.time_ns(), "nodes": {},
+             **self.manifest(), **manifest}
+        self.write_manifest(m)
+        return self
+
+    # ---- manifest
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / "manifest.json"
+
+    def manifest(self) -> dict:
+        if not self.manifest_path.exists():
+            return {}
+        try:
+            return json.loads(self.manifest_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise MwinvError(f"{self.manifest_path}: line {exc.lineno}: invalid JSON ({exc.msg})") from None
+
+    def write_manifest(self, m: dict) -> None:
+        tmp = self.manifest_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(m, indent=2, sort_keys=True, default=str))
+        tmp.replace(self.manifest_path)  # atomic: a crash never leaves half a manifest
+
+    def update_manifest(self, **changes) -> dict:
+        m = self.manifest()
+        for k, v in changes.items():
+            if isinstance(v, dict) and isinstance(m.get(k), dict):
+                m[k] = {**m[k], **v}
+            else:
+                m[k] = v
+        self.write_manifest(m)
+        return m
+
+    # ---- tables
+    def table_dir(self, table: str) -> Path:
+        if table not in SCHEMAS:
+            raise MwinvError(f"unknown capture table {table!r}")
+        return self.path / table
+
+    def write_part(self, table: str, data: pa.Table | list[dict] | dict, node: str | None = None) -> Path:
+        """Write one part of `table` (typed by SCHEMAS); parts are never rewritten."""
+        schema = SCHEMAS[table]
+        if isinstance(data, list):
+            data = pa.Table.from_pylist(data, schema=schema)
+        elif isinstance(data, dict):
+            data = pa.Table.from_pydict(data, schema=schema)
+        else:
+            data = data.select(schema.names).cast(schema)
+        d = self.table_dir(table)
+        d.mkdir(parents=True, exist_ok=True)
+        prefix = node or node_name()
+        n = len(list(d.glob(f"{prefix}-*.parquet")))
+        path = d / f"{prefix}-{n:05d}.parquet"
+        tmp = path.with_suffix(".tmp")
+        pq.write_table(data, tmp, compression="zstd")
+        tmp.replace(path)
+        return path
+
+    def parts(self, table: str) -> list[Path]:
+        d = self.table_dir(table)
+        return sorted(d.glob("*.parquet")) if d.exists() else []
+
+    def has(self, table: str) -> bool:
+        return bool(self.parts(table))
+
+    def read(self, table: str) -> pa.Table:
+        parts = self.parts(table)
+        if not parts:
+            return SCHEMAS[table].empty_table()
+        tables = []
+        for p in parts:
+            try:
+                tables.append(pq.read_table(p).cast(SCHEMAS[table]))
+            except (pa.ArrowInvalid, OSError) as exc:
+                raise MwinvError(f"{p}: unreadable Parquet part ({str(exc).splitlines()[0]})") from None
+        return pa.concat_tables(tables)
+
+    def glob(self, table: str) -> str:
+        """A glob DuckDB's read_parquet() takes."""
+        return str(self.table_dir(table) / "*.parquet")
