@@ -53,7 +53,7 @@ class DecodeState:
     node: str
     formats: dict[int, EventFormat]
     kallsyms: Kallsyms | None = None
-    stacks: dict[int, tuple[int, ...]] = field(default_factory=dict)   # stack_id -> addresses
+    stacks: dict[int, tuple] = field(default_factory=dict)   # stack_id -> addresses (or names)
     comms: dict[int, str] = field(default_factory=dict)
     forks: dict[int, int] = field(default_factory=dict)                 # child -> parent
     first_ts: dict[int, int] = field(default_factory=dict)
@@ -70,9 +70,25 @@ class DecodeState:
         ids, frames = [], []
         for sid, addrs in self.stacks.items():
             ids.append(sid)
-            frames.append([self.kallsyms.name(a) if self.kallsyms else f"0x{a:x}" for a in addrs])
+            # binary traces keep addresses (symbolised here), text traces names already
+            names = [a if isinstance(a, str) else self.kallsyms.name(a) if self.kallsyms else f"0x{a:x}"
+                     for a in addrs]
+            frames.append(without_tracing_frames(names))
         return pa.table({"node": [self.node] * len(ids), "stack_id": pa.array(ids, pa.int64()),
                          "frames": pa.array(frames, pa.list_(pa.string()))}, schema=SCHEMAS["kernel_stack"])
+
+
+_TRACING_FRAMES = ("trace_event_raw_event_", "__traceiter_", "trace_event_buffer_", "event_triggers_",
+                   "stacktrace_trigger", "__trace_stack", "__ftrace_trace_stack")
+
+
+def without_tracing_frames(frames) -> list[str]:
+    """Drop the tracing machinery's own frames from the top of a stack."""
+    frames = list(frames)
+    i = 0
+    while i < len(frames) - 1 and frames[i].startswith(_TRACING_FRAMES):
+        i += 1
+    return frames[i:]
 
 
 def _gather(buf: np.ndarray, off: np.ndarray, f: Field) -> np.ndarray:

@@ -83,8 +83,15 @@ def postgres_role(cmdline: str) -> str:
 
 def process_rows(state: DecodeState, procs: dict[int, dict] | None) -> pa.Table:
     """The `process` table: pids seen in the trace, with what the recorder read from /proc."""
-    procs = procs or {}
-    pids = sorted(set(state.comms) | set(state.forks) | set(procs))
+    if procs:   # recorded here: the DBMS's processes and whatever they forked
+        pids = set(procs)
+        for child in sorted(state.forks, key=state.first_ts.get):
+            if state.forks[child] in pids:
+                pids.add(child)
+        pids = sorted(pids)
+    else:       # a trace from elsewhere: every process it names
+        procs = {}
+        pids = sorted(set(state.comms) | set(state.forks))
     rows = []
     for pid in pids:
         p = procs.get(pid, {})

@@ -9,7 +9,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from mwinv.kernel_trace.decode import KERNEL_EVENT, DecodeState, stack_id_of
+from mwinv.kernel_trace.decode import KERNEL_EVENT, DecodeState, without_tracing_frames, stack_id_of
 from mwinv.kernel_trace.formats import state_text
 from mwinv.kernel_trace.tracedat import TraceFormatError
 
@@ -98,7 +98,7 @@ def iter_text_batches(path: Path, state: DecodeState, batch_rows: int = 200_000)
         nonlocal stack
         if stack and stack_cpu in last_on_cpu:
             sid = stack_id_of("\n".join(stack).encode())
-            state.stacks.setdefault(sid, tuple(stack))
+            state.stacks.setdefault(sid, tuple(without_tracing_frames(stack)))
             cols["stack_id"][last_on_cpu[stack_cpu]] = sid
         stack = []
 
