@@ -26,12 +26,14 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def start_perf(out: Path, pids: list[int], freq_hz: int = 99) -> subprocess.Popen:
+def start_perf(out: Path, freq_hz: int = 99) -> subprocess.Popen:
+    """Sample all CPUs (with `-p`, perf does not follow the backends a postmaster forks later);
+    perf_to_capture keeps only the DBMS's pids."""
     perf = shutil.which("perf")
     if not perf:
         raise MwinvError("perf is not installed (package linux-perf, scripts/deps.sh)")
     cmd = [perf, "record", "-q", "-g", "-e", "cpu-clock", "-F", str(freq_hz), "-k", "CLOCK_MONOTONIC",
-           "-p", ",".join(map(str, pids)), "-o", str(out)]
+           "-a", "-o", str(out)]
     log = open(out.with_suffix(".log"), "w")
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
 
@@ -74,8 +76,9 @@ def iter_perf_samples(script_output: Iterator[str]) -> Iterator[tuple[int, int, 
         yield (*head, frames, in_kernel)
 
 
-def perf_to_capture(perf_data: Path, capture: Capture, node: str) -> int:
-    """Convert perf.data into cpu_sample and kernel_stack parts; returns the number of samples."""
+def perf_to_capture(perf_data: Path, capture: Capture, node: str, pids: set[int]) -> int:
+    """Convert the samples of `pids` in perf.data into cpu_sample and kernel_stack parts; returns
+    the number of samples kept."""
     if not perf_data.exists() or perf_data.stat().st_size == 0:
         return 0
     proc = subprocess.Popen(["perf", "script", "-i", str(perf_data), "-F", "comm,pid,tid,cpu,time,ip,sym,dso",
@@ -83,6 +86,8 @@ def perf_to_capture(perf_data: Path, capture: Capture, node: str) -> int:
     samples = {k: [] for k in SCHEMAS["cpu_sample"].names}
     stacks: dict[int, list[str]] = {}
     for ts, cpu, tid, frames, in_kernel in iter_perf_samples(proc.stdout):
+        if tid not in pids:
+            continue
         sid = None
         if frames:
             sid = stack_id_of("\n".join(frames).encode())

@@ -158,7 +158,7 @@ class KernelRecorder:
         self._threads.append(f)
         inst.write("tracing_on", "1")
         if self.tracer == "nop" and self.cfg.stacks and perf_mod.perf_available() and self.pids:
-            self.perf = perf_mod.start_perf(self.out / "perf.data", self.pids, self.cfg.perf_freq_hz)
+            self.perf = perf_mod.start_perf(self.out / "perf.data", self.cfg.perf_freq_hz)
 
     def _stacks(self, inst: Instance) -> None:
         """Stack triggers on the wait events; the function tracer per pid where the kernel allows."""
