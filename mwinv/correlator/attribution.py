@@ -24,8 +24,9 @@ FILE_IO_SYSCALLS = (0, 1, 17, 18, 19, 20, 74, 75, 295, 296, 187)
 NET_RX_SYSCALLS = (45, 47)
 NET_TX_SYSCALLS = (44, 46)
 
-LOCK_START_EVENTS = ("pg_lock_wait_start", "pg_lwlock_wait_start")
-LOCK_DONE_EVENTS = ("pg_lock_wait_done", "pg_lwlock_wait_done")
+# Recorded as pg_lock_wait_start_<n> etc., one uprobe per probe site.
+LOCK_START_EVENT_RE = "^pg_(lw)?lock_wait_start"
+LOCK_DONE_EVENT_RE = "^pg_(lw)?lock_wait_done"
 
 # A request is sequential when it starts within this many sectors after the previous request of the
 # same pid on the same device ends (seed 000: sequential accesses show a stride of ~2 blocks).
@@ -37,30 +38,54 @@ def _in(values) -> str:
 
 
 def build_disk_requests(db: CaptureDB) -> None:
-    """disk_request: one row per block request with issuer pid, latency and sequential flag."""
+    """disk_request: one row per block I/O a DBMS task submitted, with its sequential flag and, where
+    the request's completion is known, its completion time.
+
+    Ownership comes from block_bio_queue (the submitting task's context, also for its readahead) when
+    the capture has it; block_rq_issue can run in a kworker (blk-throttle dispatch, plug flushes) and
+    completions run in interrupt context, so issue/complete pairs only serve to time requests."""
+    has_bio = db.sql("SELECT count(*) FROM kernel_event WHERE event = 'block_bio_queue'").fetchone()[0] > 0
+    source = "block_bio_queue" if has_bio else "block_rq_issue"
     db.con.execute(f"""
         CREATE OR REPLACE TABLE disk_request AS
         WITH issue AS (
             SELECT node, ts_ns, pid, dev, sector, nr_bytes, rwbs,
                    row_number() OVER (PARTITION BY node, dev, sector ORDER BY ts_ns) AS k
-            FROM kernel_event WHERE event = 'block_rq_issue' AND nr_bytes > 0),
+            FROM kernel_event WHERE event = '{source}' AND nr_bytes > 0),
         done AS (
             SELECT node, ts_ns, dev, sector,
                    row_number() OVER (PARTITION BY node, dev, sector ORDER BY ts_ns) AS k
-            FROM kernel_event WHERE event = 'block_rq_complete'),
+            FROM kernel_event WHERE event = 'block_rq_complete' AND NOT {has_bio}),
         paired AS (
-            -- the k-th completion of a (dev, sector) ends its k-th issue
             SELECT i.node, i.pid, i.dev, i.sector, i.nr_bytes, i.rwbs, i.ts_ns AS issue_ns,
                    d.ts_ns AS complete_ns
-            FROM issue i JOIN done d USING (node, dev, sector, k) WHERE d.ts_ns >= i.ts_ns),
+            FROM issue i LEFT JOIN done d ON d.node = i.node AND d.dev = i.dev AND d.sector = i.sector
+                 AND d.k = i.k AND d.ts_ns >= i.ts_ns),
         strided AS (
             SELECT *, sector - lag(sector + nr_bytes // 512) OVER w AS stride_sectors
             FROM paired WINDOW w AS (PARTITION BY node, pid, dev ORDER BY issue_ns))
         SELECT *, coalesce(abs(stride_sectors) <= {SEQ_GAP_SECTORS}, false) AS sequential FROM strided""")
 
 
+def build_file_reads(db: CaptureDB) -> None:
+    """file_read: positional reads (pread64/preadv) with a sequential flag from the file-offset stride
+    per (pid, fd): decides seq vs random for disk waits whose block requests are not the task's own."""
+    db.con.execute(rf"""
+        CREATE OR REPLACE TABLE file_read AS
+        WITH r AS (
+            SELECT node, pid, ts_ns,
+                   TRY_CAST(regexp_extract(fields, 'fd=(\d+)', 1) AS BIGINT) AS fd,
+                   TRY_CAST(regexp_extract(fields, 'pos=(\d+)', 1) AS BIGINT) AS pos,
+                   coalesce(TRY_CAST(regexp_extract(fields, '(count|vlen)=(\d+)', 2) AS BIGINT), 8192) AS len
+            FROM kernel_event WHERE event IN ('sys_enter_pread64', 'sys_enter_preadv'))
+        SELECT node, pid, ts_ns,
+               coalesce(abs(pos - lag(pos + len) OVER (PARTITION BY node, pid, fd ORDER BY ts_ns))
+                        <= {SEQ_GAP_SECTORS * 512}, false) AS sequential
+        FROM r WHERE pos IS NOT NULL""")
+
+
 def build_points(db: CaptureDB) -> None:
-    db.con.execute(f"""
+    db.con.execute(rf"""
         CREATE OR REPLACE TABLE point AS
         WITH dbms_pid AS (SELECT DISTINCT node, pid FROM statement_clean)
         SELECT p.* FROM (
@@ -76,24 +101,33 @@ def build_points(db: CaptureDB) -> None:
             FROM kernel_event WHERE event IN ('sched_wakeup', 'sched_wakeup_new')
             UNION ALL
             SELECT node, pid, ts_ns, 4, 'enter', NULL, NULL, syscall_nr, NULL, NULL, 0, 0
-            FROM kernel_event WHERE event = 'sys_enter'
+            FROM kernel_event WHERE (event = 'sys_enter' OR event LIKE 'sys\_enter\_%' ESCAPE '\')
+              AND event NOT IN ('sys_enter_pread64', 'sys_enter_preadv')
+            UNION ALL
+            SELECT f.node, f.pid, f.ts_ns, 4, 'enter', CASE WHEN f.sequential THEN 'seq' ELSE 'rand' END, NULL,
+                   e.syscall_nr, NULL, NULL, 0, 0
+            FROM file_read f JOIN kernel_event e ON e.node = f.node AND e.pid = f.pid AND e.ts_ns = f.ts_ns
+             AND e.event IN ('sys_enter_pread64', 'sys_enter_preadv')
             UNION ALL
             SELECT node, pid, ts_ns, 0, 'exit', NULL, NULL, syscall_nr, syscall_ret, NULL, 0, 0
-            FROM kernel_event WHERE event = 'sys_exit'
+            FROM kernel_event WHERE event = 'sys_exit' OR event LIKE 'sys\_exit\_%' ESCAPE '\'
             UNION ALL
             SELECT node, pid, ts_ns, 5, 'lock_start', NULL, NULL, NULL, NULL, NULL, 0, 0
-            FROM kernel_event WHERE event IN {_in(LOCK_START_EVENTS)}
+            FROM kernel_event WHERE regexp_matches(event, '{LOCK_START_EVENT_RE}')
             UNION ALL
             SELECT node, pid, ts_ns, 0, 'lock_done', NULL, NULL, NULL, NULL, NULL, 0, 0
-            FROM kernel_event WHERE event IN {_in(LOCK_DONE_EVENTS)}
+            FROM kernel_event WHERE regexp_matches(event, '{LOCK_DONE_EVENT_RE}')
             UNION ALL
-            SELECT node, pid, issue_ns, 6, 'io_start', NULL, NULL, NULL, nr_bytes, NULL,
-                   CASE WHEN sequential THEN 1 ELSE 0 END, CASE WHEN sequential THEN 0 ELSE 1 END
+            -- nr: 1 sequential, 2 random; in-flight counts only for requests whose completion is known
+            SELECT node, pid, issue_ns, 6, 'io_start', NULL, NULL, CASE WHEN sequential THEN 1 ELSE 2 END,
+                   nr_bytes, NULL,
+                   CASE WHEN sequential AND complete_ns IS NOT NULL THEN 1 ELSE 0 END,
+                   CASE WHEN NOT sequential AND complete_ns IS NOT NULL THEN 1 ELSE 0 END
             FROM disk_request
             UNION ALL
             SELECT node, pid, complete_ns, 0, 'io_done', NULL, NULL, NULL, NULL, NULL,
                    CASE WHEN sequential THEN -1 ELSE 0 END, CASE WHEN sequential THEN 0 ELSE -1 END
-            FROM disk_request
+            FROM disk_request WHERE complete_ns IS NOT NULL
             UNION ALL
             SELECT node, pid, start_ns, -1, 'stmt_start', NULL, NULL, NULL, NULL, statement_id, 0, 0
             FROM statement_clean WHERE coalesce(nesting_level, 0) = 0
@@ -130,6 +164,9 @@ def build_segments(db: CaptureDB) -> None:
             last_value(CASE WHEN kind = 'off' THEN info END IGNORE NULLS) OVER w AS sleep_state,
             last_value(CASE WHEN kind = 'off' THEN coalesce(stack_id, -1) END IGNORE NULLS) OVER w AS off_stack,
             last_value(CASE kind WHEN 'enter' THEN nr WHEN 'exit' THEN -1 END IGNORE NULLS) OVER w AS syscall,
+            last_value(CASE kind WHEN 'enter' THEN coalesce(info, '') WHEN 'exit' THEN '' END IGNORE NULLS)
+                OVER w AS file_pattern,
+            last_value(CASE WHEN kind = 'io_start' THEN nr END IGNORE NULLS) OVER w AS last_io_kind,
             last_value(CASE kind WHEN 'lock_start' THEN 1 WHEN 'lock_done' THEN 0 END IGNORE NULLS) OVER w AS in_lock,
             sum(io_seq) OVER w AS io_seq_inflight,
             sum(io_rand) OVER w AS io_rand_inflight,
@@ -148,7 +185,11 @@ def _component_sql() -> str:
           WHEN in_lock = 1 THEN 'lock_wait'
           WHEN io_rand_inflight > 0 THEN 'disk_random'
           WHEN io_seq_inflight > 0 THEN 'disk_seq'
-          WHEN sleep_state LIKE 'D%' AND syscall IN {_in(FILE_IO_SYSCALLS)} THEN 'disk_unknown'
+          -- a file syscall that sleeps waits for the disk (a page-cache hit does not sleep)
+          WHEN syscall IN {_in(FILE_IO_SYSCALLS)} OR sleep_state LIKE 'D%' THEN
+               CASE WHEN file_pattern = 'seq' THEN 'disk_seq' WHEN file_pattern = 'rand' THEN 'disk_random'
+                    WHEN last_io_kind = 1 THEN 'disk_seq' WHEN last_io_kind = 2 THEN 'disk_random'
+                    ELSE 'disk_unknown' END
           WHEN syscall IN {_in(NETWORK_SYSCALLS)} THEN 'network'
           WHEN syscall IN {_in(LOCK_SYSCALLS)} THEN 'lock_wait'
           ELSE 'other_wait'
@@ -160,6 +201,7 @@ def attribute(db: CaptureDB) -> pa.Table:
     kernel = db.has("kernel_event")
     if kernel:
         build_disk_requests(db)
+        build_file_reads(db)
         build_points(db)
         build_segments(db)
         db.con.execute(f"""
@@ -244,7 +286,7 @@ def attribute(db: CaptureDB) -> pa.Table:
                     ELSE own_ns END AS ns,
                from_workers_ns
         FROM filled ORDER BY node, statement_id, component""")
-    return db.sql("SELECT * FROM statement_attribution").fetch_arrow_table().cast(SCHEMAS["statement_attribution"])
+    return db.sql("SELECT * FROM statement_attribution").to_arrow_table().cast(SCHEMAS["statement_attribution"])
 
 
 def _build_statement_io(db: CaptureDB, kernel: bool) -> None:
@@ -255,10 +297,10 @@ def _build_statement_io(db: CaptureDB, kernel: bool) -> None:
             CREATE OR REPLACE TABLE statement_io AS
             WITH io AS (
                 SELECT node, sid AS statement_id,
-                       coalesce(sum(ret) FILTER (WHERE kind = 'io_start' AND io_seq = 1), 0) AS seq_bytes,
-                       count(*) FILTER (WHERE kind = 'io_start' AND io_seq = 1) AS seq_reqs,
-                       count(*) FILTER (WHERE kind = 'io_start' AND io_rand = 1) AS random_reqs,
-                       coalesce(sum(ret) FILTER (WHERE kind = 'io_start' AND io_rand = 1), 0) AS random_bytes,
+                       coalesce(sum(ret) FILTER (WHERE kind = 'io_start' AND nr = 1), 0) AS seq_bytes,
+                       count(*) FILTER (WHERE kind = 'io_start' AND nr = 1) AS seq_reqs,
+                       count(*) FILTER (WHERE kind = 'io_start' AND nr = 2) AS random_reqs,
+                       coalesce(sum(ret) FILTER (WHERE kind = 'io_start' AND nr = 2), 0) AS random_bytes,
                        coalesce(sum(ret) FILTER (WHERE kind = 'exit' AND nr IN {_in(NET_RX_SYSCALLS)} AND ret > 0), 0)
                            AS net_rx_bytes,
                        coalesce(sum(ret) FILTER (WHERE kind = 'exit' AND nr IN {_in(NET_TX_SYSCALLS)} AND ret > 0), 0)

@@ -65,4 +65,4 @@ def kernel_functions(db: CaptureDB) -> pa.Table:
                p.ns / nullif(sum(p.ns) OVER (PARTITION BY p.node, p.statement_id, p.source), 0) AS share,
                p.source
         FROM per_function p JOIN statement_clean s USING (node, statement_id)""")
-    return db.sql("SELECT * FROM statement_kernel_function").fetch_arrow_table().cast(SCHEMAS["statement_kernel_function"])
+    return db.sql("SELECT * FROM statement_kernel_function").to_arrow_table().cast(SCHEMAS["statement_kernel_function"])

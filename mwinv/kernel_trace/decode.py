@@ -214,7 +214,7 @@ def decode_chunk(state: DecodeState, buf: np.ndarray, cpu: int, ts: np.ndarray, 
             for c, p, tt in zip(child.tolist(), parent.tolist(), ts[sel].tolist()):
                 state.forks[c] = p
                 state.first_ts.setdefault(c, tt)
-        elif name.startswith("block_rq") and "sector" in F:
+        elif name.startswith(("block_rq", "block_bio")) and "sector" in F:
             dev[sel] = _dev_text(_gather(buf, o, F["dev"]))
             put("sector", sel, _gather(buf, o, F["sector"]).astype(np.int64))
             if "bytes" in F:

@@ -27,7 +27,9 @@ from mwinv.kernel_trace.usdt import uprobe_target, usdt_probes
 
 SCHED_EVENTS = ["sched:sched_switch", "sched:sched_wakeup", "sched:sched_wakeup_new",
                 "sched:sched_process_fork", "sched:sched_process_exit"]
-BLOCK_EVENTS = ["block:block_rq_issue", "block:block_rq_complete"]
+# block_bio_queue runs in the submitting task's context (the backend, also for its readahead), where
+# block_rq_issue may run in a kworker (blk-throttle dispatch, plugging) and completions in interrupts.
+BLOCK_EVENTS = ["block:block_bio_queue", "block:block_rq_issue", "block:block_rq_complete"]
 # The syscalls a DBMS waits in (all raw_syscalls cost 26 % of pgbench TPS here: only these).
 WAIT_SYSCALLS = ["pread64", "pwrite64", "read", "write", "preadv", "pwritev", "fsync", "fdatasync",
                  "sync_file_range", "recvfrom", "sendto", "recvmsg", "sendmsg", "epoll_wait",
@@ -39,6 +41,10 @@ STACK_TRIGGERS = {"sched:sched_switch": "prev_state & 3", "block:block_rq_issue"
 
 MWINV_SO = Path("/usr/lib/postgresql/15/lib/mwinv.so")
 STATEMENT_PROBES = {"statement__start": "mwinv_stmt_start", "statement__done": "mwinv_stmt_done"}
+# PostgreSQL's own lock-wait probes: the only kernel-visible sign that a latch wait is a lock wait
+# (heavyweight lock waits sleep in epoll_wait like pg_sleep does). They fire only on waits.
+LOCK_PROBES = {"lock__wait__start": "pg_lock_wait_start", "lock__wait__done": "pg_lock_wait_done",
+               "lwlock__wait__start": "pg_lwlock_wait_start", "lwlock__wait__done": "pg_lwlock_wait_done"}
 
 
 def default_events(page_faults: bool = False) -> list[str]:
@@ -187,6 +193,35 @@ class KernelRecorder:
                 self.uprobes.append(add_uprobe(root, event, target, args))
             except MwinvError as exc:
                 self.skipped[f"uprobe:{event}"] = str(exc)
+        self._add_lock_probes(root)
+
+    def _add_lock_probes(self, root: Path) -> None:
+        exe = None
+        for pid in self.pids:
+            try:
+                exe = Path(os.readlink(f"/proc/{pid}/exe"))
+                break
+            except OSError:
+                continue
+        if exe is None or not exe.exists():
+            self.skipped["uprobe:pg_lock_wait"] = "the DBMS binary is not readable"
+            return
+        try:
+            probes = usdt_probes(exe, provider="postgresql")
+        except MwinvError as exc:
+            self.skipped["uprobe:pg_lock_wait"] = str(exc)
+            return
+        seen: dict[str, int] = {}
+        for probe in probes:
+            event = LOCK_PROBES.get(probe.name)
+            if event is None:
+                continue
+            n = seen[event] = seen.get(event, 0) + 1   # one uprobe per probe site
+            target, _ = uprobe_target(exe, probe, [])
+            try:
+                self.uprobes.append(add_uprobe(root, f"{event}_{n}", target))
+            except MwinvError as exc:
+                self.skipped[f"uprobe:{event}_{n}"] = str(exc)
 
     def _event_formats(self, root: Path) -> list[tuple[str, str]]:
         out = [("ftrace", p.read_text()) for p in sorted((root / "events/ftrace").glob("*/format"))]
