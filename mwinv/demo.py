@@ -1,21 +1,54 @@
-"""The embedded default workload behind `make demo`."""
+"""The embedded default workload behind `make demo`: a throw-away PostgreSQL with the mwinv
+extension, TPC-H loaded, the 22 queries run under a kernel capture, then the top SQL and a report."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from rich.console import Console
 
+from mwinv.capture.run import KernelCapture
+from mwinv.correlator import terminal
+from mwinv.correlator.pipeline import correlate, top_statements
 from mwinv.workloads import runner, tpch
 from mwinv.workloads.setup import tpch_server
 
 
-def run_demo(scale: float, out: str) -> None:
+def run_demo(scale: float, out: str) -> Path:
     console = Console()
-    Path(out).mkdir(parents=True, exist_ok=True)
-    server = tpch_server(scale, name="demo", progress=lambda s: console.log(s))
+    out_dir = Path(out)
+    capture_dir = out_dir / "capture"
+    if capture_dir.exists():
+        shutil.rmtree(capture_dir)  # a demo run replaces the previous one
+    out_dir.mkdir(parents=True, exist_ok=True)
+    server = tpch_server(scale, name="demo", preload=["mwinv"],
+                         gucs={"compute_query_id": "on", "mwinv.node_name": "'demo'"},
+                         progress=lambda s: console.log(s))
     try:
-        runs = runner.run_with_progress(server, list(tpch.QUERY_NUMBERS), console=console)
+        # the load's statements are not part of the run: start the capture with an empty ring
+        server.psql("CREATE EXTENSION mwinv; SELECT mwinv_reset()", dbname="tpch")
+        with KernelCapture(capture_dir, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo("tpch"),
+                           node="demo", stacks=True, trace="auto", progress=lambda s: console.log(s)) as cap:
+            runs = runner.run_with_progress(server, list(tpch.QUERY_NUMBERS), console=console)
+        for what, why in cap.summary.get("skipped", {}).items():
+            console.print(f"[yellow]skipped[/] {what}: {why}")
         console.print(runner.timing_table(runs, title=f"TPC-H SF {scale:g}, 22 queries, warm"))
     finally:
         server.stop()
+    db = correlate(capture_dir, progress=lambda s: console.log(s))
+    for w in db.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+    console.print(terminal.top_table(top_statements(db, n=5), "top 5 statements by total time"))
+    return _report(capture_dir, out_dir / "report", console)
+
+
+def _report(capture_dir: Path, report_dir: Path, console: Console) -> Path:
+    try:
+        from mwinv.correlator.report import render_report
+    except ImportError:
+        console.print("[yellow]report: not available in this build[/]")
+        return capture_dir
+    html, md = render_report(capture_dir, report_dir)
+    console.print(f"report: {html} (and {md})")
+    return html
