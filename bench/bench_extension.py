@@ -1,0 +1,127 @@
+"""Overhead of the mwinv extension on pgbench -S (select-only, prepared protocol).
+
+Four servers up at once -- no extension, pg_stat_statements, pg_stat_statements + pg_stat_kcache,
+mwinv -- each with a pgbench database; rounds interleave the servers (rotating order) and the
+result is the median over rounds of each server's TPS divided by the "none" TPS of that round.
+mwinv's ring is drained during the runs (SELECT count(*) FROM mwinv_drain() every 0.5 s), as a
+capture would, so records are really written and not dropped on a full ring.
+
+Usage:
+    python -m bench.bench_extension                    # 5 rounds x 10 s, scale 10, 2 clients
+    python -m bench.bench_extension --rounds 3 --seconds 15 --clients 2
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import subprocess
+import threading
+from contextlib import ExitStack
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from mwinv.cli.common import run_main
+from mwinv.dbplugins.postgresql import connect_untracked
+from mwinv.errors import MwinvError
+from mwinv.pgserver import PgServer, pg_bindir
+
+CONFIGS = {
+    "none": [],
+    "pg_stat_statements": ["pg_stat_statements"],
+    "pgss + pg_stat_kcache": ["pg_stat_statements", "pg_stat_kcache"],
+    "mwinv": ["mwinv"],
+}
+TPS_RE = re.compile(r"tps = ([0-9.]+) \(without initial connection time\)")
+
+
+def pgbench(server: PgServer, *args: str) -> str:
+    argv = [str(pg_bindir() / "pgbench"), "-h", str(server.socket_dir), "-p", str(server.port), "-U", "postgres",
+            *args, "postgres"]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise MwinvError(f"pgbench on {server.name}: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    return proc.stdout
+
+
+def run_select_only(server: PgServer, clients: int, seconds: int) -> float:
+    out = pgbench(server, "-n", "-S", "-M", "prepared", "-c", str(clients), "-j", str(clients), "-T", str(seconds))
+    m = TPS_RE.search(out)
+    if not m:
+        raise MwinvError(f"pgbench on {server.name}: no TPS in its output")
+    return float(m.group(1))
+
+
+class RingDrainer:
+    """Empties mwinv's ring every interval in the server (no Parquet writing: that is the
+    capture's cost, not the extension's)."""
+
+    def __init__(self, server: PgServer, interval_s: float = 0.5):
+        self.conn = connect_untracked(server.conninfo())
+        self.conn.execute("CREATE EXTENSION IF NOT EXISTS mwinv")
+        self.interval_s = interval_s
+        self.records = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.records += self.conn.execute("SELECT count(*) FROM mwinv_drain()").fetchone()[0]
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        dropped = self.conn.execute("SELECT dropped FROM mwinv_info").fetchone()[0]
+        self.conn.close()
+        return dropped
+
+
+@click.command(epilog=__doc__.split("Usage:")[1], context_settings={"max_content_width": 110})
+@click.option("--rounds", default=5, show_default=True, help="Interleaved rounds.")
+@click.option("--seconds", default=10, show_default=True, help="pgbench -T per server and round.")
+@click.option("--clients", default=2, show_default=True, help="pgbench clients (as many as cores).")
+@click.option("--scale", default=10, show_default=True, help="pgbench scale factor.")
+def main(rounds: int, seconds: int, clients: int, scale: int) -> None:
+    """pgbench -S TPS with mwinv vs no extension, pg_stat_statements, pgss + pg_stat_kcache."""
+    console = Console()
+    tps: dict[str, list[float]] = {name: [] for name in CONFIGS}
+    with ExitStack() as stack:
+        servers = {}
+        for name, preload in CONFIGS.items():
+            gucs = {"shared_buffers": "'256MB'"}
+            if name == "mwinv":
+                gucs["mwinv.buffer_size"] = "262144"
+            with console.status(f"starting and loading server {name!r} (pgbench -i -s {scale})"):
+                srv = stack.enter_context(PgServer(name=f"bench-{len(servers)}", shared_preload_libraries=preload,
+                                                   gucs=gucs))
+                pgbench(srv, "-i", "-q", "-s", str(scale))
+                srv.psql("VACUUM ANALYZE")
+            servers[name] = srv
+        drainer = RingDrainer(servers["mwinv"])
+        names = list(CONFIGS)
+        for r in range(rounds):
+            order = names[r % len(names):] + names[:r % len(names)]
+            for name in order:
+                with console.status(f"round {r + 1}/{rounds}: {name}"):
+                    tps[name].append(run_select_only(servers[name], clients, seconds))
+            console.print(f"round {r + 1}: " + ", ".join(f"{n} {tps[n][-1]:.0f}" for n in names))
+        dropped = drainer.stop()
+
+    table = Table(title=f"pgbench -S -M prepared, scale {scale}, {clients} clients, {rounds} x {seconds} s")
+    table.add_column("server")
+    table.add_column("median TPS", justify="right")
+    table.add_column("median ratio vs none", justify="right")
+    table.add_column("overhead", justify="right")
+    for name in names:
+        ratios = [t / n for t, n in zip(tps[name], tps["none"])]
+        ratio = statistics.median(ratios)
+        table.add_row(name, f"{statistics.median(tps[name]):.0f}", f"{ratio:.4f}", f"{(1 - ratio) * 100:+.2f} %")
+    console.print(table)
+    console.print(f"mwinv records drained: {drainer.records}, dropped: {dropped}")
+
+
+if __name__ == "__main__":
+    run_main(main, "bench_extension")
