@@ -3,6 +3,9 @@
 Four servers up at once -- no extension, pg_stat_statements, pg_stat_statements + pg_stat_kcache,
 mwinv -- each with a pgbench database; rounds interleave the servers (rotating order) and the
 result is the median over rounds of each server's TPS divided by the "none" TPS of that round.
+Because TPS on a shared 2-core machine moves with everybody else's load, the server-side CPU time
+per transaction (all of the server's processes, exited backends included through the
+postmaster's cutime/cstime) is reported too, as a ratio against "none".
 mwinv's ring is drained during the runs (SELECT count(*) FROM mwinv_drain() every 0.5 s), as a
 capture would, so records are really written and not dropped on a full ring.
 
@@ -13,11 +16,14 @@ Usage:
 
 from __future__ import annotations
 
+import os
 import re
 import statistics
 import subprocess
 import threading
+import time
 from contextlib import ExitStack
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -35,6 +41,25 @@ CONFIGS = {
     "mwinv": ["mwinv"],
 }
 TPS_RE = re.compile(r"tps = ([0-9.]+) \(without initial connection time\)")
+TXN_RE = re.compile(r"number of transactions actually processed: (\d+)")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu_ns(server: PgServer) -> int:
+    """CPU time of the postmaster, its live children and its reaped children (exited backends)."""
+    postmaster = server.postmaster_pid()
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile: its time is in the postmaster's cutime now
+        pid, ppid = int(stat.parent.name), int(fields[1])
+        if pid == postmaster:
+            ticks += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+        elif ppid == postmaster:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks * 1_000_000_000 // CLK_TCK
 
 
 def pgbench(server: PgServer, *args: str) -> str:
@@ -46,12 +71,16 @@ def pgbench(server: PgServer, *args: str) -> str:
     return proc.stdout
 
 
-def run_select_only(server: PgServer, clients: int, seconds: int) -> float:
+def run_select_only(server: PgServer, clients: int, seconds: int) -> tuple[float, float]:
+    """One pgbench -S run: (TPS, server CPU ns per transaction)."""
+    cpu_before = server_cpu_ns(server)
     out = pgbench(server, "-n", "-S", "-M", "prepared", "-c", str(clients), "-j", str(clients), "-T", str(seconds))
-    m = TPS_RE.search(out)
-    if not m:
+    time.sleep(0.3)  # let the postmaster reap the backends (their CPU moves into its cutime)
+    cpu = server_cpu_ns(server) - cpu_before
+    tps, txns = TPS_RE.search(out), TXN_RE.search(out)
+    if not tps or not txns:
         raise MwinvError(f"pgbench on {server.name}: no TPS in its output")
-    return float(m.group(1))
+    return float(tps.group(1)), cpu / max(int(txns.group(1)), 1)
 
 
 class RingDrainer:
@@ -86,8 +115,9 @@ class RingDrainer:
 @click.option("--scale", default=10, show_default=True, help="pgbench scale factor.")
 def main(rounds: int, seconds: int, clients: int, scale: int) -> None:
     """pgbench -S TPS with mwinv vs no extension, pg_stat_statements, pgss + pg_stat_kcache."""
-    console = Console()
+    console = Console(width=120)
     tps: dict[str, list[float]] = {name: [] for name in CONFIGS}
+    cpu_per_txn: dict[str, list[float]] = {name: [] for name in CONFIGS}
     with ExitStack() as stack:
         servers = {}
         for name, preload in CONFIGS.items():
@@ -106,19 +136,24 @@ def main(rounds: int, seconds: int, clients: int, scale: int) -> None:
             order = names[r % len(names):] + names[:r % len(names)]
             for name in order:
                 with console.status(f"round {r + 1}/{rounds}: {name}"):
-                    tps[name].append(run_select_only(servers[name], clients, seconds))
-            console.print(f"round {r + 1}: " + ", ".join(f"{n} {tps[n][-1]:.0f}" for n in names))
+                    t, c = run_select_only(servers[name], clients, seconds)
+                tps[name].append(t)
+                cpu_per_txn[name].append(c)
+            console.print(f"round {r + 1} TPS: " + ", ".join(f"{n} {tps[n][-1]:.0f}" for n in names))
         dropped = drainer.stop()
 
     table = Table(title=f"pgbench -S -M prepared, scale {scale}, {clients} clients, {rounds} x {seconds} s")
     table.add_column("server")
     table.add_column("median TPS", justify="right")
     table.add_column("median ratio vs none", justify="right")
-    table.add_column("overhead", justify="right")
+    table.add_column("TPS overhead", justify="right")
+    table.add_column("server CPU µs/txn", justify="right")
+    table.add_column("CPU/txn ratio vs none", justify="right")
     for name in names:
-        ratios = [t / n for t, n in zip(tps[name], tps["none"])]
-        ratio = statistics.median(ratios)
-        table.add_row(name, f"{statistics.median(tps[name]):.0f}", f"{ratio:.4f}", f"{(1 - ratio) * 100:+.2f} %")
+        ratio = statistics.median(t / n for t, n in zip(tps[name], tps["none"]))
+        cpu_ratio = statistics.median(c / n for c, n in zip(cpu_per_txn[name], cpu_per_txn["none"]))
+        table.add_row(name, f"{statistics.median(tps[name]):.0f}", f"{ratio:.4f}", f"{(1 - ratio) * 100:+.2f} %",
+                      f"{statistics.median(cpu_per_txn[name]) / 1000:.2f}", f"{cpu_ratio:.4f}")
     console.print(table)
     console.print(f"mwinv records drained: {drainer.records}, dropped: {dropped}")
 

@@ -191,27 +191,34 @@ def test_unprivileged_role_sees_only_its_own(server):
         low.close()
 
 
-@pytest.mark.parametrize("order", [["pg_stat_statements", "pg_stat_kcache", "mwinv"],
-                                   ["mwinv", "pg_stat_statements", "pg_stat_kcache"]])
-def test_coexists_with_pg_stat_statements_and_kcache(installed, order):
-    with PgServer(name="ext-chain", shared_preload_libraries=order, gucs=GUCS) as srv:
+def test_coexists_with_pg_stat_statements_and_kcache(installed):
+    """Hooks chain in both shared_preload_libraries orders (one cluster, restarted in between)."""
+    orders = (["pg_stat_statements", "pg_stat_kcache", "mwinv"], ["mwinv", "pg_stat_statements", "pg_stat_kcache"])
+    with PgServer(name="ext-chain", shared_preload_libraries=orders[0], gucs=GUCS) as srv:
         srv.psql("CREATE EXTENSION mwinv; CREATE EXTENSION pg_stat_statements; CREATE EXTENSION pg_stat_kcache")
-        admin = _admin(srv)
-        admin.execute("SELECT mwinv_reset()")
-        with srv.connect() as conn:
-            for _ in range(3):
-                conn.execute("SELECT count(*) FROM generate_series(1, 200000) AS chained")
-            with pytest.raises(psycopg.errors.DivisionByZero):
-                conn.execute("SELECT 1 / (g - 5) FROM generate_series(1, 10) g")
-            conn.execute("SELECT 'after error' AS ok")
-        ours = [r for r in _drain_rows(admin)]
-        qid = admin.execute("SELECT queryid FROM pg_stat_statements WHERE query LIKE '%AS chained'").fetchone()[0]
-        calls = admin.execute("SELECT calls FROM pg_stat_statements WHERE queryid = %s", (qid,)).fetchone()[0]
-        kc = admin.execute("SELECT exec_user_time + exec_system_time FROM pg_stat_kcache_detail "
-                           "WHERE query LIKE '%%AS chained'").fetchone()[0]
-        assert calls == 3 and kc > 0
-        assert len([r for r in ours if r["query_id"] == qid]) == 3  # same query id as pg_stat_statements
-        assert [r["errored"] for r in ours if r["rows"] is not None][-2:] == [True, False]
+        for order in orders:
+            if order is not orders[0]:
+                with open(srv.data_dir / "postgresql.conf", "a") as f:  # the last setting wins
+                    f.write(f"shared_preload_libraries = '{','.join(order)}'\n")
+                srv.restart()
+            admin = _admin(srv)
+            assert admin.execute("SHOW shared_preload_libraries").fetchone()[0] == ",".join(order)
+            admin.execute("SELECT mwinv_reset(), pg_stat_statements_reset(), pg_stat_kcache_reset()")
+            with srv.connect() as conn:
+                for _ in range(3):
+                    conn.execute("SELECT count(*) FROM generate_series(1, 200000) AS chained")
+                with pytest.raises(psycopg.errors.DivisionByZero):
+                    conn.execute("SELECT 1 / (g - 5) FROM generate_series(1, 10) g")
+                conn.execute("SELECT 'after error' AS ok")
+            ours = _drain_rows(admin)
+            qid, calls = admin.execute("SELECT queryid, calls FROM pg_stat_statements "
+                                       "WHERE query LIKE '%AS chained'").fetchone()
+            kc = admin.execute("SELECT exec_user_time + exec_system_time FROM pg_stat_kcache_detail "
+                               "WHERE query LIKE '%%AS chained'").fetchone()[0]
+            assert calls == 3 and kc > 0, order
+            assert len([r for r in ours if r["query_id"] == qid]) == 3, order  # the same query id
+            assert [r["errored"] for r in ours][-2:] == [True, False], order
+            admin.close()
 
 
 def test_usdt_probes_with_semaphores(installed):
