@@ -5,7 +5,9 @@ mwinv -- each with a pgbench database; rounds interleave the servers (rotating o
 result is the median over rounds of each server's TPS divided by the "none" TPS of that round.
 Because TPS on a shared 2-core machine moves with everybody else's load, the server-side CPU time
 per transaction (all of the server's processes, exited backends included through the
-postmaster's cutime/cstime) is reported too, as a ratio against "none".
+postmaster's cutime/cstime) is reported too, as a ratio against "none"; and the CPU cost of
+recording one statement measured inside one backend: a DO loop of nested statements with
+mwinv.track = all vs none, alternating, best wall time of each -- the figure least moved by load.
 mwinv's ring is drained during the runs (SELECT count(*) FROM mwinv_drain() every 0.5 s), as a
 capture would, so records are really written and not dropped on a full ring.
 
@@ -83,6 +85,24 @@ def run_select_only(server: PgServer, clients: int, seconds: int) -> tuple[float
     return float(tps.group(1)), cpu / max(int(txns.group(1)), 1)
 
 
+HOOK_LOOP = 100_000
+HOOK_DO = ("DO $$ BEGIN FOR i IN 1..%d LOOP PERFORM v FROM (VALUES (1)) AS t(v); END LOOP; END $$" % HOOK_LOOP)
+
+
+def hook_cost_ns(server: PgServer, repeats: int) -> tuple[float, float]:
+    """(ns per nested statement with mwinv.track = none, with track = all): the minimum over
+    alternating repeats of the DO loop's wall time, the estimate least disturbed by other load."""
+    best = {"none": float("inf"), "all": float("inf")}
+    with server.connect() as conn:
+        for _ in range(repeats):
+            for track in best:
+                conn.execute(f"SET mwinv.track = '{track}'")
+                start = time.perf_counter_ns()
+                conn.execute(HOOK_DO)
+                best[track] = min(best[track], (time.perf_counter_ns() - start) / HOOK_LOOP)
+    return best["none"], best["all"]
+
+
 class RingDrainer:
     """Empties mwinv's ring every interval in the server (no Parquet writing: that is the
     capture's cost, not the extension's)."""
@@ -140,6 +160,8 @@ def main(rounds: int, seconds: int, clients: int, scale: int) -> None:
                 tps[name].append(t)
                 cpu_per_txn[name].append(c)
             console.print(f"round {r + 1} TPS: " + ", ".join(f"{n} {tps[n][-1]:.0f}" for n in names))
+        with console.status("mwinv hook cost inside one backend"):
+            base_ns, all_ns = hook_cost_ns(servers["mwinv"], 2 * rounds)
         dropped = drainer.stop()
 
     table = Table(title=f"pgbench -S -M prepared, scale {scale}, {clients} clients, {rounds} x {seconds} s")
@@ -156,6 +178,9 @@ def main(rounds: int, seconds: int, clients: int, scale: int) -> None:
                       f"{statistics.median(cpu_per_txn[name]) / 1000:.2f}", f"{cpu_ratio:.4f}")
     console.print(table)
     console.print(f"mwinv records drained: {drainer.records}, dropped: {dropped}")
+    console.print(f"mwinv per nested statement in one backend ({HOOK_LOOP} x PERFORM, best of {2 * rounds}): "
+                  f"track = none {base_ns:.0f} ns, track = all {all_ns:.0f} ns, "
+                  f"difference {all_ns - base_ns:+.0f} ns per recorded statement")
 
 
 if __name__ == "__main__":
