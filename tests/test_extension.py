@@ -191,27 +191,34 @@ def test_unprivileged_role_sees_only_its_own(server):
         low.close()
 
 
-@pytest.mark.parametrize("order", [["pg_stat_statements", "pg_stat_kcache", "mwinv"],
-                                   ["mwinv", "pg_stat_statements", "pg_stat_kcache"]])
-def test_coexists_with_pg_stat_statements_and_kcache(installed, order):
-    with PgServer(name="ext-chain", shared_preload_libraries=order, gucs=GUCS) as srv:
+def test_coexists_with_pg_stat_statements_and_kcache(installed):
+    """Hooks chain in both shared_preload_libraries orders (one cluster, restarted in between)."""
+    orders = (["pg_stat_statements", "pg_stat_kcache", "mwinv"], ["mwinv", "pg_stat_statements", "pg_stat_kcache"])
+    with PgServer(name="ext-chain", shared_preload_libraries=orders[0], gucs=GUCS) as srv:
         srv.psql("CREATE EXTENSION mwinv; CREATE EXTENSION pg_stat_statements; CREATE EXTENSION pg_stat_kcache")
-        admin = _admin(srv)
-        admin.execute("SELECT mwinv_reset()")
-        with srv.connect() as conn:
-            for _ in range(3):
-                conn.execute("SELECT count(*) FROM generate_series(1, 200000) AS chained")
-            with pytest.raises(psycopg.errors.DivisionByZero):
-                conn.execute("SELECT 1 / (g - 5) FROM generate_series(1, 10) g")
-            conn.execute("SELECT 'after error' AS ok")
-        ours = [r for r in _drain_rows(admin)]
-        qid = admin.execute("SELECT queryid FROM pg_stat_statements WHERE query LIKE '%AS chained'").fetchone()[0]
-        calls = admin.execute("SELECT calls FROM pg_stat_statements WHERE queryid = %s", (qid,)).fetchone()[0]
-        kc = admin.execute("SELECT exec_user_time + exec_system_time FROM pg_stat_kcache_detail "
-                           "WHERE query LIKE '%%AS chained'").fetchone()[0]
-        assert calls == 3 and kc > 0
-        assert len([r for r in ours if r["query_id"] == qid]) == 3  # same query id as pg_stat_statements
-        assert [r["errored"] for r in ours if r["rows"] is not None][-2:] == [True, False]
+        for order in orders:
+            if order is not orders[0]:
+                with open(srv.data_dir / "postgresql.conf", "a") as f:  # the last setting wins
+                    f.write(f"shared_preload_libraries = '{','.join(order)}'\n")
+                srv.restart()
+            admin = _admin(srv)
+            assert admin.execute("SHOW shared_preload_libraries").fetchone()[0] == ",".join(order)
+            admin.execute("SELECT mwinv_reset(), pg_stat_statements_reset(), pg_stat_kcache_reset()")
+            with srv.connect() as conn:
+                for _ in range(3):
+                    conn.execute("SELECT count(*) FROM generate_series(1, 200000) AS chained")
+                with pytest.raises(psycopg.errors.DivisionByZero):
+                    conn.execute("SELECT 1 / (g - 5) FROM generate_series(1, 10) g")
+                conn.execute("SELECT 'after error' AS ok")
+            ours = _drain_rows(admin)
+            qid, calls = admin.execute("SELECT queryid, calls FROM pg_stat_statements "
+                                       "WHERE query LIKE '%AS chained'").fetchone()
+            kc = admin.execute("SELECT exec_user_time + exec_system_time FROM pg_stat_kcache_detail "
+                               "WHERE query LIKE '%%AS chained'").fetchone()[0]
+            assert calls == 3 and kc > 0, order
+            assert len([r for r in ours if r["query_id"] == qid]) == 3, order  # the same query id
+            assert [r["errored"] for r in ours][-2:] == [True, False], order
+            admin.close()
 
 
 def test_usdt_probes_with_semaphores(installed):
@@ -220,3 +227,74 @@ def test_usdt_probes_with_semaphores(installed):
                         r"Semaphore: (0x[0-9a-f]+)", notes)
     assert sorted(p[0] for p in probes) == ["statement__done", "statement__start"]
     assert all(int(sem, 16) != 0 for _, _, sem in probes)
+
+
+TRACEFS = Path("/sys/kernel/tracing")
+
+
+def _usdt_uprobe(so: Path, name: str, group: str) -> str:
+    """A uprobe_events line for USDT probe `name` of provider mwinv in `so`, with its semaphore."""
+    notes = subprocess.run(["readelf", "-n", str(so)], capture_output=True, text=True, check=True).stdout
+    m = re.search(rf"Provider: mwinv\s+Name: {name}\s+Location: (0x[0-9a-f]+), Base: 0x[0-9a-f]+, "
+                  rf"Semaphore: (0x[0-9a-f]+)\s+Arguments: (.*)", notes)
+    loads = re.findall(r"LOAD\s+(0x[0-9a-f]+) (0x[0-9a-f]+)",
+                       subprocess.run(["readelf", "-lW", str(so)], capture_output=True, text=True).stdout)
+
+    def file_offset(vaddr: int) -> int:
+        offset, start = max((int(o, 16), int(v, 16)) for o, v in loads if int(v, 16) <= vaddr)
+        return vaddr - start + offset
+
+    args = []
+    for label, arg in zip(("sid", "qid"), m.group(3).split()):
+        mem = re.fullmatch(r"-8@(-?\d+)\(%(\w+)\)", arg)
+        reg = (mem.group(2) if mem else arg.split("%")[1]).replace("rax", "ax").replace("rbx", "bx") \
+            .replace("rcx", "cx").replace("rdx", "dx").replace("rsi", "si").replace("rdi", "di") \
+            .replace("rbp", "bp").replace("rsp", "sp")
+        args.append(f"{label}=+{mem.group(1)}(%{reg}):s64" if mem else f"{label}=%{reg}:s64")
+    loc, sem = file_offset(int(m.group(1), 16)), file_offset(int(m.group(2), 16))
+    return f"p:{group}/{name.replace('__', '_')} {so}:{loc:#x}({sem:#x}) {' '.join(args)}"
+
+
+def _append(path: Path, line: str) -> None:
+    """`echo line >> path` (Python's append mode seeks to the end, which tracefs refuses)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.kernel
+def test_usdt_probes_fire_with_statement_ids(installed, server):
+    if not (TRACEFS / "uprobe_events").exists() or os.geteuid() != 0:
+        pytest.skip("needs root and tracefs with uprobe_events")
+    group = f"mwinvext{os.getpid()}"
+    instance = TRACEFS / "instances" / group
+    probes = [_usdt_uprobe(installed, n, group) for n in ("statement__start", "statement__done")]
+    events = TRACEFS / "uprobe_events"
+    try:
+        for line in probes:
+            _append(events, line)
+        instance.mkdir()
+        for ev in ("statement_start", "statement_done"):
+            (instance / "events" / group / ev / "enable").write_text("1")
+        admin = _admin(server)
+        admin.execute("SELECT mwinv_reset()")
+        with server.connect() as conn:
+            conn.execute("SELECT count(*) FROM generate_series(1, 1000) AS traced")
+        (rec,) = [r for r in _drain_rows(admin) if r["rows"] == 1 and not r["utility"]]
+        trace = (instance / "trace").read_text()
+    finally:
+        if instance.exists():
+            for ev in ("statement_start", "statement_done"):
+                p = instance / "events" / group / ev / "enable"
+                if p.exists():
+                    p.write_text("0")
+            instance.rmdir()
+        for line in probes:
+            try:
+                _append(events, f"-:{line.split()[0][2:]}")
+            except FileNotFoundError:
+                pass  # never added
+    for ev in ("statement_start", "statement_done"):
+        assert re.search(rf"{ev}: .*sid={rec['statement_id']} qid={rec['query_id']}", trace), trace[-2000:]

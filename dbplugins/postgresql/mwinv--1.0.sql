@@ -3,29 +3,25 @@
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "CREATE EXTENSION mwinv" to load this file. \quit
 
+-- One statement execution (NULL: not visible to this role, or not measured).
+CREATE TYPE mwinv_record AS (
+    statement_id bigint, parent_statement_id bigint, query_id bigint,
+    pid integer, leader_pid integer, database text, username text,
+    start_ns bigint, end_ns bigint, start_wall_ns bigint, plan_ns bigint,
+    cpu_user_ns bigint, cpu_sys_ns bigint, read_bytes bigint, write_bytes bigint,
+    minflt bigint, majflt bigint, inblock bigint, oublock bigint,
+    nvcsw bigint, nivcsw bigint, rows bigint, nesting_level integer,
+    errored boolean, utility boolean);
+
 -- Takes up to max_records records out of the ring (consumes them).
-CREATE FUNCTION mwinv_drain(max_records integer DEFAULT NULL,
-    OUT statement_id bigint, OUT parent_statement_id bigint, OUT query_id bigint,
-    OUT pid integer, OUT leader_pid integer, OUT database text, OUT username text,
-    OUT start_ns bigint, OUT end_ns bigint, OUT start_wall_ns bigint, OUT plan_ns bigint,
-    OUT cpu_user_ns bigint, OUT cpu_sys_ns bigint, OUT read_bytes bigint, OUT write_bytes bigint,
-    OUT minflt bigint, OUT majflt bigint, OUT inblock bigint, OUT oublock bigint,
-    OUT nvcsw bigint, OUT nivcsw bigint, OUT rows bigint, OUT nesting_level integer,
-    OUT errored boolean, OUT utility boolean)
-RETURNS SETOF record
+CREATE FUNCTION mwinv_drain(max_records integer DEFAULT NULL)
+RETURNS SETOF mwinv_record
 AS 'MODULE_PATHNAME', 'mwinv_drain'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL RESTRICTED;
 
 -- The unread records, left in the ring.
-CREATE FUNCTION mwinv_peek(
-    OUT statement_id bigint, OUT parent_statement_id bigint, OUT query_id bigint,
-    OUT pid integer, OUT leader_pid integer, OUT database text, OUT username text,
-    OUT start_ns bigint, OUT end_ns bigint, OUT start_wall_ns bigint, OUT plan_ns bigint,
-    OUT cpu_user_ns bigint, OUT cpu_sys_ns bigint, OUT read_bytes bigint, OUT write_bytes bigint,
-    OUT minflt bigint, OUT majflt bigint, OUT inblock bigint, OUT oublock bigint,
-    OUT nvcsw bigint, OUT nivcsw bigint, OUT rows bigint, OUT nesting_level integer,
-    OUT errored boolean, OUT utility boolean)
-RETURNS SETOF record
+CREATE FUNCTION mwinv_peek()
+RETURNS SETOF mwinv_record
 AS 'MODULE_PATHNAME', 'mwinv_peek'
 LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
 

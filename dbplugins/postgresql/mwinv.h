@@ -126,5 +126,5 @@ extern void mwinv_install_hooks(void);
 extern pg_atomic_uint64 *mwinv_current_statement_of(int pgprocno);
 extern int	mwinv_ring_take(MwinvRecord *out, int max);
 extern void mwinv_ring_reset(void);
-extern int	mwinv_ring_peek(MwinvRecord *out, int max);
+extern int	mwinv_ring_peek(MwinvRecord *out, int max, uint64 *pos);
 #endif /* MWINV_H */

@@ -145,26 +145,37 @@ put_records(ReturnSetInfo *rsinfo, MwinvRecord *recs, int n)
 }
 
 /*
- * Records are copied out under the reader lock first and turned into tuples afterwards: an
- * error while building tuples cannot leave the ring locked.
+ * Records are copied out under the reader lock in chunks and turned into tuples between chunks:
+ * an error while building tuples cannot leave the ring locked, and memory stays bounded.
  */
+#define CHUNK 4096
+
 static Datum
 records(FunctionCallInfo fcinfo, bool consume, int max)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	MwinvRecord *recs;
-	int			n;
+	uint64		pos;
 
 	require_preloaded();
 	InitMaterializedSRF(fcinfo, 0);
-	max = Min(max, (int) mwinv_shared->nslots);
-	if (max <= 0)
-		return (Datum) 0;
-	recs = palloc(sizeof(MwinvRecord) * max);
-	LWLockAcquire(mwinv_shared->reader_lock, consume ? LW_EXCLUSIVE : LW_SHARED);
-	n = consume ? mwinv_ring_take(recs, max) : mwinv_ring_peek(recs, max);
-	LWLockRelease(mwinv_shared->reader_lock);
-	put_records(rsinfo, recs, n);
+	if (!consume)
+		max = Min(max, (int) mwinv_shared->nslots);	/* one lap at most */
+	recs = palloc(sizeof(MwinvRecord) * CHUNK);
+	pos = pg_atomic_read_u64(&mwinv_shared->tail);
+	while (max > 0)
+	{
+		int			chunk = Min(max, CHUNK);
+		int			n;
+
+		LWLockAcquire(mwinv_shared->reader_lock, consume ? LW_EXCLUSIVE : LW_SHARED);
+		n = consume ? mwinv_ring_take(recs, chunk) : mwinv_ring_peek(recs, chunk, &pos);
+		LWLockRelease(mwinv_shared->reader_lock);
+		put_records(rsinfo, recs, n);
+		max -= n;
+		if (n < chunk)
+			break;
+	}
 	pfree(recs);
 	return (Datum) 0;
 }

@@ -336,8 +336,39 @@ mwinv_ExecutorStart(QueryDesc *queryDesc, int eflags)
 		standard_ExecutorStart(queryDesc, eflags);
 }
 
+typedef struct RunArgs
+{
+	ScanDirection direction;
+	uint64		count;
+	bool		execute_once;
+} RunArgs;
+
 static void
-mwinv_ExecutorRun(QueryDesc *queryDesc, ScanDirection direction, uint64 count, bool execute_once)
+call_executor_run(QueryDesc *queryDesc, void *arg)
+{
+	RunArgs    *run = (RunArgs *) arg;
+
+	if (prev_ExecutorRun)
+		prev_ExecutorRun(queryDesc, run->direction, run->count, run->execute_once);
+	else
+		standard_ExecutorRun(queryDesc, run->direction, run->count, run->execute_once);
+}
+
+static void
+call_executor_finish(QueryDesc *queryDesc, void *arg)
+{
+	if (prev_ExecutorFinish)
+		prev_ExecutorFinish(queryDesc);
+	else
+		standard_ExecutorFinish(queryDesc);
+}
+
+/*
+ * ExecutorRun and ExecutorFinish: one nesting level deeper, this statement is the running one
+ * (parent of nested statements, link target of parallel workers); an error ends its record.
+ */
+static void
+executor_nested(QueryDesc *queryDesc, void (*call) (QueryDesc *, void *), void *arg)
 {
 	int64		outer_statement = current_statement_id;
 	MwinvActive *a = active_list ? find_active(queryDesc) : NULL;
@@ -347,10 +378,7 @@ mwinv_ExecutorRun(QueryDesc *queryDesc, ScanDirection direction, uint64 count, b
 	nesting_level++;
 	PG_TRY();
 	{
-		if (prev_ExecutorRun)
-			prev_ExecutorRun(queryDesc, direction, count, execute_once);
-		else
-			standard_ExecutorRun(queryDesc, direction, count, execute_once);
+		call(queryDesc, arg);
 	}
 	PG_CATCH();
 	{
@@ -369,35 +397,17 @@ mwinv_ExecutorRun(QueryDesc *queryDesc, ScanDirection direction, uint64 count, b
 }
 
 static void
+mwinv_ExecutorRun(QueryDesc *queryDesc, ScanDirection direction, uint64 count, bool execute_once)
+{
+	RunArgs		run = {direction, count, execute_once};
+
+	executor_nested(queryDesc, call_executor_run, &run);
+}
+
+static void
 mwinv_ExecutorFinish(QueryDesc *queryDesc)
 {
-	int64		outer_statement = current_statement_id;
-	MwinvActive *a = active_list ? find_active(queryDesc) : NULL;
-
-	if (a)
-		set_current_statement(a->rec.statement_id);
-	nesting_level++;
-	PG_TRY();
-	{
-		if (prev_ExecutorFinish)
-			prev_ExecutorFinish(queryDesc);
-		else
-			standard_ExecutorFinish(queryDesc);
-	}
-	PG_CATCH();
-	{
-		nesting_level--;
-		if (a)
-		{
-			set_current_statement(outer_statement);
-			end_statement(a, true, queryDesc->estate ? (int64) queryDesc->estate->es_processed : 0);
-		}
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	nesting_level--;
-	if (a)
-		set_current_statement(outer_statement);
+	executor_nested(queryDesc, call_executor_finish, NULL);
 }
 
 static void

@@ -256,23 +256,28 @@ mwinv_ring_reset(void)
 	LWLockRelease(mwinv_shared->text_lock);
 }
 
-/* Copy up to max unread records without taking them (caller holds reader_lock). */
+/*
+ * Copy up to max unread records from *pos on without taking them (caller holds reader_lock);
+ * *pos advances.  A position a consumer has passed meanwhile restarts at the tail.
+ */
 int
-mwinv_ring_peek(MwinvRecord *out, int max)
+mwinv_ring_peek(MwinvRecord *out, int max, uint64 *pos)
 {
 	MwinvShared *sh = mwinv_shared;
-	uint64		pos = pg_atomic_read_u64(&sh->tail);
+	uint64		tail = pg_atomic_read_u64(&sh->tail);
 	int			n = 0;
 
+	if (*pos < tail)
+		*pos = tail;
 	while (n < max)
 	{
-		MwinvSlot  *slot = &sh->slots[pos % sh->nslots];
+		MwinvSlot  *slot = &sh->slots[*pos % sh->nslots];
 
-		if (pg_atomic_read_u64(&slot->seq) != pos + 1)
+		if (pg_atomic_read_u64(&slot->seq) != *pos + 1)
 			break;
 		pg_read_barrier();
 		memcpy(&out[n++], &slot->rec, sizeof(MwinvRecord));
-		pos++;
+		(*pos)++;
 	}
 	return n;
 }
