@@ -53,7 +53,8 @@ class DecodeState:
     node: str
     formats: dict[int, EventFormat]
     kallsyms: Kallsyms | None = None
-    stacks: dict[int, tuple] = field(default_factory=dict)   # stack_id -> addresses (or names)
+    stacks: dict[int, tuple[str, ...]] = field(default_factory=dict)   # stack_id -> function names
+    raw_stack_ids: dict[bytes, int] = field(default_factory=dict)     # raw addresses -> stack_id
     comms: dict[int, str] = field(default_factory=dict)
     forks: dict[int, int] = field(default_factory=dict)                 # child -> parent
     first_ts: dict[int, int] = field(default_factory=dict)
@@ -66,16 +67,26 @@ class DecodeState:
         sw = next((f for f in self.formats.values() if f.name == "sched_switch"), None)
         self.state_bits = state_bits(sw.print_fmt if sw else "")
 
+    def stack_id(self, raw: bytes) -> int:
+        """The id of a raw stack (addresses): symbolised once, identified by its function names,
+        so the same stack has the same id in binary and text traces and in perf samples."""
+        sid = self.raw_stack_ids.get(raw)
+        if sid is None:
+            addrs = np.frombuffer(raw, "<u8").tolist()
+            names = without_tracing_frames(self.kallsyms.name(a) if self.kallsyms else f"0x{a:x}" for a in addrs)
+            sid = self.stack_id_of_names(names)
+            self.raw_stack_ids[raw] = sid
+        return sid
+
+    def stack_id_of_names(self, names: list[str]) -> int:
+        sid = stack_id_of("\n".join(names).encode())
+        self.stacks.setdefault(sid, tuple(names))
+        return sid
+
     def stack_frames(self) -> pa.Table:
-        ids, frames = [], []
-        for sid, addrs in self.stacks.items():
-            ids.append(sid)
-            # binary traces keep addresses (symbolised here), text traces names already
-            names = [a if isinstance(a, str) else self.kallsyms.name(a) if self.kallsyms else f"0x{a:x}"
-                     for a in addrs]
-            frames.append(without_tracing_frames(names))
-        return pa.table({"node": [self.node] * len(ids), "stack_id": pa.array(ids, pa.int64()),
-                         "frames": pa.array(frames, pa.list_(pa.string()))}, schema=SCHEMAS["kernel_stack"])
+        return pa.table({"node": [self.node] * len(self.stacks), "stack_id": pa.array(list(self.stacks), pa.int64()),
+                         "frames": pa.array([list(f) for f in self.stacks.values()], pa.list_(pa.string()))},
+                        schema=SCHEMAS["kernel_stack"])
 
 
 _TRACING_FRAMES = ("trace_event_raw_event_", "__traceiter_", "trace_event_buffer_", "event_triggers_",
@@ -89,6 +100,18 @@ def without_tracing_frames(frames) -> list[str]:
     while i < len(frames) - 1 and frames[i].startswith(_TRACING_FRAMES):
         i += 1
     return frames[i:]
+
+
+_ARROW_TYPES = {np.dtype(np.int64): pa.int64(), np.dtype(np.int32): pa.int32()}
+
+
+def _arrow(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+    """numpy -> Arrow without a copy through Python objects (pa.array() would import pandas)."""
+    values = np.ascontiguousarray(values)
+    bitmap = None
+    if valid is not None and not valid.all():
+        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(_ARROW_TYPES[values.dtype], len(values), [bitmap, pa.py_buffer(values)])
 
 
 def _gather(buf: np.ndarray, off: np.ndarray, f: Field) -> np.ndarray:
@@ -156,11 +179,7 @@ def decode_chunk(state: DecodeState, buf: np.ndarray, cpu: int, ts: np.ndarray, 
             o, ln = int(off[i]), int(length[i])
             depth = int(buf[o + 8:o + 12].view("<i4")[0])
             depth = max(0, min(depth, (ln - 16) // 8))
-            raw = buf[o + 16:o + 16 + 8 * depth].tobytes()
-            addrs = tuple(int(a) for a in np.frombuffer(raw, "<u8"))
-            sid = stack_id_of(raw)
-            state.stacks.setdefault(sid, addrs)
-            stack_id[i - 1] = sid
+            stack_id[i - 1] = state.stack_id(buf[o + 16:o + 16 + 8 * depth].tobytes())
     keep = ~is_stack
     cols = {
         "prev_pid": np.full(n, -1, np.int32), "next_pid": np.full(n, -1, np.int32),
@@ -169,7 +188,8 @@ def decode_chunk(state: DecodeState, buf: np.ndarray, cpu: int, ts: np.ndarray, 
         "syscall_ret": np.zeros(n, np.int64),
     }
     masks = {k: np.zeros(n, bool) for k in cols}
-    event_name = np.empty(n, dtype=object)
+    event_idx = np.zeros(n, np.int32)      # into event_names (a dictionary column, cast to string)
+    event_names: list[str] = []
     prev_state = np.full(n, None, dtype=object)
     dev = np.full(n, None, dtype=object)
     rwbs = np.full(n, None, dtype=object)
@@ -183,9 +203,11 @@ def decode_chunk(state: DecodeState, buf: np.ndarray, cpu: int, ts: np.ndarray, 
         sel = np.flatnonzero((types == t) & keep)
         fmt = state.formats.get(int(t))
         if fmt is None:
-            event_name[sel] = f"unknown_{int(t)}"
+            event_idx[sel] = len(event_names)
+            event_names.append(f"unknown_{int(t)}")
             continue
-        event_name[sel] = fmt.name
+        event_idx[sel] = len(event_names)
+        event_names.append(fmt.name)
         o = off[sel]
         F = fmt.fields
         name = fmt.name
@@ -238,19 +260,22 @@ def decode_chunk(state: DecodeState, buf: np.ndarray, cpu: int, ts: np.ndarray, 
     state.events += len(k)
     nk = len(k)
     arrays = {
-        "node": pa.array(np.full(nk, state.node, dtype=object), pa.string()),
-        "ts_ns": pa.array(ts[k]),
-        "cpu": pa.array(np.full(nk, cpu, np.int32)),
-        "pid": pa.array(pids[k].astype(np.int32)),
-        "event": pa.array(event_name[k], pa.string()),
-        "prev_state": pa.array(prev_state[k], pa.string()),
-        "dev": pa.array(dev[k], pa.string()),
-        "rwbs": pa.array(rwbs[k], pa.string()),
-        "stack_id": pa.array(stack_id[k], mask=stack_id[k] < 0),
-        "fields": pa.array(fields_txt[k], pa.string()),
+        "node": pa.DictionaryArray.from_arrays(_arrow(np.zeros(nk, np.int32)), pa.array([state.node]))
+                  .cast(pa.string()),
+        "ts_ns": _arrow(ts[k]),
+        "cpu": _arrow(np.full(nk, cpu, np.int32)),
+        "pid": _arrow(pids[k].astype(np.int32)),
+        "event": pa.DictionaryArray.from_arrays(_arrow(event_idx[k]), pa.array(event_names, pa.string()))
+                   .cast(pa.string()),
+        # object arrays go through lists: pyarrow would import pandas for them
+        "prev_state": pa.array(prev_state[k].tolist(), pa.string()),
+        "dev": pa.array(dev[k].tolist(), pa.string()),
+        "rwbs": pa.array(rwbs[k].tolist(), pa.string()),
+        "stack_id": _arrow(stack_id[k], stack_id[k] >= 0),
+        "fields": pa.array(fields_txt[k].tolist(), pa.string()),
     }
     for col, values in cols.items():
-        arrays[col] = pa.array(values[k], mask=~masks[col][k])
+        arrays[col] = _arrow(values[k], masks[col][k])
     return pa.RecordBatch.from_pydict({name: arrays[name] for name in KERNEL_EVENT.names}, schema=KERNEL_EVENT)
 
 
