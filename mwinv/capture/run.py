@@ -125,7 +125,7 @@ class KernelCapture:
         self.capture.create(capture_kind="node", clock_source="mono")
         node_info = {"clock": "mono", "kernel": " ".join(os.uname()[:3]), "postmaster_pid": self.postmaster_pid,
                      "software": _software_versions(self.postmaster_pid), "start_ns": time.monotonic_ns()}
-        self.capture.update_manifest(nodes={self.node: node_info})
+        self._update_node(node_info)
         self._started = True
         try:
             if self.trace:
@@ -176,16 +176,21 @@ class KernelCapture:
             self._parse()
         self.summary["errors"] = errors
         rec = self.summary.get("recorder", {})
-        self.capture.update_manifest(nodes={self.node: {
+        self._update_node({
             "end_ns": time.monotonic_ns(), "tracer": rec.get("tracer", "none"), "events": rec.get("events", []),
             "stacks": self.stacks, "perf_samples": self.summary.get("perf_samples", 0),
             "pids": rec.get("pids", self._pids_now() if self.postmaster_pid and pid_alive(self.postmaster_pid) else []),
             "skipped": {**self.summary["skipped"], **rec.get("skipped", {})},
             "sample_interval_s": self.sample_interval_s if self.sample else None,
-            "seq_source": "block_events" if self.recorder else "diskstats_merges"}})
+            "seq_source": "block_events" if self.recorder else "diskstats_merges"})
         if errors:
             raise MwinvError("; ".join(errors))
         return self.summary
+
+    def _update_node(self, info: dict) -> None:
+        """Merge `info` into manifest["nodes"][node] (update_manifest merges one level only)."""
+        nodes = self.capture.manifest().get("nodes", {})
+        self.capture.update_manifest(nodes={self.node: {**nodes.get(self.node, {}), **info}})
 
     def _parse(self) -> None:
         kdir = self.capture.path / "kernel" / self.node

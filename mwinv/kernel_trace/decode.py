@@ -7,6 +7,7 @@ options/stacktrace right after the event they belong to) become `stack_id`s of t
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,23 +25,24 @@ def stack_id_of(key: bytes) -> int:
 
 
 class Kallsyms:
-    """Kernel addresses -> function names (text symbols of /proc/kallsyms)."""
+    """Kernel addresses -> function names (text symbols of /proc/kallsyms); built on first use,
+    since only traces with stacks need it."""
 
     def __init__(self, text: bytes):
-        addrs, names = [], []
-        for line in text.splitlines():
-            parts = line.split()
-            if len(parts) >= 3 and parts[1] in (b"t", b"T", b"w", b"W"):
-                try:
-                    addrs.append(int(parts[0], 16))
-                except ValueError:
-                    continue
-                names.append(parts[2].decode(errors="replace"))
-        order = np.argsort(np.array(addrs, np.uint64), kind="stable")
-        self.addrs = np.array(addrs, np.uint64)[order]
-        self.names = [names[i] for i in order]
+        self.text = text
+        self.addrs: np.ndarray | None = None
+        self.names: list[str] = []
+
+    def _build(self) -> None:
+        pairs = re.findall(rb"^([0-9a-f]+) [tTwW] (\S+)", self.text, re.M)
+        addrs = np.array([int(a, 16) for a, _ in pairs], np.uint64)
+        order = np.argsort(addrs, kind="stable")
+        self.addrs = addrs[order]
+        self.names = [pairs[i][1].decode(errors="replace") for i in order]
 
     def name(self, addr: int) -> str:
+        if self.addrs is None:
+            self._build()
         i = int(np.searchsorted(self.addrs, np.uint64(addr), side="right")) - 1
         if i < 0 or not self.names or self.addrs[i] == 0:
             return f"0x{addr:x}"
@@ -129,7 +131,7 @@ def _strings(buf: np.ndarray, off: np.ndarray, f: Field, length: np.ndarray | No
         return np.array([_data_loc_string(buf, int(o), f, int(e)) for o, e in zip(off, ends)], dtype=object)
     idx = (off + f.offset)[:, None] + np.arange(f.size)
     raw = np.ascontiguousarray(buf[idx]).view(f"S{f.size}").ravel()
-    return np.char.decode(raw, "utf-8", "replace") if len(raw) else raw.astype(str)
+    return np.char.decode(raw, "utf-8", "replace").astype(object) if len(raw) else raw.astype(str).astype(object)
 
 
 def _data_loc_string(buf: np.ndarray, o: int, f: Field, end: int) -> str:
@@ -140,22 +142,22 @@ def _data_loc_string(buf: np.ndarray, o: int, f: Field, end: int) -> str:
     return buf[start:start + n].tobytes().split(b"\0", 1)[0].decode(errors="replace")
 
 
-def _field_text(buf: np.ndarray, o: int, length: int, fmt: EventFormat) -> str:
-    """`name=value ...` of the non-common fields of one record (for event types without columns)."""
-    out = []
+def _fields_text(buf: np.ndarray, off: np.ndarray, length: np.ndarray, fmt: EventFormat) -> list[str]:
+    """`name=value ...` of the non-common fields of every record (for event types without columns);
+    each field is gathered for all records at once."""
+    columns = []
     for f in fmt.fields.values():
-        if fmt.common(f) or f.offset + f.size > length:
+        if fmt.common(f):
             continue
-        if f.is_data_loc:
-            v = _data_loc_string(buf, o, f, o + length)
-        elif f.is_string:
-            v = buf[o + f.offset:o + f.offset + f.size].tobytes().split(b"\0", 1)[0].decode(errors="replace")
+        if f.is_data_loc or f.is_string:
+            values = _strings(buf, off, f, length).tolist()
         elif f.size in (1, 2, 4, 8) and f.array_len == 1:
-            v = str(int.from_bytes(buf[o + f.offset:o + f.offset + f.size].tobytes(), "little", signed=f.signed))
+            values = _gather(buf, off, f).tolist()
         else:
-            v = buf[o + f.offset:o + f.offset + f.size].tobytes().hex()
-        out.append(f"{f.name}={v}")
-    return " ".join(out)
+            idx = (off + f.offset)[:, None] + np.arange(f.size)
+            values = [bytes(r).hex() for r in buf[idx]]
+        columns.append([f"{f.name}={v}" for v in values])
+    return [" ".join(parts) for parts in zip(*columns)] if columns else [""] * len(off)
 
 
 def _dev_text(dev: np.ndarray) -> np.ndarray:
@@ -250,11 +252,11 @@ def decode_chunk(state: DecodeState, buf: np.ndarray, cpu: int, ts: np.ndarray, 
             if "ret" in F:
                 put("syscall_ret", sel, _gather(buf, o, F["ret"]).astype(np.int64))
             elif name.startswith("sys_enter"):
-                fields_txt[sel] = [_field_text(buf, int(x), int(ln), fmt) for x, ln in zip(o, length[sel])]
+                fields_txt[sel] = _fields_text(buf, o, length[sel], fmt)
         else:
             if name in ("sock_recv_length", "sock_send_length") and "ret" in F:
                 put("nr_bytes", sel, np.maximum(_gather(buf, o, F["ret"]), 0).astype(np.int64))
-            fields_txt[sel] = [_field_text(buf, int(x), int(ln), fmt) for x, ln in zip(o, length[sel])]
+            fields_txt[sel] = _fields_text(buf, o, length[sel], fmt)
 
     k = np.flatnonzero(keep)
     state.events += len(k)
