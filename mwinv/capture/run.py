@@ -215,15 +215,10 @@ class KernelCapture:
         self.stop()
 
 
-def record_capture(capture_dir: str | os.PathLike, postmaster_pid: int | None = None, conninfo: str | None = None,
-                   duration_s: float | None = None, command: list[str] | None = None, stacks: bool = False,
-                   sample_interval_s: float = 1.0, **kw) -> dict:
-    """Capture until `duration_s` passed, `command` exited, or Ctrl-C/SIGTERM; returns the summary.
-    The command's exit status is in summary['command_rc']."""
-    cap = KernelCapture(capture_dir, postmaster_pid=postmaster_pid, conninfo=conninfo, stacks=stacks,
-                        sample_interval_s=sample_interval_s, **kw)
+def wait_for_end(duration_s: float | None = None, command: list[str] | None = None) -> int | None:
+    """Block until `duration_s` passed, `command` exited (its status is returned) or Ctrl-C/SIGTERM
+    (the command is then terminated too)."""
     proc = None
-    cap.start()
     try:
         if command:
             try:
@@ -231,9 +226,9 @@ def record_capture(capture_dir: str | os.PathLike, postmaster_pid: int | None = 
             except OSError as exc:
                 raise MwinvError(f"{command[0]}: cannot run: {exc.strerror}") from None
             try:
-                proc.wait(timeout=duration_s)
+                return proc.wait(timeout=duration_s)
             except subprocess.TimeoutExpired:
-                pass
+                return None
         elif duration_s is not None:
             time.sleep(duration_s)
         else:
@@ -246,6 +241,21 @@ def record_capture(capture_dir: str | os.PathLike, postmaster_pid: int | None = 
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+    return None
+
+
+def record_capture(capture_dir: str | os.PathLike, postmaster_pid: int | None = None, conninfo: str | None = None,
+                   duration_s: float | None = None, command: list[str] | None = None, stacks: bool = False,
+                   sample_interval_s: float = 1.0, **kw) -> dict:
+    """Capture until `duration_s` passed, `command` exited, or Ctrl-C/SIGTERM; returns the summary.
+    The command's exit status is in summary['command_rc']."""
+    cap = KernelCapture(capture_dir, postmaster_pid=postmaster_pid, conninfo=conninfo, stacks=stacks,
+                        sample_interval_s=sample_interval_s, **kw)
+    cap.start()
+    rc = None
+    try:
+        rc = wait_for_end(duration_s, command)
+    finally:
         summary = cap.stop()
-    summary["command_rc"] = proc.returncode if proc is not None else None
+    summary["command_rc"] = rc
     return summary

@@ -11,8 +11,7 @@ Examples:
 
 from __future__ import annotations
 
-import subprocess
-import time
+import sys
 
 import click
 from rich.console import Console
@@ -31,7 +30,7 @@ from mwinv.errors import MwinvError
 @click.option("--node", help="node name in the tables (default: $MWINV_NODE or the host name).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def cli(capture_dir, postmaster_pid, data_dir, conninfo, interval_s, duration, node, command) -> None:
-    from mwinv.capture.run import postmaster_of
+    from mwinv.capture.run import postmaster_of, wait_for_end
     from mwinv.capture.tables import Capture, node_name
     from mwinv.kernel_trace.recorder import descendants
     from mwinv.kernel_trace.sampler import MIN_INTERVAL_S, Sampler
@@ -49,29 +48,16 @@ def cli(capture_dir, postmaster_pid, data_dir, conninfo, interval_s, duration, n
     pids = (lambda: descendants(postmaster_pid)) if postmaster_pid else None
     console = Console(stderr=True)
     sampler = Sampler(cap, node, pids, interval_s).start()
-    proc = None
+    rc = None
     try:
         with console.status("sampling"):
-            if command:
-                proc = subprocess.Popen(list(command))
-                try:
-                    proc.wait(timeout=duration)
-                except subprocess.TimeoutExpired:
-                    pass
-            elif duration is not None:
-                time.sleep(duration)
-            else:
-                while True:
-                    time.sleep(3600)
+            rc = wait_for_end(duration, list(command) or None)
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            proc.wait()
         stats = sampler.stop()
         console.print(f"{stats.samples} samples in {stats.wall_s:.1f} s -> {capture_dir}; own CPU "
                       f"{stats.cpu_s:.3f} s ({100 * stats.cpu_share:.3f} % of one core)")
-    if proc is not None and proc.returncode:
-        raise click.exceptions.Exit(proc.returncode)
+    if rc:
+        sys.exit(rc)   # the command's status (click's Exit is swallowed in non-standalone mode)
 
 
 def main() -> None:

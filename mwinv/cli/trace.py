@@ -13,6 +13,7 @@ Subcommands:
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import click
@@ -65,7 +66,7 @@ def capture(capture_dir, postmaster_pid, data_dir, conninfo, duration, stacks, p
     _print_summary(console, capture_dir, summary)
     rc = summary.get("command_rc")
     if rc:
-        raise click.exceptions.Exit(rc)
+        sys.exit(rc)   # the command's status (click's Exit is swallowed in non-standalone mode)
 
 
 def _print_summary(console: Console, capture_dir: str, summary: dict) -> None:
