@@ -31,22 +31,21 @@ class Kallsyms:
     def __init__(self, text: bytes):
         self.text = text
         self.addrs: np.ndarray | None = None
-        self.names: list[str] = []
+        self.names_sorted: list[str] = []
 
     def _build(self) -> None:
         pairs = re.findall(rb"^([0-9a-f]+) [tTwW] (\S+)", self.text, re.M)
         addrs = np.array([int(a, 16) for a, _ in pairs], np.uint64)
         order = np.argsort(addrs, kind="stable")
         self.addrs = addrs[order]
-        self.names = [pairs[i][1].decode(errors="replace") for i in order]
+        self.names_sorted = [pairs[i][1].decode(errors="replace") for i in order.tolist()]
 
-    def name(self, addr: int) -> str:
+    def names(self, addrs: list[int]) -> list[str]:
+        """The function of each address (one vectorised lookup per stack)."""
         if self.addrs is None:
             self._build()
-        i = int(np.searchsorted(self.addrs, np.uint64(addr), side="right")) - 1
-        if i < 0 or not self.names or self.addrs[i] == 0:
-            return f"0x{addr:x}"
-        return self.names[i]
+        idx = np.searchsorted(self.addrs, np.array(addrs, np.uint64), side="right") - 1
+        return [self.names_sorted[i] if i >= 0 else f"0x{a:x}" for i, a in zip(idx.tolist(), addrs)]
 
 
 @dataclass
@@ -75,7 +74,7 @@ class DecodeState:
         sid = self.raw_stack_ids.get(raw)
         if sid is None:
             addrs = np.frombuffer(raw, "<u8").tolist()
-            names = without_tracing_frames(self.kallsyms.name(a) if self.kallsyms else f"0x{a:x}" for a in addrs)
+            names = without_tracing_frames(self.kallsyms.names(addrs) if self.kallsyms else [f"0x{a:x}" for a in addrs])
             sid = self.stack_id_of_names(names)
             self.raw_stack_ids[raw] = sid
         return sid
