@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 # installed server so that installing them never upgrades the server under us.
 DEBIAN_PACKAGES=(
   trace-cmd
+  gcc
   linux-perf
   systemtap-sdt-dev
   postgresql-15-pg-stat-kcache

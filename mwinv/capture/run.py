@@ -125,7 +125,7 @@ class KernelCapture:
         self.capture.create(capture_kind="node", clock_source="mono")
         node_info = {"clock": "mono", "kernel": " ".join(os.uname()[:3]), "postmaster_pid": self.postmaster_pid,
                      "software": _software_versions(self.postmaster_pid), "start_ns": time.monotonic_ns()}
-        self.capture.update_manifest(nodes={self.node: node_info})
+        self._update_node(node_info)
         self._started = True
         try:
             if self.trace:
@@ -176,16 +176,21 @@ class KernelCapture:
             self._parse()
         self.summary["errors"] = errors
         rec = self.summary.get("recorder", {})
-        self.capture.update_manifest(nodes={self.node: {
+        self._update_node({
             "end_ns": time.monotonic_ns(), "tracer": rec.get("tracer", "none"), "events": rec.get("events", []),
             "stacks": self.stacks, "perf_samples": self.summary.get("perf_samples", 0),
             "pids": rec.get("pids", self._pids_now() if self.postmaster_pid and pid_alive(self.postmaster_pid) else []),
             "skipped": {**self.summary["skipped"], **rec.get("skipped", {})},
             "sample_interval_s": self.sample_interval_s if self.sample else None,
-            "seq_source": "block_events" if self.recorder else "diskstats_merges"}})
+            "seq_source": "block_events" if self.recorder else "diskstats_merges"})
         if errors:
             raise MwinvError("; ".join(errors))
         return self.summary
+
+    def _update_node(self, info: dict) -> None:
+        """Merge `info` into manifest["nodes"][node] (update_manifest merges one level only)."""
+        nodes = self.capture.manifest().get("nodes", {})
+        self.capture.update_manifest(nodes={self.node: {**nodes.get(self.node, {}), **info}})
 
     def _parse(self) -> None:
         kdir = self.capture.path / "kernel" / self.node
@@ -210,15 +215,10 @@ class KernelCapture:
         self.stop()
 
 
-def record_capture(capture_dir: str | os.PathLike, postmaster_pid: int | None = None, conninfo: str | None = None,
-                   duration_s: float | None = None, command: list[str] | None = None, stacks: bool = False,
-                   sample_interval_s: float = 1.0, **kw) -> dict:
-    """Capture until `duration_s` passed, `command` exited, or Ctrl-C/SIGTERM; returns the summary.
-    The command's exit status is in summary['command_rc']."""
-    cap = KernelCapture(capture_dir, postmaster_pid=postmaster_pid, conninfo=conninfo, stacks=stacks,
-                        sample_interval_s=sample_interval_s, **kw)
+def wait_for_end(duration_s: float | None = None, command: list[str] | None = None) -> int | None:
+    """Block until `duration_s` passed, `command` exited (its status is returned) or Ctrl-C/SIGTERM
+    (the command is then terminated too)."""
     proc = None
-    cap.start()
     try:
         if command:
             try:
@@ -226,9 +226,9 @@ def record_capture(capture_dir: str | os.PathLike, postmaster_pid: int | None = 
             except OSError as exc:
                 raise MwinvError(f"{command[0]}: cannot run: {exc.strerror}") from None
             try:
-                proc.wait(timeout=duration_s)
+                return proc.wait(timeout=duration_s)
             except subprocess.TimeoutExpired:
-                pass
+                return None
         elif duration_s is not None:
             time.sleep(duration_s)
         else:
@@ -241,6 +241,21 @@ def record_capture(capture_dir: str | os.PathLike, postmaster_pid: int | None = 
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+    return None
+
+
+def record_capture(capture_dir: str | os.PathLike, postmaster_pid: int | None = None, conninfo: str | None = None,
+                   duration_s: float | None = None, command: list[str] | None = None, stacks: bool = False,
+                   sample_interval_s: float = 1.0, **kw) -> dict:
+    """Capture until `duration_s` passed, `command` exited, or Ctrl-C/SIGTERM; returns the summary.
+    The command's exit status is in summary['command_rc']."""
+    cap = KernelCapture(capture_dir, postmaster_pid=postmaster_pid, conninfo=conninfo, stacks=stacks,
+                        sample_interval_s=sample_interval_s, **kw)
+    cap.start()
+    rc = None
+    try:
+        rc = wait_for_end(duration_s, command)
+    finally:
         summary = cap.stop()
-    summary["command_rc"] = proc.returncode if proc is not None else None
+    summary["command_rc"] = rc
     return summary

@@ -1,13 +1,162 @@
-"""mwinv-trace: not yet implemented (see the issue list)."""
+"""mwinv-trace: record the kernel activity of a database's processes, and parse kernel traces
+into capture tables.
+
+\b
+Subcommands:
+  capture  one whole capture on this node: kernel events (+ stacks), /proc samples and the
+           PostgreSQL extension's statements, into one capture directory
+  parse    parse a trace.dat or a text trace (ftrace, trace-cmd report) into capture tables
+  check    what this kernel allows (tracefs, events, function tracer, perf)
+  clean    remove trace instances/uprobes left by killed mwinv runs
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
 
 import click
+from rich.console import Console
 
 from mwinv.cli.common import run_main
+from mwinv.errors import MwinvError
 
 
-@click.command(help=__doc__)
+@click.group(help=__doc__)
 def cli() -> None:
-    raise click.ClickException("mwinv-trace is not implemented yet")
+    pass
+
+
+@cli.command(context_settings={"ignore_unknown_options": False})
+@click.argument("capture_dir", type=click.Path(file_okay=False))
+@click.option("--pid", "postmaster_pid", type=int, help="postmaster pid (its children are followed).")
+@click.option("--data-dir", type=click.Path(exists=True, file_okay=False), help="PostgreSQL data directory.")
+@click.option("--conninfo", help="libpq conninfo of the server (also used to drain the mwinv extension).")
+@click.option("--duration", type=float, help="stop after this many seconds.")
+@click.option("--stacks", is_flag=True, help="kernel stacks on wait events and perf CPU samples.")
+@click.option("--page-faults", is_flag=True, help="also trace user page faults (many events).")
+@click.option("--interval", "sample_interval_s", default=1.0, show_default=True, help="sampling interval, s (>= 0.01).")
+@click.option("--no-trace", is_flag=True, help="samples (and statements) only, no kernel tracing.")
+@click.option("--node", help="node name in the tables (default: $MWINV_NODE or the host name).")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def capture(capture_dir, postmaster_pid, data_dir, conninfo, duration, stacks, page_faults, sample_interval_s,
+            no_trace, node, command) -> None:
+    """Capture until --duration, Ctrl-C, or the COMMAND after `--` exits; then parse into tables.
+
+    \b
+    Examples:
+      mwinv-trace capture out/run1 --pid 4242 --duration 30
+      mwinv-trace capture out/run1 --data-dir /srv/pg15 --stacks -- pgbench -T 20 bench
+      mwinv-trace capture out/run1 --conninfo "host=/tmp port=5432 dbname=tpch" \\
+          -- psql -f q1.sql "host=/tmp port=5432 dbname=tpch"
+    """
+    from mwinv.capture.run import postmaster_of, record_capture
+
+    console = Console(stderr=True)
+    if postmaster_pid is None:
+        postmaster_pid = postmaster_of(data_dir=data_dir, conninfo=conninfo)
+    if duration is None and not command:
+        console.print("capturing until Ctrl-C (or give --duration / -- command)")
+    with console.status("capturing") as status:
+        summary = record_capture(capture_dir, postmaster_pid=postmaster_pid, conninfo=conninfo, duration_s=duration,
+                                 command=list(command) or None, stacks=stacks, sample_interval_s=sample_interval_s,
+                                 trace=not no_trace, page_faults=page_faults, node=node,
+                                 progress=lambda s: status.update(s))
+    _print_summary(console, capture_dir, summary)
+    rc = summary.get("command_rc")
+    if rc:
+        sys.exit(rc)   # the command's status (click's Exit is swallowed in non-standalone mode)
+
+
+def _print_summary(console: Console, capture_dir: str, summary: dict) -> None:
+    parse = summary.get("parse") or {}
+    rec = summary.get("recorder") or {}
+    if rec:
+        console.print(f"kernel: {parse.get('events', 0)} events, {parse.get('stacks', 0)} stacks, "
+                      f"{parse.get('lost_events', 0)} lost, tracer {rec.get('tracer')}, "
+                      f"{summary.get('perf_samples', 0)} perf samples, pids {len(rec.get('pids', []))}")
+    if "sampler" in summary:
+        s = summary["sampler"]
+        console.print(f"sampler: {s['samples']} samples, own CPU {s['cpu_s']:.3f} s ({100 * s['cpu_share']:.2f} %)")
+    for what, why in summary.get("skipped", {}).items():
+        console.print(f"skipped {what}: {why}")
+    console.print(f"capture written to {capture_dir}")
+
+
+@cli.command()
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("--out", "capture_dir", required=True, type=click.Path(file_okay=False), help="capture directory.")
+@click.option("--node", help="node name in the tables (default: $MWINV_NODE or the host name).")
+@click.option("--procs", type=click.Path(exists=True, dir_okay=False), help="procs.json written by the recorder.")
+def parse(trace, capture_dir, node, procs) -> None:
+    """Parse TRACE (trace.dat version 6, or text: raw ftrace / trace-cmd report) into the
+    kernel_event, kernel_stack and process tables of a capture directory.
+
+    \b
+    Examples:
+      mwinv-trace parse trace.dat --out out/run1 --node db1
+      mwinv-trace parse lisa_trace.txt --out out/lisa
+    """
+    from mwinv.capture.tables import Capture
+    from mwinv.kernel_trace.parse import parse_trace
+
+    console = Console(stderr=True)
+    cap = Capture(capture_dir)
+    if not cap.manifest_path.exists():
+        cap.create()
+    t0 = time.monotonic()
+    with console.status("parsing") as status:
+        res = parse_trace(trace, cap, node=node, procs_file=procs,
+                          progress=lambda n: status.update(f"parsing: {n:,} events"))
+    dt = time.monotonic() - t0
+    console.print(f"{res.events:,} events ({res.events / dt / 1e6:.2f} M/s), {res.stacks} stacks, "
+                  f"{res.processes} processes, {res.lost_events} lost, clock {res.clock} -> {capture_dir}")
+    if res.fault:
+        raise MwinvError(f"{res.fault} (the {res.events:,} events before it are in {capture_dir})")
+
+
+@cli.command()
+def check() -> None:
+    """Print what this kernel allows for tracing, as JSON.
+
+    \b
+    Example:
+      mwinv-trace check
+    """
+    from mwinv.kernel_trace.recorder import default_events
+    from mwinv.kernel_trace.tracefs import Instance, tracefs_root
+    from mwinv.kernel_trace.perf import perf_available
+
+    root = tracefs_root()
+    inst = Instance.create(root)
+    try:
+        events = {ev: inst.has_event(ev) for ev in default_events(page_faults=True)}
+        try:
+            inst.write("current_tracer", "function")
+            tracer = "function"
+            inst.write("current_tracer", "nop")
+        except MwinvError as exc:
+            tracer = f"none ({str(exc).rsplit(': ', 1)[-1]})"
+    finally:
+        inst.remove()
+    click.echo(json.dumps({"tracefs": str(root), "function_tracer": tracer, "perf": perf_available(),
+                           "events_missing": [e for e, ok in events.items() if not ok],
+                           "events_available": sum(events.values())}, indent=2))
+
+
+@cli.command()
+def clean() -> None:
+    """Remove trace instances (mwinv-<pid>-*) and uprobes (group mwinv_<pid>) of dead mwinv runs.
+
+    \b
+    Example:
+      mwinv-trace clean
+    """
+    from mwinv.kernel_trace.tracefs import clean_stale
+
+    removed = clean_stale()
+    click.echo("\n".join(removed) if removed else "nothing to clean")
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ options/stacktrace right after the event they belong to) become `stack_id`s of t
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,27 +25,27 @@ def stack_id_of(key: bytes) -> int:
 
 
 class Kallsyms:
-    """Kernel addresses -> function names (text symbols of /proc/kallsyms)."""
+    """Kernel addresses -> function names (text symbols of /proc/kallsyms); built on first use,
+    since only traces with stacks need it."""
 
     def __init__(self, text: bytes):
-        addrs, names = [], []
-        for line in text.splitlines():
-            parts = line.split()
-            if len(parts) >= 3 and parts[1] in (b"t", b"T", b"w", b"W"):
-                try:
-                    addrs.append(int(parts[0], 16))
-                except ValueError:
-                    continue
-                names.append(parts[2].decode(errors="replace"))
-        order = np.argsort(np.array(addrs, np.uint64), kind="stable")
-        self.addrs = np.array(addrs, np.uint64)[order]
-        self.names = [names[i] for i in order]
+        self.text = text
+        self.addrs: np.ndarray | None = None
+        self.names_sorted: list[str] = []
 
-    def name(self, addr: int) -> str:
-        i = int(np.searchsorted(self.addrs, np.uint64(addr), side="right")) - 1
-        if i < 0 or not self.names or self.addrs[i] == 0:
-            return f"0x{addr:x}"
-        return self.names[i]
+    def _build(self) -> None:
+        pairs = re.findall(rb"^([0-9a-f]+) [tTwW] (\S+)", self.text, re.M)
+        addrs = np.array([int(a, 16) for a, _ in pairs], np.uint64)
+        order = np.argsort(addrs, kind="stable")
+        self.addrs = addrs[order]
+        self.names_sorted = [pairs[i][1].decode(errors="replace") for i in order.tolist()]
+
+    def names(self, addrs: list[int]) -> list[str]:
+        """The function of each address (one vectorised lookup per stack)."""
+        if self.addrs is None:
+            self._build()
+        idx = np.searchsorted(self.addrs, np.array(addrs, np.uint64), side="right") - 1
+        return [self.names_sorted[i] if i >= 0 else f"0x{a:x}" for i, a in zip(idx.tolist(), addrs)]
 
 
 @dataclass
@@ -53,7 +54,8 @@ class DecodeState:
     node: str
     formats: dict[int, EventFormat]
     kallsyms: Kallsyms | None = None
-    stacks: dict[int, tuple] = field(default_factory=dict)   # stack_id -> addresses (or names)
+    stacks: dict[int, tuple[str, ...]] = field(default_factory=dict)   # stack_id -> function names
+    raw_stack_ids: dict[bytes, int] = field(default_factory=dict)     # raw addresses -> stack_id
     comms: dict[int, str] = field(default_factory=dict)
     forks: dict[int, int] = field(default_factory=dict)                 # child -> parent
     first_ts: dict[int, int] = field(default_factory=dict)
@@ -66,16 +68,26 @@ class DecodeState:
         sw = next((f for f in self.formats.values() if f.name == "sched_switch"), None)
         self.state_bits = state_bits(sw.print_fmt if sw else "")
 
+    def stack_id(self, raw: bytes) -> int:
+        """The id of a raw stack (addresses): symbolised once, identified by its function names,
+        so the same stack has the same id in binary and text traces and in perf samples."""
+        sid = self.raw_stack_ids.get(raw)
+        if sid is None:
+            addrs = np.frombuffer(raw, "<u8").tolist()
+            names = without_tracing_frames(self.kallsyms.names(addrs) if self.kallsyms else [f"0x{a:x}" for a in addrs])
+            sid = self.stack_id_of_names(names)
+            self.raw_stack_ids[raw] = sid
+        return sid
+
+    def stack_id_of_names(self, names: list[str]) -> int:
+        sid = stack_id_of("\n".join(names).encode())
+        self.stacks.setdefault(sid, tuple(names))
+        return sid
+
     def stack_frames(self) -> pa.Table:
-        ids, frames = [], []
-        for sid, addrs in self.stacks.items():
-            ids.append(sid)
-            # binary traces keep addresses (symbolised here), text traces names already
-            names = [a if isinstance(a, str) else self.kallsyms.name(a) if self.kallsyms else f"0x{a:x}"
-                     for a in addrs]
-            frames.append(without_tracing_frames(names))
-        return pa.table({"node": [self.node] * len(ids), "stack_id": pa.array(ids, pa.int64()),
-                         "frames": pa.array(frames, pa.list_(pa.string()))}, schema=SCHEMAS["kernel_stack"])
+        return pa.table({"node": [self.node] * len(self.stacks), "stack_id": pa.array(list(self.stacks), pa.int64()),
+                         "frames": pa.array([list(f) for f in self.stacks.values()], pa.list_(pa.string()))},
+                        schema=SCHEMAS["kernel_stack"])
 
 
 _TRACING_FRAMES = ("trace_event_raw_event_", "__traceiter_", "trace_event_buffer_", "event_triggers_",
@@ -89,6 +101,18 @@ def without_tracing_frames(frames) -> list[str]:
     while i < len(frames) - 1 and frames[i].startswith(_TRACING_FRAMES):
         i += 1
     return frames[i:]
+
+
+_ARROW_TYPES = {np.dtype(np.int64): pa.int64(), np.dtype(np.int32): pa.int32()}
+
+
+def _arrow(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+    """numpy -> Arrow without a copy through Python objects (pa.array() would import pandas)."""
+    values = np.ascontiguousarray(values)
+    bitmap = None
+    if valid is not None and not valid.all():
+        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(_ARROW_TYPES[values.dtype], len(values), [bitmap, pa.py_buffer(values)])
 
 
 def _gather(buf: np.ndarray, off: np.ndarray, f: Field) -> np.ndarray:
@@ -106,7 +130,7 @@ def _strings(buf: np.ndarray, off: np.ndarray, f: Field, length: np.ndarray | No
         return np.array([_data_loc_string(buf, int(o), f, int(e)) for o, e in zip(off, ends)], dtype=object)
     idx = (off + f.offset)[:, None] + np.arange(f.size)
     raw = np.ascontiguousarray(buf[idx]).view(f"S{f.size}").ravel()
-    return np.char.decode(raw, "utf-8", "replace") if len(raw) else raw.astype(str)
+    return np.char.decode(raw, "utf-8", "replace").astype(object) if len(raw) else raw.astype(str).astype(object)
 
 
 def _data_loc_string(buf: np.ndarray, o: int, f: Field, end: int) -> str:
@@ -117,22 +141,22 @@ def _data_loc_string(buf: np.ndarray, o: int, f: Field, end: int) -> str:
     return buf[start:start + n].tobytes().split(b"\0", 1)[0].decode(errors="replace")
 
 
-def _field_text(buf: np.ndarray, o: int, length: int, fmt: EventFormat) -> str:
-    """`name=value ...` of the non-common fields of one record (for event types without columns)."""
-    out = []
+def _fields_text(buf: np.ndarray, off: np.ndarray, length: np.ndarray, fmt: EventFormat) -> list[str]:
+    """`name=value ...` of the non-common fields of every record (for event types without columns);
+    each field is gathered for all records at once."""
+    columns = []
     for f in fmt.fields.values():
-        if fmt.common(f) or f.offset + f.size > length:
+        if fmt.common(f):
             continue
-        if f.is_data_loc:
-            v = _data_loc_string(buf, o, f, o + length)
-        elif f.is_string:
-            v = buf[o + f.offset:o + f.offset + f.size].tobytes().split(b"\0", 1)[0].decode(errors="replace")
+        if f.is_data_loc or f.is_string:
+            values = _strings(buf, off, f, length).tolist()
         elif f.size in (1, 2, 4, 8) and f.array_len == 1:
-            v = str(int.from_bytes(buf[o + f.offset:o + f.offset + f.size].tobytes(), "little", signed=f.signed))
+            values = _gather(buf, off, f).tolist()
         else:
-            v = buf[o + f.offset:o + f.offset + f.size].tobytes().hex()
-        out.append(f"{f.name}={v}")
-    return " ".join(out)
+            idx = (off + f.offset)[:, None] + np.arange(f.size)
+            values = [bytes(r).hex() for r in buf[idx]]
+        columns.append([f"{f.name}={v}" for v in values])
+    return [" ".join(parts) for parts in zip(*columns)] if columns else [""] * len(off)
 
 
 def _dev_text(dev: np.ndarray) -> np.ndarray:
@@ -156,11 +180,7 @@ def decode_chunk(state: DecodeState, buf: np.ndarray, cpu: int, ts: np.ndarray, 
             o, ln = int(off[i]), int(length[i])
             depth = int(buf[o + 8:o + 12].view("<i4")[0])
             depth = max(0, min(depth, (ln - 16) // 8))
-            raw = buf[o + 16:o + 16 + 8 * depth].tobytes()
-            addrs = tuple(int(a) for a in np.frombuffer(raw, "<u8"))
-            sid = stack_id_of(raw)
-            state.stacks.setdefault(sid, addrs)
-            stack_id[i - 1] = sid
+            stack_id[i - 1] = state.stack_id(buf[o + 16:o + 16 + 8 * depth].tobytes())
     keep = ~is_stack
     cols = {
         "prev_pid": np.full(n, -1, np.int32), "next_pid": np.full(n, -1, np.int32),
@@ -169,7 +189,8 @@ def decode_chunk(state: DecodeState, buf: np.ndarray, cpu: int, ts: np.ndarray, 
         "syscall_ret": np.zeros(n, np.int64),
     }
     masks = {k: np.zeros(n, bool) for k in cols}
-    event_name = np.empty(n, dtype=object)
+    event_idx = np.zeros(n, np.int32)      # into event_names (a dictionary column, cast to string)
+    event_names: list[str] = []
     prev_state = np.full(n, None, dtype=object)
     dev = np.full(n, None, dtype=object)
     rwbs = np.full(n, None, dtype=object)
@@ -183,9 +204,11 @@ def decode_chunk(state: DecodeState, buf: np.ndarray, cpu: int, ts: np.ndarray, 
         sel = np.flatnonzero((types == t) & keep)
         fmt = state.formats.get(int(t))
         if fmt is None:
-            event_name[sel] = f"unknown_{int(t)}"
+            event_idx[sel] = len(event_names)
+            event_names.append(f"unknown_{int(t)}")
             continue
-        event_name[sel] = fmt.name
+        event_idx[sel] = len(event_names)
+        event_names.append(fmt.name)
         o = off[sel]
         F = fmt.fields
         name = fmt.name
@@ -228,29 +251,32 @@ def decode_chunk(state: DecodeState, buf: np.ndarray, cpu: int, ts: np.ndarray, 
             if "ret" in F:
                 put("syscall_ret", sel, _gather(buf, o, F["ret"]).astype(np.int64))
             elif name.startswith("sys_enter"):
-                fields_txt[sel] = [_field_text(buf, int(x), int(ln), fmt) for x, ln in zip(o, length[sel])]
+                fields_txt[sel] = _fields_text(buf, o, length[sel], fmt)
         else:
             if name in ("sock_recv_length", "sock_send_length") and "ret" in F:
                 put("nr_bytes", sel, np.maximum(_gather(buf, o, F["ret"]), 0).astype(np.int64))
-            fields_txt[sel] = [_field_text(buf, int(x), int(ln), fmt) for x, ln in zip(o, length[sel])]
+            fields_txt[sel] = _fields_text(buf, o, length[sel], fmt)
 
     k = np.flatnonzero(keep)
     state.events += len(k)
     nk = len(k)
     arrays = {
-        "node": pa.array(np.full(nk, state.node, dtype=object), pa.string()),
-        "ts_ns": pa.array(ts[k]),
-        "cpu": pa.array(np.full(nk, cpu, np.int32)),
-        "pid": pa.array(pids[k].astype(np.int32)),
-        "event": pa.array(event_name[k], pa.string()),
-        "prev_state": pa.array(prev_state[k], pa.string()),
-        "dev": pa.array(dev[k], pa.string()),
-        "rwbs": pa.array(rwbs[k], pa.string()),
-        "stack_id": pa.array(stack_id[k], mask=stack_id[k] < 0),
-        "fields": pa.array(fields_txt[k], pa.string()),
+        "node": pa.DictionaryArray.from_arrays(_arrow(np.zeros(nk, np.int32)), pa.array([state.node]))
+                  .cast(pa.string()),
+        "ts_ns": _arrow(ts[k]),
+        "cpu": _arrow(np.full(nk, cpu, np.int32)),
+        "pid": _arrow(pids[k].astype(np.int32)),
+        "event": pa.DictionaryArray.from_arrays(_arrow(event_idx[k]), pa.array(event_names, pa.string()))
+                   .cast(pa.string()),
+        # object arrays go through lists: pyarrow would import pandas for them
+        "prev_state": pa.array(prev_state[k].tolist(), pa.string()),
+        "dev": pa.array(dev[k].tolist(), pa.string()),
+        "rwbs": pa.array(rwbs[k].tolist(), pa.string()),
+        "stack_id": _arrow(stack_id[k], stack_id[k] >= 0),
+        "fields": pa.array(fields_txt[k].tolist(), pa.string()),
     }
     for col, values in cols.items():
-        arrays[col] = pa.array(values[k], mask=~masks[col][k])
+        arrays[col] = _arrow(values[k], masks[col][k])
     return pa.RecordBatch.from_pydict({name: arrays[name] for name in KERNEL_EVENT.names}, schema=KERNEL_EVENT)
 
 

@@ -18,7 +18,7 @@ from mwinv.errors import MwinvError
 from mwinv.kernel_trace.decode import DecodeState, Kallsyms, decode_chunk
 from mwinv.kernel_trace.ringwalk import walk_pages
 from mwinv.kernel_trace.text import iter_text_batches
-from mwinv.kernel_trace.tracedat import MAGIC, TraceFormatError, iter_cpu_chunks, read_tracedat
+from mwinv.kernel_trace.tracedat import MAGIC, TraceDat, TraceFormatError, iter_cpu_chunks, read_tracedat
 
 PART_ROWS = 1_000_000   # rows per kernel_event Parquet part
 
@@ -38,9 +38,9 @@ def is_tracedat(path: Path) -> bool:
         return f.read(10) == MAGIC
 
 
-def iter_tracedat_batches(path: Path, state: DecodeState, chunk_pages: int = 8192) -> Iterator[pa.RecordBatch]:
+def iter_tracedat_batches(td: TraceDat, state: DecodeState, chunk_pages: int = 8192) -> Iterator[pa.RecordBatch]:
     """kernel_event batches of a trace.dat, CPU by CPU, chunk by chunk."""
-    td = read_tracedat(path)
+    path = td.path
     data_off, commit_size = td.page_layout()
     for cpu, pos, pages in iter_cpu_chunks(td, chunk_pages):
         if pages is None:
@@ -61,7 +61,7 @@ def open_trace(path: Path, node: str) -> tuple[DecodeState, Iterator[pa.RecordBa
         td = read_tracedat(path)
         state = DecodeState(node, td.formats, Kallsyms(td.kallsyms) if td.kallsyms else None)
         state.comms.update(td.cmdlines)
-        return state, iter_tracedat_batches(path, state), td.clock
+        return state, iter_tracedat_batches(td, state), td.clock
     state = DecodeState(node, {})
     return state, iter_text_batches(path, state), "unknown"
 

@@ -358,7 +358,8 @@ def assemble(raw_dir: Path, out: Path) -> Path:
         cmdlines = (root / "saved_cmdlines").read_bytes()
     except OSError:
         kallsyms, cmdlines = b"", b""
-    write_tracedat(out, root / "events", formats, cpu_files, "[mono]\n", kallsyms, cmdlines,
+    headers = {tag: (root / "events" / tag).read_bytes() for tag in ("header_page", "header_event")}
+    write_tracedat(out, headers, formats, cpu_files, "[mono]\n", kallsyms, cmdlines,
                    " ".join(os.uname()[:3]), page)
     for p in cpu_files:
         p.unlink()

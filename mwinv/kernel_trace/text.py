@@ -9,7 +9,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from mwinv.kernel_trace.decode import KERNEL_EVENT, DecodeState, without_tracing_frames, stack_id_of
+from mwinv.kernel_trace.decode import KERNEL_EVENT, DecodeState, without_tracing_frames
 from mwinv.kernel_trace.formats import state_text
 from mwinv.kernel_trace.tracedat import TraceFormatError
 
@@ -36,6 +36,11 @@ def _int(v: str | None) -> int | None:
         return int(v, 0) if v.startswith(("0x", "-0x")) else int(v)
     except ValueError:
         return None
+
+
+def _s64(v: int | None) -> int | None:
+    """A u64 printed unsigned, as the signed 64-bit value the tables hold (flushes: sector -1)."""
+    return v - (1 << 64) if v is not None and v >= 1 << 63 else v
 
 
 def _fields_of(event: str, rest: str, row: dict, state: DecodeState) -> None:
@@ -68,11 +73,17 @@ def _fields_of(event: str, rest: str, row: dict, state: DecodeState) -> None:
         m = _BLOCK.search(rest)
         if m:
             row["dev"] = f"{m['maj']},{m['min']}"
-            row["rwbs"], row["sector"] = m["rwbs"], int(m["sector"])
+            row["rwbs"], row["sector"] = m["rwbs"], _s64(int(m["sector"]))
             row["nr_bytes"] = int(m["bytes"]) if m["bytes"] else int(m["nr"]) * 512
         elif "sector" in kv:
-            row["dev"], row["rwbs"], row["sector"] = kv.get("dev"), kv.get("rwbs"), _int(kv["sector"])
+            row["dev"], row["rwbs"], row["sector"] = kv.get("dev"), kv.get("rwbs"), _s64(_int(kv["sector"]))
             row["nr_bytes"] = _int(kv.get("bytes")) or (_int(kv.get("nr_sector")) or 0) * 512
+        return
+    if event in ("sock_recv_length", "sock_send_length"):
+        m = re.search(r"length = (-?\d+)", rest)
+        n = int(m.group(1)) if m else _int(kv.get("ret"))
+        row["nr_bytes"] = max(n, 0) if n is not None else None   # errors are not bytes
+        row["fields"] = rest.strip()
         return
     if event in ("sys_enter", "sys_exit"):
         m = _RAW_SYS.search(rest)
@@ -80,7 +91,8 @@ def _fields_of(event: str, rest: str, row: dict, state: DecodeState) -> None:
             row["syscall_nr"], row["syscall_ret"] = int(m["nr"]), _int(m["ret"])
         return
     if event.startswith("sys_exit_"):
-        row["syscall_ret"] = _int(rest.strip().split()[0]) if rest.strip() else None
+        # printed as an unsigned 64-bit hex number: -11 is 0xfffffffffffffff5
+        row["syscall_ret"] = _s64(_int(rest.strip().split()[0])) if rest.strip() else None
         return
     row["fields"] = rest.strip() or None
 
@@ -97,9 +109,7 @@ def iter_text_batches(path: Path, state: DecodeState, batch_rows: int = 200_000)
     def flush_stack():
         nonlocal stack
         if stack and stack_cpu in last_on_cpu:
-            sid = stack_id_of("\n".join(stack).encode())
-            state.stacks.setdefault(sid, tuple(without_tracing_frames(stack)))
-            cols["stack_id"][last_on_cpu[stack_cpu]] = sid
+            cols["stack_id"][last_on_cpu[stack_cpu]] = state.stack_id_of_names(without_tracing_frames(stack))
         stack = []
 
     def batch():

@@ -41,6 +41,7 @@ class TraceDat:
     page_size: int
     long_size: int
     header_page: str
+    header_event: str = ""
     formats: dict[int, EventFormat] = field(default_factory=dict)
     kallsyms: bytes = b""
     cmdlines: dict[int, str] = field(default_factory=dict)
@@ -116,8 +117,7 @@ def read_tracedat(path: str | os.PathLike) -> TraceDat:
             if r.cstr() != tag:
                 raise TraceFormatError(path, pos, f"expected section {tag!r}")
             data = r.sized(8, tag).decode("utf-8", "replace")
-            if tag == "header_page":
-                td.header_page = data
+            setattr(td, tag, data)
         for _ in range(r.u32()):
             fmt = r.format(r.sized(8, "ftrace format"), "ftrace")
             td.formats[fmt.id] = fmt
@@ -195,19 +195,20 @@ def iter_cpu_chunks(td: TraceDat, chunk_pages: int = 8192) -> Iterator[tuple[int
 # ---------------------------------------------------------------- writing
 
 
-def write_tracedat(out: str | os.PathLike, tracefs_events: Path, formats: list[tuple[str, str]],
+def write_tracedat(out: str | os.PathLike, headers: dict[str, bytes], formats: list[tuple[str, str]],
                    cpu_files: list[Path], clock_text: str, kallsyms: bytes, cmdlines: bytes,
                    uname: str, page_size: int = 4096) -> None:
     """Assemble a version-6 trace.dat from per-CPU raw page files.
 
-    formats: (system, format text) of every enabled event; tracefs_events: <tracefs>/events."""
+    headers: the header_page and header_event texts (tracefs events/header_*);
+    formats: (system, format text) of every enabled event."""
     out = Path(out)
     tmp = out.with_suffix(".tmp")
     with open(tmp, "wb") as f:
         w = f.write
         w(MAGIC + b"6\0" + bytes([0, 8]) + struct.pack("<I", page_size))
         for tag in ("header_page", "header_event"):
-            data = (tracefs_events / tag).read_bytes()
+            data = headers[tag]
             w(tag.encode() + b"\0" + struct.pack("<Q", len(data)) + data)
         ftrace = [t for s, t in formats if s == "ftrace"]
         w(struct.pack("<I", len(ftrace)))

@@ -1,0 +1,203 @@
+"""Real kernel recording of a real PostgreSQL (root + tracefs), state restore after SIGTERM and
+kill -9, and the sampler."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+
+from mwinv.capture.tables import Capture
+from mwinv.errors import MwinvError
+from mwinv.kernel_trace.tracefs import TRACEFS_CANDIDATES, our_uprobes
+
+BIN = Path(sys.executable).parent
+
+
+def _tracing_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "kernel tracing needs root"
+    if not any((r / "instances").is_dir() for r in TRACEFS_CANDIDATES):
+        return "tracefs is not mounted"
+    return None
+
+
+kernel = pytest.mark.skipif(_tracing_unavailable() is not None, reason=str(_tracing_unavailable()))
+
+
+def our_instances() -> list[str]:
+    """mwinv instances of live processes (a dead run's leftovers are cleaned by the next start)."""
+    from mwinv.kernel_trace.tracefs import INSTANCE_RE, pid_alive
+
+    root = next(r for r in TRACEFS_CANDIDATES if (r / "instances").is_dir())
+    return sorted(p.name for p in (root / "instances").iterdir()
+                  if (m := INSTANCE_RE.match(p.name)) and pid_alive(int(m.group(1))))
+
+
+def wait_for(cond, timeout_s: float = 60.0):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.2)
+    raise AssertionError("timed out")
+
+
+@pytest.mark.kernel
+@kernel
+def test_capture_of_tpch_queries(tpch_pg, tmp_path):
+    from mwinv.capture.run import KernelCapture
+    from mwinv.workloads import runner
+
+    before = our_instances()
+    t0 = time.monotonic_ns()
+    with KernelCapture(tmp_path / "cap", postmaster_pid=tpch_pg.postmaster_pid(), conninfo=tpch_pg.conninfo("tpch"),
+                       stacks=True, sample_interval_s=0.2, node="db1") as cap:
+        inside = our_instances()
+        runs = runner.run_queries(tpch_pg, [1, 6])
+    t1 = time.monotonic_ns()
+    assert len(inside) == len(before) + 1 and our_instances() == before     # ours, and removed
+    assert not [u for pid, u in our_uprobes(TRACEFS_CANDIDATES[0]) if pid == os.getpid()]
+    c = Capture(tmp_path / "cap")
+    m = c.manifest()["nodes"]["db1"]
+    assert m["clock"] == "mono" and m["tracer"] in ("nop", "function") and "sched:sched_switch" in m["events"]
+    ev = c.read("kernel_event")
+    ts = ev["ts_ns"].to_pylist()
+    # the trace clock is the DBMS side's clock: every event lies inside the capture's monotonic span
+    assert t0 <= min(ts) and max(ts) <= t1
+    procs = c.read("process").to_pylist()
+    dbms = {p["pid"] for p in procs}
+    roles = {p["role"] for p in procs}
+    assert {"postmaster", "checkpointer", "backend"} <= roles
+    # the pid filter: non-scheduler events all come from the DBMS's processes
+    other = pc.filter(ev, pc.invert(pc.starts_with(ev["event"], "sched_")))
+    assert other.num_rows > 0 and set(other["pid"].to_pylist()) <= dbms
+    names = set(ev["event"].to_pylist())
+    assert {"sched_switch", "sched_wakeup", "sys_enter_recvfrom", "sys_exit_sendto"} <= names
+    # the query's backend ran on a CPU inside each query's time
+    backend = {p["pid"] for p in procs if p["role"] == "backend"}
+    switches = pc.filter(ev, pc.equal(ev["event"], "sched_switch")).to_pylist()
+    for r in runs:
+        assert any(s["next_pid"] in backend and r.start_ns <= s["ts_ns"] <= r.end_ns for s in switches)
+    stacks = c.read("kernel_stack").to_pylist()
+    assert any(s["frames"][:1] == ["__schedule"] for s in stacks)
+    assert c.read("node_sample").num_rows > 0 and c.read("process_sample").num_rows > 0
+    samples = c.read("process_sample").to_pylist()
+    assert {s["pid"] for s in samples} & dbms and sum(s["run_ns"] for s in samples) > 0
+    assert cap.summary["sampler"]["samples"] > 0
+
+
+@pytest.mark.kernel
+@kernel
+def test_sigterm_restores_state_and_keeps_the_capture(tmp_path):
+    sleeper = subprocess.Popen(["sleep", "120"])
+    try:
+        before = our_instances()
+        out = tmp_path / "cap"
+        proc = subprocess.Popen([BIN / "mwinv-trace", "capture", str(out), "--pid", str(sleeper.pid), "--stacks",
+                                 "--interval", "0.1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: len(our_instances()) > len(before))
+        wait_for(lambda: (out / "kernel").exists())
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130 and "Traceback" not in err
+        assert our_instances() == before
+        assert (out / "manifest.json").exists() and Capture(out).has("node_sample")
+        assert json.loads((out / "kernel" / os.uname().nodename / "recorder.json").read_text())["clock"] == "mono" \
+            or any((out / "kernel").glob("*/recorder.json"))
+    finally:
+        sleeper.kill()
+
+
+RECORDER_SCRIPT = """
+import sys, time
+from mwinv.kernel_trace.recorder import KernelRecorder, RecorderConfig
+from mwinv.kernel_trace.tracefs import add_uprobe, tracefs_root
+r = KernelRecorder(sys.argv[1], [int(sys.argv[2])], RecorderConfig(statement_probes=False)).start()
+add_uprobe(tracefs_root(), "mwinv_test_probe", sys.argv[3])
+print(r.instance.name, flush=True)
+time.sleep(600)
+"""
+
+
+def _probe_target() -> str:
+    """A uprobe target nobody else uses: the entry point of /usr/bin/true."""
+    from mwinv.kernel_trace.usdt import _file_offset, _load_segments
+
+    out = subprocess.run(["readelf", "-hW", "/usr/bin/true"], capture_output=True, text=True).stdout
+    entry = int(next(line.split()[-1] for line in out.splitlines() if "Entry point" in line), 16)
+    return f"/usr/bin/true:0x{_file_offset(entry, _load_segments(Path('/usr/bin/true'))):x}"
+
+
+@pytest.mark.kernel
+@kernel
+def test_kill9_leftovers_are_cleaned_by_the_next_run(tmp_path):
+    from mwinv.kernel_trace.recorder import KernelRecorder, RecorderConfig
+
+    sleeper = subprocess.Popen(["sleep", "120"])
+    try:
+        rec = subprocess.Popen([sys.executable, "-c", RECORDER_SCRIPT, str(tmp_path / "k1"), str(sleeper.pid),
+                                _probe_target()], stdout=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+        name = rec.stdout.readline().strip()
+        assert name.startswith(f"mwinv-{rec.pid}-") and name in our_instances()
+        root = TRACEFS_CANDIDATES[0]
+        assert (rec.pid, f"mwinv_{rec.pid}/mwinv_test_probe") in our_uprobes(root)
+        rec.kill()                      # kill -9: no clean-up ran
+        rec.wait()
+        wait_for(lambda: not Path(f"/proc/{rec.pid}").exists() or
+                 Path(f"/proc/{rec.pid}/stat").read_text().split(") ")[1][0] == "Z", 30)
+        assert name in our_instances()   # left behind...
+        nxt = KernelRecorder(tmp_path / "k2", [sleeper.pid], RecorderConfig(statement_probes=False)).start()
+        try:
+            assert f"instance {name}" in nxt.removed_stale   # ...and cleaned by the next run
+            assert name not in our_instances()
+            assert not [u for pid, u in our_uprobes(root) if pid == rec.pid]
+        finally:
+            nxt.stop()
+        # the killed run's pages are still readable: assemble them into a trace.dat
+        from mwinv.kernel_trace.recorder import assemble
+
+        assert assemble(tmp_path / "k1", tmp_path / "k1" / "trace.dat").stat().st_size > 0
+    finally:
+        sleeper.kill()
+
+
+@pytest.mark.kernel
+@kernel
+def test_missing_pid_and_events_are_clear_errors(tmp_path):
+    from mwinv.capture.run import KernelCapture
+    from mwinv.kernel_trace.recorder import KernelRecorder, RecorderConfig
+
+    with pytest.raises(MwinvError, match="pid 999999: no such process"):
+        KernelCapture(tmp_path / "c", postmaster_pid=999999)
+    before = our_instances()
+    with pytest.raises(MwinvError, match="none of the requested events exists"):
+        KernelRecorder(tmp_path / "k", [os.getpid()], RecorderConfig(events=["nosuch:event"],
+                                                                     statement_probes=False)).start()
+    assert our_instances() == before
+
+
+def test_sampler_cli(tmp_path):
+    proc = subprocess.run([BIN / "mwinv-sample", str(tmp_path / "s"), "--pid", str(os.getpid()), "--interval", "0.05",
+                           "--", "sleep", "1"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "own CPU" in proc.stderr
+    c = Capture(tmp_path / "s")
+    ns = c.read("node_sample").to_pylist()
+    cpu_rows = [r for r in ns if r["disk"] is None and r["net_iface"] is None]
+    assert cpu_rows and all(r["cpu_user_ns"] + r["cpu_sys_ns"] + r["cpu_idle_ns"] + r["cpu_iowait_ns"] >= 0 for r in cpu_rows)
+    assert any(r["net_iface"] == "lo" for r in ns)
+    assert all(r["seq_source"] == "diskstats_merges" for r in ns if r["disk"])
+    assert os.getpid() in {r["pid"] for r in c.read("process_sample").to_pylist()}   # and its children
+    bad = subprocess.run([BIN / "mwinv-sample", str(tmp_path / "t"), "--interval", "0.001"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.strip() == "mwinv-sample: error: --interval 0.001: must be >= 0.01 s"
