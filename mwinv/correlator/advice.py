@@ -19,6 +19,7 @@ from mwinv.correlator.model import MODEL_COMPONENTS, Platform, estimate_componen
 
 MIN_WALL_NS = 10_000_000  # below 10 ms a handful of samples decide the shares: too thin to advise on
 MIN_SHARE = 0.25  # a resource has to hold a quarter of the wall time before it is worth tuning
+SPILL_BYTES = 1 << 20  # a SELECT writing a MiB or more is spilling sorts/hashes, not setting hint bits
 
 
 @dataclass
@@ -144,7 +145,7 @@ def _advise_one(st: dict, row: dict, text: str, kfuncs: list[dict], platform: Pl
                               "spend less CPU when compiled", ev + "; jit is off in this capture",
                               _gain(st, platform, "cpu", 1.3), "model what-if CPU x1.3 (typical JIT gain on "
                               "aggregation-heavy TPC-H queries; measure it)"))
-        if is_select and (row.get("write_bytes") or 0) > 0:
+        if is_select and (row.get("write_bytes") or 0) >= SPILL_BYTES:
             wb = row["write_bytes"]
             gain = round(2 * wb / platform.disk_rate_bps * 1e9) if platform else None
             result.append(adv("cpu.work_mem", "raise work_mem for this statement (SET LOCAL work_mem): its "

@@ -30,7 +30,7 @@ from mwinv.errors import MwinvError
 
 # SHA-256 throughput (bytes/s) of one core of the project's reference VM (AMD EPYC, 2026-11-22);
 # cpu_speed_factor = measured / reference, so 2.0 means "twice as fast as the reference".
-REFERENCE_CPU_BPS = 285e6
+REFERENCE_CPU_BPS = 1.7e9
 PG_PAGE = 8192
 
 
@@ -101,8 +101,9 @@ def calibrate_disk(directory: str | os.PathLike, file_mb: int = 128, seq_passes:
         path.unlink(missing_ok=True)
 
 
-def calibrate_cpu(buffer_mb: int = 64, rounds: int = 3) -> dict:
-    """CPU speed factor: the best of `rounds` SHA-256 passes over a fixed buffer."""
+def calibrate_cpu(buffer_mb: int = 8, rounds: int = 15) -> dict:
+    """CPU speed factor: the best of `rounds` short SHA-256 passes (the best one is the least disturbed
+    by other load on a shared machine)."""
     data = bytes(range(256)) * (buffer_mb * 2**20 // 256)
     best = 0.0
     for _ in range(rounds):
