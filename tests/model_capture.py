@@ -259,3 +259,17 @@ def make_capture_from_run(server, statements: list[tuple], capture_dir, dbname: 
     if sampler.rows:
         cap.write_part("node_sample", sampler.rows, node=node)
     return cap
+
+
+def calibrate_disk_in_cgroup(cgroup, directory, file_mb: int = 32) -> dict:
+    """calibrate_disk run by a process inside `cgroup`: the disk factors of the throttled platform."""
+    import json
+    import subprocess
+    import sys
+
+    root = str(Path(__file__).parent.parent)
+    out = subprocess.run(cgroup.exec_prefix() + [
+        sys.executable, "-c", "import json, sys; from mwinv.correlator.calibrate import calibrate_disk; "
+        f"print(json.dumps(calibrate_disk(sys.argv[1], file_mb={int(file_mb)}, random_reads=100)))", str(directory)],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": root}, timeout=300, check=True).stdout
+    return json.loads(out)

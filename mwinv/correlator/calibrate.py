@@ -176,9 +176,31 @@ def _measure(address: str, port: int, bulk_bytes: int, pings: int) -> tuple[floa
     return rate, rtts[len(rtts) // 2] / 2
 
 
+def parse_link(link: str) -> tuple[str, str]:
+    """'ADDRESS' or 'NETNS:ADDRESS' -> (netns or '', address); an IPv6 address has several colons."""
+    return (link.split(":", 1)[0], link.split(":", 1)[1]) if link.count(":") == 1 else ("", link)
+
+
+def check_link(link: str) -> None:
+    """Fail early (before minutes of other measurements) on a local address this host does not have."""
+    netns, address = parse_link(link)
+    if netns:
+        if not Path(f"/run/netns/{netns}").exists():
+            raise MwinvError(f"link {link}: no network namespace {netns!r} (ip netns list)")
+        return
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((address, 0))
+        except (OSError, UnicodeError) as exc:
+            raise MwinvError(f"link {link}: cannot bind a TCP socket to {address} "
+                             f"({getattr(exc, 'strerror', None) or exc})") from None
+
+
 def calibrate_link(link: str, bulk_mb: int = 64, pings: int = 500) -> dict:
     """Rate (bytes/s) and one-way latency of a link: 'ADDRESS' or 'NETNS:ADDRESS' (server inside NETNS)."""
-    netns, _, address = link.rpartition(":") if link.count(":") == 1 else ("", "", link)
+    check_link(link)
+    netns, address = parse_link(link)
     bulk = bulk_mb * 2**20
     if netns:
         cmd = ["ip", "netns", "exec", netns, sys.executable, "-m", "mwinv.correlator.calibrate", "serve",
@@ -196,10 +218,7 @@ def calibrate_link(link: str, bulk_mb: int = 64, pings: int = 500) -> dict:
     else:
         family = socket.AF_INET6 if ":" in address else socket.AF_INET
         with socket.socket(family, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind((address, 0))
-            except OSError as exc:
-                raise MwinvError(f"link {link}: cannot bind a TCP socket to {address} ({exc.strerror})") from None
+            sock.bind((address, 0))
             sock.listen(1)
             server = threading.Thread(target=_echo_server, args=(sock,), daemon=True)
             server.start()
@@ -212,13 +231,16 @@ def calibrate_link(link: str, bulk_mb: int = 64, pings: int = 500) -> dict:
 def calibrate(data_dir: str | os.PathLike, links: list[str] | None = None, progress=None) -> dict:
     """All factors; links default to loopback (the only link of a one-node capture)."""
     say = progress or (lambda msg: None)
+    links = links or ["127.0.0.1"]
+    for link in links:
+        check_link(link)
     say("disk: sequential and random O_DIRECT reads")
     disk = calibrate_disk(data_dir)
     say("cpu: fixed compute loop")
     cpu = calibrate_cpu()
     result = {"measured_wall_ns": time.time_ns(), "host": socket.gethostname(), "disk": disk, "cpu": cpu,
               "links": {}}
-    for link in links or ["127.0.0.1"]:
+    for link in links:
         say(f"network: {link}")
         result["links"][link] = calibrate_link(link)
     return result
