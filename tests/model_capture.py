@@ -261,7 +261,7 @@ def make_capture_from_run(server, statements: list[tuple], capture_dir, dbname: 
     return cap
 
 
-def calibrate_disk_in_cgroup(cgroup, directory, file_mb: int = 32) -> dict:
+def calibrate_disk_in_cgroup(cgroup, directory, file_mb: int = 16) -> dict:
     """calibrate_disk run by a process inside `cgroup`: the disk factors of the throttled platform."""
     import json
     import subprocess

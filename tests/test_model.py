@@ -38,13 +38,15 @@ def case():
         stmt(4, 2000, pid=102, start_ms=5000),  # waits for a lock
         stmt(5, 1000, pid=103),             # 90 % not allocated: dbms-internal
         stmt(6, 5, pid=104),                # 5 ms: too thin to advise on
+        stmt(7, 200, pid=101, parent=2, start_ms=100),  # nested in 2 on its own node: inside 2's time
     ]
     attribution = (attr(1, cpu_user=400, cpu_sys=100, disk_seq=300, disk_random=100, not_allocated=100)
                    + attr(2, cpu_user=200, network=450, other_wait=50)
                    + attr(3, node="b", cpu_user=300, disk_seq=100, network=250)
                    + attr(4, cpu_user=100, lock_wait=1800, not_allocated=100)
                    + attr(5, cpu_user=100, not_allocated=900)
-                   + attr(6, cpu_user=5))
+                   + attr(6, cpu_user=5)
+                   + attr(7, cpu_user=200))
     statement_io = [io(1, seq_bytes=30_000_000, random_reqs=20, random_bytes=20 * 8192),
                     io(2, net_rx_bytes=1_000_000, net_tx_bytes=0),
                     io(3, node="b", seq_bytes=10_000_000, net_rx_bytes=0, net_tx_bytes=2_000_000)]
@@ -55,7 +57,7 @@ def case():
 
 def test_estimate_table1(case):
     est = {r["statement_id"]: r for r in estimate(*case, CAL).to_pylist()}
-    assert set(est) == {1, 2, 4, 5, 6}  # the remote part 3 folds into its root 2
+    assert set(est) == {1, 2, 4, 5, 6}  # the remote part 3 and the nested 7 fold into their root 2
     e1 = est[1]
     # t_cpu = 0.5 s; t_seq = 30e6/100e6 = 0.3 s; t_no_seq = 20 * (0.005 + 8192/100e6) = 0.1016384 s
     assert e1["t_cpu_ns"] == 500 * MS
@@ -65,8 +67,10 @@ def test_estimate_table1(case):
     assert e1["error"] == pytest.approx(-0.0983616)
     assert e1["allocated_share"] == pytest.approx(0.9)  # 0.4+0.1+0.3+0.1
     e2 = est[2]
-    # max over nodes: cpu max(0.2, 0.3) = 0.3; seq max(0, 0.1) = 0.1; net max(1e6, 2e6)/10e6 = 0.2
+X on node a is inside 2's 0.2 s, not added);
+    # seq max(0, 0.1) = 0.1; net max(1e6, 2e6)/10e6 = 0.2
     assert (e2["t_cpu_ns"], e2["t_seq_ns"], e2["t_no_seq_ns"], e2["t_net_ns"]) == (300 * MS, 100 * MS, 0, 200 * MS)
+    # and node a's cpu (0.2 s) stays below node b's, which is why b is the critical node
     assert e2["estimated_ns"] == 600 * MS and e2["critical_node"] == "b"
     assert e2["error"] == pytest.approx(-100 / 700)
     # accuracy over statements with >= 85 % allocated: only statement 1 (0.9); 2 has 650/700 = 0.93 too

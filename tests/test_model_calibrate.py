@@ -25,7 +25,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (cgroups, 
 @pytest.mark.skipif(not Path("/sys/fs/cgroup/blkio/tasks").exists(), reason="cgroup v1 blkio is not mounted")
 def test_disk_rate_follows_a_blkio_throttle(tmp_path):
     limit = 16 * 2**20
-    free = calibrate_disk(tmp_path, file_mb=32, random_reads=100)
+    free = calibrate_disk(tmp_path, file_mb=16, random_reads=100)
     cg = Cgroup("mwinv-test-calibrate", read_bps={block_device_of(tmp_path): limit}).create()
     try:
         throttled = calibrate_disk_in_cgroup(cg, tmp_path)

@@ -91,10 +91,10 @@ def estimate_components(per_node: list[dict], platform: Platform) -> dict[str, f
 
 
 _PER_NODE_SQL = """
-WITH RECURSIVE roots AS (  -- remote sub-statements and nested statements belong to their root
-    SELECT statement_id, statement_id AS root_id FROM statements WHERE parent_statement_id IS NULL
+WITH RECURSIVE roots AS (  -- remote sub-statements belong to their root
+    SELECT statement_id, statement_id AS root_id, node AS root_node FROM statements WHERE parent_statement_id IS NULL
     UNION ALL
-    SELECT s.statement_id, r.root_id FROM statements s JOIN roots r ON s.parent_statement_id = r.statement_id
+    SELECT s.statement_id, r.root_id, r.root_node FROM statements s JOIN roots r ON s.parent_statement_id = r.statement_id
 ),
 cpu AS (
     SELECT statement_id, node, sum(ns) FILTER (WHERE component IN ('cpu_user', 'cpu_sys')) AS cpu_ns
@@ -117,6 +117,8 @@ SELECT r.root_id AS statement_id, b.node, sum(cpu_ns)::DOUBLE AS cpu_ns, sum(seq
        sum(random_reqs)::DOUBLE AS random_reqs, sum(random_bytes)::DOUBLE AS random_bytes,
        sum(net_bytes)::DOUBLE AS net_bytes
 FROM both_ b JOIN roots r USING (statement_id)
+-- a nested statement on the root's own node ran inside the root's time: counted once, by the root
+WHERE b.statement_id = r.root_id OR b.node <> r.root_node
 GROUP BY ALL ORDER BY 1, 2
 """
 
