@@ -67,7 +67,7 @@ def test_estimate_table1(case):
     assert e1["error"] == pytest.approx(-0.0983616)
     assert e1["allocated_share"] == pytest.approx(0.9)  # 0.4+0.1+0.3+0.1
     e2 = est[2]
-X on node a is inside 2's 0.2 s, not added);
+    # max over nodes: cpu max(0.2, 0.3) = 0.3 (7's 0.2 s on node a is inside 2's time; added, a would be 0.4);
     # seq max(0, 0.1) = 0.1; net max(1e6, 2e6)/10e6 = 0.2
     assert (e2["t_cpu_ns"], e2["t_seq_ns"], e2["t_no_seq_ns"], e2["t_net_ns"]) == (300 * MS, 100 * MS, 0, 200 * MS)
     # and node a's cpu (0.2 s) stays below node b's, which is why b is the critical node
