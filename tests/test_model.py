@@ -149,3 +149,22 @@ def test_kernel_hot_spot_advice():
     assert "sched_migration_cost_ns" in rules["kernel.sched_migration_cost"].advice
     assert "kernel.numa_balancing" not in rules
     assert rules["kernel.transparent_hugepage"].expected_gain_ns == 120 * MS
+
+
+def test_lock_advice_names_the_waker():
+    # statement 1 (pid 102) waits 1.8 s for a lock; pid 200 ran statement 2 (its UPDATE) earlier and woke
+    # pid 102 at +1.8 s when its transaction ended; pid 300's statement 3 overlaps but woke nobody
+    statements = pa.Table.from_pylist([stmt(1, 2000, pid=102, start_ms=5000), stmt(2, 50, pid=200, start_ms=4900),
+                                       stmt(3, 3000, pid=300, start_ms=4000)], schema=SCHEMAS["statement"])
+    attribution = pa.Table.from_pylist(attr(1, cpu_user=100, lock_wait=1800, not_allocated=100)
+                                       + attr(2, cpu_user=50) + attr(3, cpu_user=3000),
+                                       schema=SCHEMAS["statement_attribution"])
+    wake = pa.Table.from_pylist([{"node": "a", "ts_ns": 6800 * MS, "pid": 200, "event": "sched_wakeup",
+                                  "target_pid": 102}], schema=SCHEMAS["kernel_event"])
+    rules = {(a.statement_id, a.rule): a for a in advise(statements, attribution, kernel_events=wake)}
+    lock = rules[(1, "lock.wait")]
+    assert "backend pid 200 released it" in lock.advice and "statement 2 " in lock.advice
+    assert lock.expected_gain_ns == 1800 * MS
+    # without kernel events the overlap heuristic picks the overlapping statement that ended last: 3
+    rules = {(a.statement_id, a.rule): a for a in advise(statements, attribution)}
+    assert "most likely statement 3 " in rules[(1, "lock.wait")].advice

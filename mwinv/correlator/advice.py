@@ -263,7 +263,7 @@ def _blocking_statement(row: dict, statements: pa.Table, kernel_events: pa.Table
     waker = None
     if kernel_events is not None and kernel_events.num_rows:
         wakes = [r for r in kernel_events.to_pylist()
-                 if r["event"] == "sched_wakeup" and r["target_pid"] == pid and start <= r["ts_ns"] <= end
+                 if (r["event"] or "").endswith("sched_wakeup") and r["target_pid"] == pid and start <= r["ts_ns"] <= end
                  and r["pid"] != pid and r["node"] == node]
         if wakes:
             waker = max(wakes, key=lambda r: r["ts_ns"])

@@ -10,6 +10,7 @@ computed here from statement_attribution, so the report works on any correlated 
 from __future__ import annotations
 
 import os
+import shutil
 import string
 from dataclasses import dataclass, field
 from html import escape
@@ -91,20 +92,27 @@ def load(capture_dir: str | os.PathLike) -> ReportData:
     if not calibration:
         missing.append("No calibration in the manifest (run `mwinv calibrate CAPTURE`): no model estimates, "
                        "what-if predictions or expected gains.")
+    data.con = duckdb.connect()
+    data.con.register("statements", statements)
+    data.con.register("attribution", attribution)
+    data.con.register("node_sample", data.node_sample)
+    wakeups = None
+    if cap.has("kernel_event"):
+        data.con.execute(f"CREATE VIEW kernel_event AS SELECT * FROM read_parquet('{cap.glob('kernel_event')}')")
+        # only the wake-ups of backends that waited for a lock: they name the blocker (advice.lock.wait)
+        wakeups = data.con.execute("""
+            SELECT k.* FROM kernel_event k
+            WHERE k.event LIKE '%sched_wakeup' AND k.target_pid IN (
+                SELECT s.pid FROM statements s JOIN attribution a USING (statement_id)
+                WHERE a.component = 'lock_wait' AND a.ns > 0)""").to_arrow_table()
     if statements.num_rows:
         data.classes = classify(statements, attribution, data.kernel_functions, statement_io)
         if calibration:
             data.estimates = estimate(statements, attribution, statement_io, calibration)
             data.predictions = predict(statements, attribution, statement_io, calibration)
         data.advice = advise(statements, attribution, statement_io, data.kernel_functions,
-                             texts_t, calibration, cpus=manifest.get("cpus") or os.cpu_count(),
-                             settings=manifest.get("settings") or {})
-    data.con = duckdb.connect()
-    data.con.register("statements", statements)
-    data.con.register("attribution", attribution)
-    data.con.register("node_sample", data.node_sample)
-    if cap.has("kernel_event"):
-        data.con.execute(f"CREATE VIEW kernel_event AS SELECT * FROM read_parquet('{cap.glob('kernel_event')}')")
+                             texts_t, calibration, kernel_events=wakeups,
+                             cpus=manifest.get("cpus") or os.cpu_count(), settings=manifest.get("settings") or {})
     return data
 
 
@@ -234,9 +242,10 @@ def section_summary(data: ReportData) -> Section:
     if data.classes is not None:
         for r in data.classes.to_pylist():
             classes[r["limit"]] = classes.get(r["limit"], 0) + 1
+    nodes = sorted(m.get("nodes") or {}) or sorted(set(data.statements.column("node").to_pylist())
+                                                    + data.node_sample.column("node").to_pylist())
     items = [("capture", str(data.path)), ("run", str(m.get("run") or m.get("name") or "")),
-             ("nodes", ", ".join(sorted((m.get("nodes") or {}).keys())) or ", ".join(
-                 sorted(set(data.statements.column("node").to_pylist()))) if n else "-"),
+             ("nodes", ", ".join(map(str, nodes)) or "-"),
              ("statements", f"{n:,}"), ("total statement time", f"{total / 1e9:,.3f} s"),
              ("classes", ", ".join(f"{k} {v}" for k, v in sorted(classes.items(), key=lambda kv: -kv[1])) or "-")]
     if data.estimates is not None:
@@ -453,3 +462,20 @@ def render_report(capture_dir: str | os.PathLike, out_dir: str | os.PathLike,
         if d is not None and d.con is not None:
             d.con.close()
     return html_path, md_path
+
+
+def write_derived_tables(capture_dir: str | os.PathLike) -> dict[str, int]:
+    """Compute statement_estimate, statement_class and prediction and store them in the capture (replacing
+    earlier versions of these derived tables). Returns rows written per table."""
+    data = load(capture_dir)
+    cap = Capture(capture_dir)
+    written = {}
+    for table, rows in (("statement_estimate", data.estimates), ("statement_class", data.classes),
+                        ("prediction", data.predictions)):
+        if rows is None:
+            continue
+        shutil.rmtree(cap.table_dir(table), ignore_errors=True)
+        cap.write_part(table, rows, node="derived")
+        written[table] = rows.num_rows
+    data.con.close()
+    return written
