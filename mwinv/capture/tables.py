@@ -94,6 +94,10 @@ SCHEMAS: dict[str, pa.Schema] = {
     ]),
 }
 
+# Tables the correlator derives (recomputed on every run, never read back as input).
+DERIVED_TABLES = ("statement_attribution", "statement_kernel_function", "statement_class", "prediction",
+                  "statement_io", "statement_estimate")
+
 ATTRIBUTION_COMPONENTS = ("cpu_user", "cpu_sys", "disk_seq", "disk_random", "network", "lock_wait",
                           "run_queue", "other_wait", "not_allocated")
 

@@ -1,13 +1,47 @@
-"""mwinv-correlate: not yet implemented (see the issue list)."""
+"""mwinv-correlate: where each statement's time went, from a capture directory."""
+
+from __future__ import annotations
 
 import click
+from rich.console import Console
 
 from mwinv.cli.common import run_main
+from mwinv.correlator import terminal
+from mwinv.correlator.pipeline import RANK_BY, correlate, top_statements
 
 
-@click.command(help=__doc__)
-def cli() -> None:
-    raise click.ClickException("mwinv-correlate is not implemented yet")
+@click.command()
+@click.argument("capture", type=click.Path(file_okay=False))
+@click.option("--top-sql", "top", default=5, show_default=True, help="how many statements to show.")
+@click.option("--by", type=click.Choice(list(RANK_BY)), default="total", show_default=True,
+              help="rank by total time or by one resource.")
+@click.option("--query-id", type=int, default=None, help="drill into one statement (its query id).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
+def cli(capture, top, by, query_id, fmt) -> None:
+    """Attribute every statement's wall time in CAPTURE to CPU (user/sys), disk (sequential/random),
+    network, lock waits, run queue, other waits and not-allocated time; show the top statements with
+    their breakdown and hot kernel functions. Writes statement_attribution and
+    statement_kernel_function into CAPTURE.
+
+    \b
+    Examples:
+      mwinv-correlate out/demo/capture --top-sql 5
+      mwinv-correlate CAPTURE --by disk --top-sql 10
+      mwinv-correlate CAPTURE --query-id -4224445212121 --format json
+      mwinv-correlate CAPTURE --format csv > top.csv
+    """
+    err = Console(stderr=True)
+    db = correlate(capture, progress=(lambda s: err.log(s)) if fmt == "table" else None)
+    for w in db.warnings:
+        err.print(f"[yellow]warning:[/] {w}")
+    rows = top_statements(db, n=top, by=by, query_id=query_id)
+    if fmt == "json":
+        click.echo(terminal.as_json(rows))
+    elif fmt == "csv":
+        click.echo(terminal.as_csv(rows), nl=False)
+    else:
+        title = f"top {len(rows)} statements by {by} time" if query_id is None else f"query_id {query_id}"
+        Console().print(terminal.top_table(rows, title))
 
 
 def main() -> None:

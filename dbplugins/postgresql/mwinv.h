@@ -1,0 +1,130 @@
+/*
+ * mwinv.h - shared declarations of the mwinv extension.
+ *
+ * One record per statement execution goes into a lock-free ring in shared memory; a reader
+ * (SQL function mwinv_drain()) takes them out.  See README.md for the design and its costs.
+ */
+#ifndef MWINV_H
+#define MWINV_H
+
+#include "postgres.h"
+
+#include "port/atomics.h"
+#include "storage/lwlock.h"
+#include "datatype/timestamp.h"
+
+/* ---- GUCs (mwinv.c) */
+typedef enum
+{
+	MWINV_TRACK_NONE,
+	MWINV_TRACK_TOP,
+	MWINV_TRACK_ALL
+} MwinvTrackLevel;
+
+extern int	mwinv_track;
+extern bool mwinv_track_utility;
+extern bool mwinv_track_planning;
+extern double mwinv_resource_min_cost;
+extern bool mwinv_track_io;
+extern int	mwinv_buffer_size;
+extern int	mwinv_max_texts;
+extern int	mwinv_max_text_length;
+extern char *mwinv_node_name;
+
+/* ---- resource counters (mwinv_resource.c) */
+typedef struct MwinvResources
+{
+	int64		cpu_user_ns;
+	int64		cpu_sys_ns;
+	int64		minflt;
+	int64		majflt;
+	int64		inblock;
+	int64		oublock;
+	int64		nvcsw;
+	int64		nivcsw;
+	int64		read_bytes;		/* -1: /proc/self/io not read */
+	int64		write_bytes;
+} MwinvResources;
+
+extern int64 mwinv_monotonic_ns(void);
+extern int64 mwinv_wall_ns_from_monotonic(int64 mono_ns);
+extern void mwinv_resources_read(MwinvResources *r);
+extern void mwinv_resources_delta(MwinvResources *end, const MwinvResources *start);
+
+/* ---- one record in the ring (mwinv_ring.c) */
+typedef struct MwinvRecord
+{
+	int64		statement_id;
+	int64		parent_statement_id;	/* 0: none */
+	int64		query_id;
+	int64		start_ns;		/* CLOCK_MONOTONIC */
+	int64		end_ns;
+	int64		start_wall_ns;	/* CLOCK_REALTIME */
+	int64		plan_ns;		/* -1: not planned for this execution */
+	int64		rows;
+	MwinvResources res;
+	int32		pid;
+	int32		leader_pid;		/* 0: not a parallel worker */
+	Oid			dbid;
+	Oid			userid;
+	int32		nesting_level;
+	bool		errored;
+	bool		has_resources;	/* false: below mwinv.resource_min_cost */
+	bool		utility;
+} MwinvRecord;
+
+typedef struct MwinvSlot
+{
+	pg_atomic_uint64 seq;		/* == position: free for the writer; position+1: filled */
+	MwinvRecord rec;
+} MwinvSlot;
+
+/* A query text, stored once per query id. */
+typedef struct MwinvTextEntry
+{
+	int64		query_id;		/* hash key */
+	Oid			userid;			/* who ran it first (visibility) */
+	Oid			dbid;
+	int			len;
+	char		text[FLEXIBLE_ARRAY_MEMBER];
+} MwinvTextEntry;
+
+typedef struct MwinvShared
+{
+	LWLock	   *reader_lock;	/* serializes readers only; writers never take it */
+	LWLock	   *text_lock;		/* taken only the first time a backend sees a query id */
+	pg_atomic_uint64 head;		/* next position to write */
+	pg_atomic_uint64 tail;		/* next position to read (advanced under reader_lock) */
+	pg_atomic_uint64 dropped;	/* records lost because the ring was full */
+	pg_atomic_uint64 texts_dropped; /* texts lost because the text table was full */
+	pg_atomic_uint64 text_generation;	/* bumped by reset: backends forget their text cache */
+	pg_atomic_uint64 next_statement_id; /* blocks of ids are handed to backends */
+	TimestampTz stats_reset;
+	uint32		nslots;
+	int			nprocs;
+	/* per PGPROC: the statement id currently running (parallel workers link to it) */
+	pg_atomic_uint64 *current_statement;
+	MwinvSlot  *slots;
+} MwinvShared;
+
+extern MwinvShared *mwinv_shared;
+extern struct HTAB *mwinv_texts;
+
+extern Size mwinv_shmem_size(void);
+extern void mwinv_shmem_request(void);
+extern void mwinv_shmem_startup(void);
+extern bool mwinv_ring_put(const MwinvRecord *rec);
+extern void mwinv_store_text(int64 query_id, const char *text, int len);
+extern int64 mwinv_next_statement_id(void);
+
+/* ---- hooks (mwinv_hooks.c) */
+extern void mwinv_install_hooks(void);
+
+
+
+/* more of mwinv_ring.c */
+extern pg_atomic_uint64 *mwinv_current_statement_of(int pgprocno);
+extern int	mwinv_ring_take(MwinvRecord *out, int max);
+extern void mwinv_ring_reset(void);
+extern int	mwinv_ring_peek(MwinvRecord *out, int max);
+#endif /* MWINV_H */

@@ -1,0 +1,256 @@
+/*
+ * mwinv_funcs.c - SQL interface: mwinv_drain(), mwinv_peek(), mwinv_query_texts(), mwinv_info(),
+ * mwinv_reset().
+ *
+ * Visibility as in pg_stat_statements: pid, leader pid, query id and query text of other users'
+ * statements only for superusers and members of pg_read_all_stats.  Draining (which consumes)
+ * is granted to pg_read_all_stats only; reset is superuser-only.
+ */
+#include "mwinv.h"
+
+#include "catalog/pg_authid.h"
+#include "commands/dbcommands.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/timestamp.h"
+
+PG_FUNCTION_INFO_V1(mwinv_drain);
+PG_FUNCTION_INFO_V1(mwinv_peek);
+PG_FUNCTION_INFO_V1(mwinv_query_texts);
+PG_FUNCTION_INFO_V1(mwinv_info);
+PG_FUNCTION_INFO_V1(mwinv_reset);
+
+#define RECORD_COLS 25
+
+static void
+require_preloaded(void)
+{
+	if (mwinv_shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("mwinv must be loaded via shared_preload_libraries")));
+}
+
+static bool
+sees_all(void)
+{
+	return superuser() || has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS);
+}
+
+/* Names of the last database and role looked up: records come in runs of the same ones. */
+static Datum
+database_name(Oid dbid, bool *isnull)
+{
+	static Oid	cached_oid = InvalidOid;
+	static char *cached_name = NULL;
+
+	if (dbid != cached_oid)
+	{
+		char	   *name = get_database_name(dbid);
+
+		if (cached_name)
+			pfree(cached_name);
+		cached_name = name ? MemoryContextStrdup(TopMemoryContext, name) : NULL;
+		cached_oid = dbid;
+	}
+	*isnull = cached_name == NULL;
+	return *isnull ? (Datum) 0 : CStringGetTextDatum(cached_name);
+}
+
+static Datum
+role_name(Oid userid, bool *isnull)
+{
+	static Oid	cached_oid = InvalidOid;
+	static char *cached_name = NULL;
+
+	if (userid != cached_oid)
+	{
+		char	   *name = GetUserNameFromId(userid, true);
+
+		if (cached_name)
+			pfree(cached_name);
+		cached_name = name ? MemoryContextStrdup(TopMemoryContext, name) : NULL;
+		cached_oid = userid;
+	}
+	*isnull = cached_name == NULL;
+	return *isnull ? (Datum) 0 : CStringGetTextDatum(cached_name);
+}
+
+static void
+put_records(ReturnSetInfo *rsinfo, MwinvRecord *recs, int n)
+{
+	bool		all = sees_all();
+	Oid			me = GetUserId();
+
+	for (int i = 0; i < n; i++)
+	{
+		MwinvRecord *r = &recs[i];
+		Datum		values[RECORD_COLS];
+		bool		nulls[RECORD_COLS];
+		bool		visible = all || r->userid == me;
+		bool		res = r->has_resources;
+		bool		io = res && r->res.read_bytes >= 0;
+		int			c = 0;
+
+		memset(nulls, 0, sizeof(nulls));
+		values[c++] = Int64GetDatum(r->statement_id);
+		nulls[c] = r->parent_statement_id == 0;
+		values[c++] = Int64GetDatum(r->parent_statement_id);
+		nulls[c] = !visible || r->query_id == 0;
+		values[c++] = Int64GetDatum(r->query_id);
+		nulls[c] = !visible;
+		values[c++] = Int32GetDatum(r->pid);
+		nulls[c] = !visible || r->leader_pid == 0;
+		values[c++] = Int32GetDatum(r->leader_pid);
+		values[c] = database_name(r->dbid, &nulls[c]);
+		c++;
+		values[c] = role_name(r->userid, &nulls[c]);
+		c++;
+		values[c++] = Int64GetDatum(r->start_ns);
+		values[c++] = Int64GetDatum(r->end_ns);
+		values[c++] = Int64GetDatum(r->start_wall_ns);
+		nulls[c] = r->plan_ns < 0;
+		values[c++] = Int64GetDatum(r->plan_ns);
+		nulls[c] = !res;
+		values[c++] = Int64GetDatum(r->res.cpu_user_ns);
+		nulls[c] = !res;
+		values[c++] = Int64GetDatum(r->res.cpu_sys_ns);
+		nulls[c] = !io;
+		values[c++] = Int64GetDatum(r->res.read_bytes);
+		nulls[c] = !io;
+		values[c++] = Int64GetDatum(r->res.write_bytes);
+		nulls[c] = !res;
+		values[c++] = Int64GetDatum(r->res.minflt);
+		nulls[c] = !res;
+		values[c++] = Int64GetDatum(r->res.majflt);
+		nulls[c] = !res;
+		values[c++] = Int64GetDatum(r->res.inblock);
+		nulls[c] = !res;
+		values[c++] = Int64GetDatum(r->res.oublock);
+		nulls[c] = !res;
+		values[c++] = Int64GetDatum(r->res.nvcsw);
+		nulls[c] = !res;
+		values[c++] = Int64GetDatum(r->res.nivcsw);
+		values[c++] = Int64GetDatum(r->rows);
+		values[c++] = Int32GetDatum(r->nesting_level);
+		values[c++] = BoolGetDatum(r->errored);
+		values[c++] = BoolGetDatum(r->utility);
+		Assert(c == RECORD_COLS);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+}
+
+/*
+ * Records are copied out under the reader lock first and turned into tuples afterwards: an
+ * error while building tuples cannot leave the ring locked.
+ */
+static Datum
+records(FunctionCallInfo fcinfo, bool consume, int max)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	MwinvRecord *recs;
+	int			n;
+
+	require_preloaded();
+	InitMaterializedSRF(fcinfo, 0);
+	max = Min(max, (int) mwinv_shared->nslots);
+	if (max <= 0)
+		return (Datum) 0;
+	recs = palloc(sizeof(MwinvRecord) * max);
+	LWLockAcquire(mwinv_shared->reader_lock, consume ? LW_EXCLUSIVE : LW_SHARED);
+	n = consume ? mwinv_ring_take(recs, max) : mwinv_ring_peek(recs, max);
+	LWLockRelease(mwinv_shared->reader_lock);
+	put_records(rsinfo, recs, n);
+	pfree(recs);
+	return (Datum) 0;
+}
+
+Datum
+mwinv_drain(PG_FUNCTION_ARGS)
+{
+	return records(fcinfo, true, PG_ARGISNULL(0) ? INT_MAX : PG_GETARG_INT32(0));
+}
+
+Datum
+mwinv_peek(PG_FUNCTION_ARGS)
+{
+	return records(fcinfo, false, INT_MAX);
+}
+
+Datum
+mwinv_query_texts(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	HASH_SEQ_STATUS status;
+	MwinvTextEntry *entry;
+	bool		all;
+	Oid			me = GetUserId();
+
+	require_preloaded();
+	all = sees_all();
+	InitMaterializedSRF(fcinfo, 0);
+	LWLockAcquire(mwinv_shared->text_lock, LW_SHARED);
+	hash_seq_init(&status, mwinv_texts);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		Datum		values[4];
+		bool		nulls[4] = {false, false, false, false};
+
+		values[0] = Int64GetDatum(entry->query_id);
+		values[1] = role_name(entry->userid, &nulls[1]);
+		values[2] = database_name(entry->dbid, &nulls[2]);
+		if (all || entry->userid == me)
+			values[3] = CStringGetTextDatum(entry->text);
+		else
+			nulls[3] = true;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	LWLockRelease(mwinv_shared->text_lock);
+	return (Datum) 0;
+}
+
+Datum
+mwinv_info(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[8];
+	bool		nulls[8] = {false};
+	uint64		head,
+				tail;
+	long		texts;
+
+	require_preloaded();
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	tail = pg_atomic_read_u64(&mwinv_shared->tail);
+	head = pg_atomic_read_u64(&mwinv_shared->head);
+	LWLockAcquire(mwinv_shared->text_lock, LW_SHARED);
+	texts = hash_get_num_entries(mwinv_texts);
+	LWLockRelease(mwinv_shared->text_lock);
+
+	values[0] = Int64GetDatum(mwinv_shared->nslots);
+	values[1] = Int64GetDatum((int64) head);
+	values[2] = Int64GetDatum((int64) tail);
+	values[3] = Int64GetDatum((int64) (head - tail));
+	values[4] = Int64GetDatum((int64) pg_atomic_read_u64(&mwinv_shared->dropped));
+	values[5] = Int64GetDatum((int64) texts);
+	values[6] = Int64GetDatum((int64) pg_atomic_read_u64(&mwinv_shared->texts_dropped));
+	values[7] = TimestampTzGetDatum(mwinv_shared->stats_reset);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+Datum
+mwinv_reset(PG_FUNCTION_ARGS)
+{
+	require_preloaded();
+	if (!superuser())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("only superusers may reset mwinv")));
+	mwinv_ring_reset();
+	PG_RETURN_VOID();
+}

@@ -1,0 +1,503 @@
+/*
+ * mwinv_hooks.c - planner, executor and utility hooks: one record per statement execution.
+ *
+ * Every hook calls the previous one (pg_stat_statements, pg_stat_kcache, auto_explain, ... in
+ * any shared_preload_libraries order).  An execution in progress is an MwinvActive, found by
+ * its QueryDesc (portals may interleave: cursors, extended protocol); errors end it in the
+ * PG_CATCH of the hook that saw them, and transaction/subtransaction abort and process exit end
+ * whatever is left, so no record leaks and no nesting level stays stale.
+ */
+#include "mwinv.h"
+
+#include "access/parallel.h"
+#include "access/xact.h"
+#include "executor/executor.h"
+#include "miscadmin.h"
+#include "nodes/parsenodes.h"
+#include "optimizer/planner.h"
+#include "storage/ipc.h"
+#include "storage/proc.h"
+#include "tcop/utility.h"
+#include "utils/queryjumble.h"
+
+#include "mwinv_probes.h"
+
+typedef struct MwinvActive
+{
+	struct MwinvActive *next;
+	QueryDesc  *query_desc;		/* NULL for a utility statement */
+	int			xact_level;		/* transaction nesting level at start */
+	bool		in_utility;		/* its ProcessUtility is on the stack (ROLLBACK, CALL) */
+	MwinvResources res_start;
+	MwinvRecord rec;
+} MwinvActive;
+
+static MwinvActive *active_list = NULL;
+static MwinvActive *free_list = NULL;
+
+/* depth of ExecutorRun/ExecutorFinish/ProcessUtility/planner calls, as in pg_stat_statements */
+static int	nesting_level = 0;
+
+/* the innermost statement running now (parent of new ones; parallel workers read it) */
+static int64 current_statement_id = 0;
+
+/* planning that just happened, claimed by the ExecutorStart of the same query */
+static struct
+{
+	int64		query_id;
+	int			level;
+	int64		start_ns;
+	int64		plan_ns;
+} pending_plan;
+
+/* query ids whose text this backend has already stored (cleared when texts are reset) */
+#define TEXT_CACHE_SIZE 256
+static int64 text_cache[TEXT_CACHE_SIZE];
+static uint64 text_cache_generation = 0;
+
+static int	exit_callback_pid = 0;
+
+static planner_hook_type prev_planner_hook = NULL;
+static ExecutorStart_hook_type prev_ExecutorStart = NULL;
+static ExecutorRun_hook_type prev_ExecutorRun = NULL;
+static ExecutorFinish_hook_type prev_ExecutorFinish = NULL;
+static ExecutorEnd_hook_type prev_ExecutorEnd = NULL;
+static ProcessUtility_hook_type prev_ProcessUtility = NULL;
+
+#define tracked_at(level) \
+	(mwinv_track == MWINV_TRACK_ALL || (mwinv_track == MWINV_TRACK_TOP && (level) == 0))
+
+static void end_statement(MwinvActive *a, bool errored, int64 rows);
+
+static void
+set_current_statement(int64 id)
+{
+	current_statement_id = id;
+	if (MyProc != NULL)
+	{
+		pg_atomic_uint64 *slot = mwinv_current_statement_of(MyProc->pgprocno);
+
+		if (slot)
+			pg_atomic_write_u64(slot, (uint64) id);
+	}
+}
+
+/* End every open execution started at or below transaction level min_xact_level. */
+static void
+end_open_statements(int min_xact_level)
+{
+	MwinvActive *a = active_list;
+
+	while (a != NULL)
+	{
+		MwinvActive *next = a->next;
+
+		/* a running utility (ROLLBACK, ROLLBACK TO, CALL) is ended by its own hook */
+		if (a->xact_level >= min_xact_level && !a->in_utility)
+			end_statement(a, true, a->rec.rows);
+		a = next;
+	}
+}
+
+static void
+mwinv_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+	{
+		end_open_statements(0);
+		nesting_level = 0;
+		set_current_statement(0);
+		pending_plan.query_id = 0;
+	}
+}
+
+static void
+mwinv_subxact_callback(SubXactEvent event, SubTransactionId mySubid, SubTransactionId parentSubid,
+					   void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		end_open_statements(GetCurrentTransactionNestLevel());
+}
+
+static void
+mwinv_before_shmem_exit(int code, Datum arg)
+{
+	/* FATAL or backend exit in the middle of a statement: still emit its record */
+	end_open_statements(0);
+}
+
+static void
+remember_text(int64 query_id, const char *source, int location, int len)
+{
+	uint64		generation = pg_atomic_read_u64(&mwinv_shared->text_generation);
+	int			slot = (int) (((uint64) query_id * UINT64CONST(0x9E3779B97F4A7C15)) >> 56);
+	const char *text;
+
+	if (generation != text_cache_generation)
+	{
+		memset(text_cache, 0, sizeof(text_cache));
+		text_cache_generation = generation;
+	}
+	if (text_cache[slot] == query_id || source == NULL)
+		return;
+	text = CleanQuerytext(source, &location, &len);
+	mwinv_store_text(query_id, text, len);
+	text_cache[slot] = query_id;
+}
+
+/*
+ * Open a record.  measure: take rusage and /proc/self/io deltas (only for statements expensive
+ * enough that two syscalls do not matter, see mwinv.resource_min_cost).
+ */
+static MwinvActive *
+begin_statement(QueryDesc *query_desc, int64 query_id, const char *source, int location, int len,
+				bool measure, bool utility)
+{
+	MwinvActive *a;
+	MwinvRecord *rec;
+
+	if (exit_callback_pid != MyProcPid)
+	{
+		before_shmem_exit(mwinv_before_shmem_exit, 0);
+		exit_callback_pid = MyProcPid;
+	}
+	if (free_list != NULL)
+	{
+		a = free_list;
+		free_list = a->next;
+	}
+	else
+		a = MemoryContextAlloc(TopMemoryContext, sizeof(MwinvActive));
+
+	rec = &a->rec;
+	rec->statement_id = mwinv_next_statement_id();
+	rec->query_id = query_id;
+	rec->pid = MyProcPid;
+	rec->dbid = MyDatabaseId;
+	rec->userid = GetUserId();
+	rec->nesting_level = nesting_level;
+	rec->errored = false;
+	rec->utility = utility;
+	rec->rows = 0;
+	if (IsParallelWorker() && MyProc->lockGroupLeader != NULL)
+	{
+		PGPROC	   *leader = MyProc->lockGroupLeader;
+		pg_atomic_uint64 *slot = mwinv_current_statement_of(leader->pgprocno);
+
+		rec->leader_pid = leader->pid;
+		rec->parent_statement_id = slot ? (int64) pg_atomic_read_u64(slot) : 0;
+	}
+	else
+	{
+		rec->leader_pid = 0;
+		rec->parent_statement_id = current_statement_id;
+	}
+
+	rec->start_ns = mwinv_monotonic_ns();
+	rec->plan_ns = -1;
+	if (pending_plan.query_id != 0 && pending_plan.query_id == query_id && pending_plan.level == nesting_level)
+	{
+		/* planned just before: the execution starts where its planning started */
+		rec->plan_ns = pending_plan.plan_ns;
+		rec->start_ns = pending_plan.start_ns;
+	}
+	pending_plan.query_id = 0;
+	rec->start_wall_ns = mwinv_wall_ns_from_monotonic(rec->start_ns);
+
+	rec->has_resources = measure;
+	if (measure)
+		mwinv_resources_read(&a->res_start);
+	if (query_id != 0)
+		remember_text(query_id, source, location, len);
+
+	a->query_desc = query_desc;
+	a->in_utility = utility;
+	a->xact_level = GetCurrentTransactionNestLevel();
+	a->next = active_list;
+	active_list = a;
+
+	if (MWINV_STATEMENT_START_ENABLED())
+		MWINV_STATEMENT_START(rec->statement_id, rec->query_id);
+	return a;
+}
+
+static void
+end_statement(MwinvActive *a, bool errored, int64 rows)
+{
+	MwinvRecord *rec = &a->rec;
+	MwinvActive **link;
+
+	rec->end_ns = mwinv_monotonic_ns();
+	rec->errored = errored;
+	rec->rows = rows;
+	if (rec->has_resources)
+	{
+		mwinv_resources_read(&rec->res);
+		mwinv_resources_delta(&rec->res, &a->res_start);
+	}
+	if (MWINV_STATEMENT_DONE_ENABLED())
+		MWINV_STATEMENT_DONE(rec->statement_id, rec->query_id);
+	mwinv_ring_put(rec);
+
+	for (link = &active_list; *link != NULL; link = &(*link)->next)
+	{
+		if (*link == a)
+		{
+			*link = a->next;
+			break;
+		}
+	}
+	a->next = free_list;
+	free_list = a;
+}
+
+static MwinvActive *
+find_active(QueryDesc *query_desc)
+{
+	for (MwinvActive *a = active_list; a != NULL; a = a->next)
+		if (a->query_desc == query_desc)
+			return a;
+	return NULL;
+}
+
+static PlannedStmt *
+mwinv_planner(Query *parse, const char *query_string, int cursorOptions, ParamListInfo boundParams)
+{
+	PlannedStmt *result;
+	int64		start_ns;
+
+	if (!mwinv_track_planning || !tracked_at(nesting_level) || IsParallelWorker())
+	{
+		if (prev_planner_hook)
+			return prev_planner_hook(parse, query_string, cursorOptions, boundParams);
+		return standard_planner(parse, query_string, cursorOptions, boundParams);
+	}
+
+	start_ns = mwinv_monotonic_ns();
+	nesting_level++;
+	PG_TRY();
+	{
+		if (prev_planner_hook)
+			result = prev_planner_hook(parse, query_string, cursorOptions, boundParams);
+		else
+			result = standard_planner(parse, query_string, cursorOptions, boundParams);
+	}
+	PG_CATCH();
+	{
+		/* an error while planning (e.g. 1/0 folded as a constant) still makes a record */
+		nesting_level--;
+		pending_plan.query_id = parse->queryId;
+		pending_plan.level = nesting_level;
+		pending_plan.start_ns = start_ns;
+		pending_plan.plan_ns = mwinv_monotonic_ns() - start_ns;
+		end_statement(begin_statement(NULL, (int64) parse->queryId, query_string, parse->stmt_location,
+									  parse->stmt_len, false, false), true, 0);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	nesting_level--;
+	pending_plan.query_id = parse->queryId;
+	pending_plan.level = nesting_level;
+	pending_plan.start_ns = start_ns;
+	pending_plan.plan_ns = mwinv_monotonic_ns() - start_ns;
+	return result;
+}
+
+static void
+mwinv_ExecutorStart(QueryDesc *queryDesc, int eflags)
+{
+	bool		track;
+
+	if (IsParallelWorker())
+	{
+		/* follow the leader: a worker records when its leader's statement is recorded */
+		PGPROC	   *leader = MyProc->lockGroupLeader;
+		pg_atomic_uint64 *slot = leader ? mwinv_current_statement_of(leader->pgprocno) : NULL;
+
+		track = mwinv_track != MWINV_TRACK_NONE && slot != NULL && pg_atomic_read_u64(slot) != 0;
+	}
+	else
+		track = tracked_at(nesting_level);
+
+	if (track)
+	{
+		PlannedStmt *ps = queryDesc->plannedstmt;
+		bool		measure = mwinv_resource_min_cost >= 0 &&
+			(IsParallelWorker() || ps->planTree->total_cost >= mwinv_resource_min_cost);
+
+		/* errors in ExecutorStart end the record in the (sub)transaction abort callback */
+		begin_statement(queryDesc, (int64) ps->queryId, queryDesc->sourceText, ps->stmt_location,
+						ps->stmt_len, measure, false);
+	}
+
+	if (prev_ExecutorStart)
+		prev_ExecutorStart(queryDesc, eflags);
+	else
+		standard_ExecutorStart(queryDesc, eflags);
+}
+
+static void
+mwinv_ExecutorRun(QueryDesc *queryDesc, ScanDirection direction, uint64 count, bool execute_once)
+{
+	int64		outer_statement = current_statement_id;
+	MwinvActive *a = active_list ? find_active(queryDesc) : NULL;
+
+	if (a)
+		set_current_statement(a->rec.statement_id);
+	nesting_level++;
+	PG_TRY();
+	{
+		if (prev_ExecutorRun)
+			prev_ExecutorRun(queryDesc, direction, count, execute_once);
+		else
+			standard_ExecutorRun(queryDesc, direction, count, execute_once);
+	}
+	PG_CATCH();
+	{
+		nesting_level--;
+		if (a)
+		{
+			set_current_statement(outer_statement);
+			end_statement(a, true, queryDesc->estate ? (int64) queryDesc->estate->es_processed : 0);
+		}
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	nesting_level--;
+	if (a)
+		set_current_statement(outer_statement);
+}
+
+static void
+mwinv_ExecutorFinish(QueryDesc *queryDesc)
+{
+	int64		outer_statement = current_statement_id;
+	MwinvActive *a = active_list ? find_active(queryDesc) : NULL;
+
+	if (a)
+		set_current_statement(a->rec.statement_id);
+	nesting_level++;
+	PG_TRY();
+	{
+		if (prev_ExecutorFinish)
+			prev_ExecutorFinish(queryDesc);
+		else
+			standard_ExecutorFinish(queryDesc);
+	}
+	PG_CATCH();
+	{
+		nesting_level--;
+		if (a)
+		{
+			set_current_statement(outer_statement);
+			end_statement(a, true, queryDesc->estate ? (int64) queryDesc->estate->es_processed : 0);
+		}
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	nesting_level--;
+	if (a)
+		set_current_statement(outer_statement);
+}
+
+static void
+mwinv_ExecutorEnd(QueryDesc *queryDesc)
+{
+	MwinvActive *a = active_list ? find_active(queryDesc) : NULL;
+	int64		rows = queryDesc->estate ? (int64) queryDesc->estate->es_processed : 0;
+
+	if (prev_ExecutorEnd)
+		prev_ExecutorEnd(queryDesc);
+	else
+		standard_ExecutorEnd(queryDesc);
+	if (a)
+		end_statement(a, false, rows);
+}
+
+/* Utility statements whose cost is always tiny: no resource syscalls for them. */
+static bool
+utility_is_cheap(Node *parsetree)
+{
+	return IsA(parsetree, TransactionStmt) || IsA(parsetree, VariableSetStmt) ||
+		IsA(parsetree, VariableShowStmt) || IsA(parsetree, DeallocateStmt) ||
+		IsA(parsetree, DiscardStmt);
+}
+
+static void
+mwinv_ProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
+					 ProcessUtilityContext context, ParamListInfo params, QueryEnvironment *queryEnv,
+					 DestReceiver *dest, QueryCompletion *qc)
+{
+	Node	   *parsetree = pstmt->utilityStmt;
+	MwinvActive *a = NULL;
+	int64		outer_statement = current_statement_id;
+
+	/*
+	 * EXECUTE runs its plan as this level's statement (recorded by the executor hooks), as
+	 * pg_stat_statements does; PREPARE and DEALLOCATE run nothing.
+	 */
+	if (IsA(parsetree, ExecuteStmt) || IsA(parsetree, PrepareStmt) || IsA(parsetree, DeallocateStmt))
+	{
+		if (prev_ProcessUtility)
+			prev_ProcessUtility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
+		else
+			standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
+		return;
+	}
+
+	if (mwinv_track_utility && tracked_at(nesting_level) && !IsParallelWorker())
+	{
+		bool		measure = mwinv_resource_min_cost >= 0 && !utility_is_cheap(parsetree);
+
+		a = begin_statement(NULL, (int64) pstmt->queryId, queryString, pstmt->stmt_location,
+							pstmt->stmt_len, measure, true);
+		set_current_statement(a->rec.statement_id);
+	}
+
+	nesting_level++;
+	PG_TRY();
+	{
+		if (prev_ProcessUtility)
+			prev_ProcessUtility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
+		else
+			standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
+	}
+	PG_CATCH();
+	{
+		nesting_level--;
+		if (a)
+		{
+			set_current_statement(outer_statement);
+			a->in_utility = false;
+			end_statement(a, true, 0);
+		}
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	nesting_level--;
+	if (a)
+	{
+		set_current_statement(outer_statement);
+		a->in_utility = false;
+		end_statement(a, false, qc ? (int64) qc->nprocessed : 0);
+	}
+}
+
+void
+mwinv_install_hooks(void)
+{
+	prev_planner_hook = planner_hook;
+	planner_hook = mwinv_planner;
+	prev_ExecutorStart = ExecutorStart_hook;
+	ExecutorStart_hook = mwinv_ExecutorStart;
+	prev_ExecutorRun = ExecutorRun_hook;
+	ExecutorRun_hook = mwinv_ExecutorRun;
+	prev_ExecutorFinish = ExecutorFinish_hook;
+	ExecutorFinish_hook = mwinv_ExecutorFinish;
+	prev_ExecutorEnd = ExecutorEnd_hook;
+	ExecutorEnd_hook = mwinv_ExecutorEnd;
+	prev_ProcessUtility = ProcessUtility_hook;
+	ProcessUtility_hook = mwinv_ProcessUtility;
+	RegisterXactCallback(mwinv_xact_callback, NULL);
+	RegisterSubXactCallback(mwinv_subxact_callback, NULL);
+}

@@ -1,0 +1,278 @@
+/*
+ * mwinv_ring.c - shared memory: the record ring, the query text table, statement ids.
+ *
+ * The ring is a bounded multi-producer queue (D. Vyukov's design): every slot carries a
+ * sequence number; a writer claims a position with one compare-and-swap on the head, copies
+ * its record and publishes it by storing position+1 into the slot.  Writers never wait: when the
+ * slot at the head still holds an unread record the ring is full and the record is dropped and
+ * counted.  Only readers take a lock (reader_lock), to serialize among themselves.
+ */
+#include "mwinv.h"
+
+#include "access/twophase.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "utils/hsearch.h"
+#include "utils/timestamp.h"
+
+#include <time.h>
+
+MwinvShared *mwinv_shared = NULL;
+HTAB	   *mwinv_texts = NULL;
+
+/* per-PGPROC "current statement" entries padded to a cache line: no false sharing */
+typedef union MwinvPaddedId
+{
+	pg_atomic_uint64 id;
+	char		pad[PG_CACHE_LINE_SIZE];
+} MwinvPaddedId;
+
+#define STATEMENT_ID_BLOCK 1024
+
+static int
+mwinv_nprocs(void)
+{
+	return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
+}
+
+static Size
+text_entry_size(void)
+{
+	return MAXALIGN(offsetof(MwinvTextEntry, text) + mwinv_max_text_length + 1);
+}
+
+Size
+mwinv_shmem_size(void)
+{
+	Size		size = MAXALIGN(sizeof(MwinvShared));
+
+	size = add_size(size, mul_size(mwinv_nprocs(), sizeof(MwinvPaddedId)));
+	size = add_size(size, PG_CACHE_LINE_SIZE);
+	size = add_size(size, mul_size(mwinv_buffer_size, sizeof(MwinvSlot)));
+	size = add_size(size, hash_estimate_size(mwinv_max_texts, text_entry_size()));
+	return size;
+}
+
+void
+mwinv_shmem_request(void)
+{
+	RequestAddinShmemSpace(mwinv_shmem_size());
+	RequestNamedLWLockTranche("mwinv", 2);
+}
+
+void
+mwinv_shmem_startup(void)
+{
+	bool		found;
+	HASHCTL		info;
+	Size		size;
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	size = MAXALIGN(sizeof(MwinvShared)) + mwinv_nprocs() * sizeof(MwinvPaddedId) + PG_CACHE_LINE_SIZE +
+		(Size) mwinv_buffer_size * sizeof(MwinvSlot);
+	mwinv_shared = ShmemInitStruct("mwinv", size, &found);
+	if (!found)
+	{
+		LWLockPadded *locks = GetNamedLWLockTranche("mwinv");
+		char	   *p = (char *) mwinv_shared + MAXALIGN(sizeof(MwinvShared));
+		struct timespec ts;
+
+		mwinv_shared->reader_lock = &locks[0].lock;
+		mwinv_shared->text_lock = &locks[1].lock;
+		pg_atomic_init_u64(&mwinv_shared->head, 0);
+		pg_atomic_init_u64(&mwinv_shared->tail, 0);
+		pg_atomic_init_u64(&mwinv_shared->dropped, 0);
+		pg_atomic_init_u64(&mwinv_shared->texts_dropped, 0);
+		pg_atomic_init_u64(&mwinv_shared->text_generation, 1);
+		/* ids start at wall-clock microseconds * 1024: unique across server restarts too */
+		clock_gettime(CLOCK_REALTIME, &ts);
+		pg_atomic_init_u64(&mwinv_shared->next_statement_id,
+						   ((uint64) ts.tv_sec * 1000000 + ts.tv_nsec / 1000) << 10);
+		mwinv_shared->stats_reset = GetCurrentTimestamp();
+		mwinv_shared->nprocs = mwinv_nprocs();
+		p = (char *) TYPEALIGN(PG_CACHE_LINE_SIZE, p);
+		mwinv_shared->current_statement = (pg_atomic_uint64 *) p;
+		for (int i = 0; i < mwinv_shared->nprocs; i++)
+			pg_atomic_init_u64(&((MwinvPaddedId *) p)[i].id, 0);
+		p += mwinv_shared->nprocs * sizeof(MwinvPaddedId);
+		mwinv_shared->slots = (MwinvSlot *) p;
+		mwinv_shared->nslots = mwinv_buffer_size;
+		for (uint32 i = 0; i < mwinv_shared->nslots; i++)
+			pg_atomic_init_u64(&mwinv_shared->slots[i].seq, i);
+	}
+
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(int64);
+	info.entrysize = text_entry_size();
+	mwinv_texts = ShmemInitHash("mwinv texts", mwinv_max_texts, mwinv_max_texts, &info,
+								HASH_ELEM | HASH_BLOBS);
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* The "current statement" entry of a PGPROC (parallel workers read their leader's). */
+pg_atomic_uint64 *
+mwinv_current_statement_of(int pgprocno)
+{
+	if (mwinv_shared == NULL || pgprocno < 0 || pgprocno >= mwinv_shared->nprocs)
+		return NULL;
+	return &((MwinvPaddedId *) mwinv_shared->current_statement)[pgprocno].id;
+}
+
+bool
+mwinv_ring_put(const MwinvRecord *rec)
+{
+	MwinvShared *sh = mwinv_shared;
+	uint64		pos = pg_atomic_read_u64(&sh->head);
+
+	for (;;)
+	{
+		MwinvSlot  *slot = &sh->slots[pos % sh->nslots];
+		int64		diff = (int64) (pg_atomic_read_u64(&slot->seq) - pos);
+
+		if (diff == 0)
+		{
+			/* the slot is free for this lap: claim the position */
+			if (pg_atomic_compare_exchange_u64(&sh->head, &pos, pos + 1))
+			{
+				memcpy(&slot->rec, rec, sizeof(MwinvRecord));
+				pg_write_barrier();
+				pg_atomic_write_u64(&slot->seq, pos + 1);
+				return true;
+			}
+			/* lost the race: pos now holds the current head, retry */
+		}
+		else if (diff < 0)
+		{
+			/* the reader has not taken this slot's previous record yet: full */
+			pg_atomic_fetch_add_u64(&sh->dropped, 1);
+			return false;
+		}
+		else
+			pos = pg_atomic_read_u64(&sh->head);
+	}
+}
+
+/*
+ * Take up to max records out of the ring (caller holds reader_lock exclusively).  Records
+ * still being written stop the read; they come with the next call.
+ */
+int
+mwinv_ring_take(MwinvRecord *out, int max)
+{
+	MwinvShared *sh = mwinv_shared;
+	uint64		pos = pg_atomic_read_u64(&sh->tail);
+	int			n = 0;
+
+	while (n < max)
+	{
+		MwinvSlot  *slot = &sh->slots[pos % sh->nslots];
+
+		if (pg_atomic_read_u64(&slot->seq) != pos + 1)
+			break;
+		pg_read_barrier();
+		if (out)
+			memcpy(&out[n], &slot->rec, sizeof(MwinvRecord));
+		pg_memory_barrier();
+		/* free the slot for the writer of the next lap */
+		pg_atomic_write_u64(&slot->seq, pos + sh->nslots);
+		pos++;
+		n++;
+	}
+	pg_atomic_write_u64(&sh->tail, pos);
+	return n;
+}
+
+/* Store the text of a query id once; called only when this backend has not seen the id yet. */
+void
+mwinv_store_text(int64 query_id, const char *text, int len)
+{
+	MwinvTextEntry *entry;
+	bool		found;
+
+	LWLockAcquire(mwinv_shared->text_lock, LW_SHARED);
+	found = hash_search(mwinv_texts, &query_id, HASH_FIND, NULL) != NULL;
+	LWLockRelease(mwinv_shared->text_lock);
+	if (found)
+		return;
+
+	LWLockAcquire(mwinv_shared->text_lock, LW_EXCLUSIVE);
+	entry = hash_search(mwinv_texts, &query_id, HASH_ENTER_NULL, &found);
+	if (entry == NULL)
+		pg_atomic_fetch_add_u64(&mwinv_shared->texts_dropped, 1);
+	else if (!found)
+	{
+		len = Min(len, mwinv_max_text_length);
+		/* never cut a multibyte character in half */
+		len = pg_mbcliplen(text, len, len);
+		entry->userid = GetUserId();
+		entry->dbid = MyDatabaseId;
+		entry->len = len;
+		memcpy(entry->text, text, len);
+		entry->text[len] = '\0';
+	}
+	LWLockRelease(mwinv_shared->text_lock);
+}
+
+/* A statement id unique on this node: blocks of ids from one shared counter. */
+int64
+mwinv_next_statement_id(void)
+{
+	static uint64 next_id,
+				end_id;
+	static int	owner_pid;
+
+	if (owner_pid != MyProcPid || next_id == end_id)
+	{
+		next_id = pg_atomic_fetch_add_u64(&mwinv_shared->next_statement_id, STATEMENT_ID_BLOCK);
+		end_id = next_id + STATEMENT_ID_BLOCK;
+		owner_pid = MyProcPid;
+	}
+	return (int64) next_id++;
+}
+
+/* Discard all records and texts, zero the counters (mwinv_reset()). */
+void
+mwinv_ring_reset(void)
+{
+	HASH_SEQ_STATUS status;
+	MwinvTextEntry *entry;
+
+	LWLockAcquire(mwinv_shared->reader_lock, LW_EXCLUSIVE);
+	while (mwinv_ring_take(NULL, INT_MAX) > 0)
+		;
+	pg_atomic_write_u64(&mwinv_shared->dropped, 0);
+	pg_atomic_write_u64(&mwinv_shared->texts_dropped, 0);
+	mwinv_shared->stats_reset = GetCurrentTimestamp();
+	LWLockRelease(mwinv_shared->reader_lock);
+
+	LWLockAcquire(mwinv_shared->text_lock, LW_EXCLUSIVE);
+	hash_seq_init(&status, mwinv_texts);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		hash_search(mwinv_texts, &entry->query_id, HASH_REMOVE, NULL);
+	pg_atomic_fetch_add_u64(&mwinv_shared->text_generation, 1);
+	LWLockRelease(mwinv_shared->text_lock);
+}
+
+/* Copy up to max unread records without taking them (caller holds reader_lock). */
+int
+mwinv_ring_peek(MwinvRecord *out, int max)
+{
+	MwinvShared *sh = mwinv_shared;
+	uint64		pos = pg_atomic_read_u64(&sh->tail);
+	int			n = 0;
+
+	while (n < max)
+	{
+		MwinvSlot  *slot = &sh->slots[pos % sh->nslots];
+
+		if (pg_atomic_read_u64(&slot->seq) != pos + 1)
+			break;
+		pg_read_barrier();
+		memcpy(&out[n++], &slot->rec, sizeof(MwinvRecord));
+		pos++;
+	}
+	return n;
+}

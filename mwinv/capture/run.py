@@ -1,0 +1,246 @@
+"""One capture on one node: kernel recording + sampler + the PostgreSQL extension's statements,
+all into one capture directory with its manifest.
+
+    with KernelCapture("out/run1", postmaster_pid=server.postmaster_pid(), conninfo=...) as cap:
+        run_workload()
+    # cap.summary: what was recorded, parsed and skipped
+
+or `record_capture(...)`, which also waits for --duration, Ctrl-C or a command to exit."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+import mwinv
+from mwinv.capture.tables import Capture, node_name
+from mwinv.errors import MwinvError
+from mwinv.kernel_trace.parse import parse_trace
+from mwinv.kernel_trace.perf import perf_to_capture
+from mwinv.kernel_trace.recorder import KernelRecorder, RecorderConfig, default_events, descendants
+from mwinv.kernel_trace.sampler import Sampler, block_sequentiality
+from mwinv.kernel_trace.tracefs import pid_alive, tracefs_root
+
+
+def postmaster_of(data_dir: str | os.PathLike | None = None, conninfo: str | None = None) -> int:
+    """The postmaster pid of a data directory (postmaster.pid) or of a server we can connect to."""
+    if data_dir:
+        pidfile = Path(data_dir) / "postmaster.pid"
+        try:
+            return int(pidfile.read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            raise MwinvError(f"{pidfile}: no running server (cannot read the postmaster pid)") from None
+    if conninfo:
+        import psycopg
+
+        try:
+            with psycopg.connect(conninfo, autocommit=True) as conn:
+                backend = conn.execute("select pg_backend_pid()").fetchone()[0]
+                data = conn.execute("show data_directory").fetchone()[0]
+        except psycopg.Error as exc:
+            raise MwinvError(f"cannot connect ({conninfo}): {str(exc).strip().splitlines()[0]}") from None
+        try:
+            return postmaster_of(data_dir=data)
+        except MwinvError:   # data directory not readable here: the backend's parent is the postmaster
+            stat = Path(f"/proc/{backend}/stat").read_text()
+            return int(stat.rsplit(")", 1)[1].split()[1])
+    raise MwinvError("give the postmaster pid, a data directory or a conninfo")
+
+
+def _software_versions(postmaster_pid: int | None) -> dict:
+    out = {"mwinv": getattr(mwinv, "__version__", "0.1.0"), "kernel": platform.release(),
+           "python": platform.python_version()}
+    if postmaster_pid:
+        try:
+            exe = os.readlink(f"/proc/{postmaster_pid}/exe")
+            out["dbms"] = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    if shutil.which("perf"):
+        out["perf"] = subprocess.run(["perf", "--version"], capture_output=True, text=True).stdout.strip()
+    return out
+
+
+def _statement_drainer(conninfo: str | None, capture: Capture, node: str):
+    """The extension's drainer when both the helper module and the extension are there, else None."""
+    if not conninfo:
+        return None, "no conninfo"
+    try:
+        mod = importlib.import_module("mwinv.dbplugins.postgresql")
+    except ImportError:
+        return None, "mwinv.dbplugins.postgresql not installed"
+    import psycopg
+
+    try:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            if not mod.extension_available(conn):
+                return None, "extension mwinv not available in the server"
+    except psycopg.Error as exc:
+        return None, f"cannot connect: {str(exc).strip().splitlines()[0]}"
+    return mod.StatementDrainer(conninfo, capture, node=node, interval_s=0.5), None
+
+
+class KernelCapture:
+    """Kernel trace + samples (+ statements) of one DBMS on this node, into `capture_dir`.
+
+    trace: True (fail when tracing is impossible), False, or "auto" (skip it, stating why)."""
+
+    def __init__(self, capture_dir: str | os.PathLike, postmaster_pid: int | None = None,
+                 conninfo: str | None = None, pids: list[int] | None = None, node: str | None = None,
+                 stacks: bool = False, sample_interval_s: float = 1.0, events: list[str] | None = None,
+                 trace: bool | str = True, sample: bool = True, statements: bool = True,
+                 page_faults: bool = False, progress: Callable[[str], None] | None = None):
+        if postmaster_pid is None and not pids:
+            postmaster_pid = postmaster_of(conninfo=conninfo)
+        if postmaster_pid is not None and not pid_alive(postmaster_pid):
+            raise MwinvError(f"pid {postmaster_pid}: no such process")
+        self.capture = Capture(capture_dir)
+        self.node = node or node_name()
+        self.postmaster_pid = postmaster_pid
+        self.pids = pids or [postmaster_pid]
+        self.conninfo = conninfo
+        self.stacks, self.trace, self.sample, self.statements = stacks, trace, sample, statements
+        self.sample_interval_s = sample_interval_s
+        self.events = events or default_events(page_faults)
+        self.progress = progress or (lambda s: None)
+        self.recorder: KernelRecorder | None = None
+        self.sampler: Sampler | None = None
+        self.drainer = None
+        self.summary: dict = {"skipped": {}}
+        self._started = False
+
+    def _pids_now(self) -> list[int]:
+        if self.postmaster_pid:
+            return descendants(self.postmaster_pid)
+        return [p for p in self.pids if pid_alive(p)]
+
+    def start(self) -> "KernelCapture":
+        skipped = self.summary["skipped"]
+        self.capture.create(capture_kind="node", clock_source="mono")
+        node_info = {"clock": "mono", "kernel": " ".join(os.uname()[:3]), "postmaster_pid": self.postmaster_pid,
+                     "software": _software_versions(self.postmaster_pid), "start_ns": time.monotonic_ns()}
+        self.capture.update_manifest(nodes={self.node: node_info})
+        self._started = True
+        try:
+            if self.trace:
+                try:
+                    if self.trace == "auto":
+                        tracefs_root()
+                    self.recorder = KernelRecorder(self.capture.path / "kernel" / self.node, self._pids_now(),
+                                                   RecorderConfig(events=self.events, stacks=self.stacks),
+                                                   follow_pid=self.postmaster_pid).start()
+                    self.progress(f"tracing {len(self.recorder.procs)} pids in {self.recorder.instance.name}")
+                except MwinvError as exc:
+                    if self.trace != "auto":
+                        raise
+                    self.recorder = None
+                    skipped["kernel_trace"] = str(exc)
+            if self.sample:
+                self.sampler = Sampler(self.capture, self.node, self._pids_now, self.sample_interval_s).start()
+            if self.statements:
+                self.drainer, why = _statement_drainer(self.conninfo, self.capture, self.node)
+                if self.drainer:
+                    self.drainer.start()
+                else:
+                    skipped["statements"] = why
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> dict:
+        """Stop everything (state restored first), then parse the trace into the tables."""
+        if not self._started:
+            return self.summary
+        self._started = False
+        errors = []
+        for what, part in (("statements", self.drainer), ("sampler", self.sampler), ("kernel", self.recorder)):
+            if part is None:
+                continue
+            try:
+                result = part.stop()
+                if what == "sampler":
+                    self.summary["sampler"] = {"samples": result.samples, "cpu_s": round(result.cpu_s, 3),
+                                               "cpu_share": round(result.cpu_share, 5)}
+                elif what == "kernel":
+                    self.summary["recorder"] = result
+            except Exception as exc:
+                errors.append(f"{what}: {exc}")
+        if self.recorder is not None and "recorder" in self.summary:
+            self._parse()
+        self.summary["errors"] = errors
+        rec = self.summary.get("recorder", {})
+        self.capture.update_manifest(nodes={self.node: {
+            "end_ns": time.monotonic_ns(), "tracer": rec.get("tracer", "none"), "events": rec.get("events", []),
+            "stacks": self.stacks, "perf_samples": self.summary.get("perf_samples", 0),
+            "pids": rec.get("pids", self._pids_now() if self.postmaster_pid and pid_alive(self.postmaster_pid) else []),
+            "skipped": {**self.summary["skipped"], **rec.get("skipped", {})},
+            "sample_interval_s": self.sample_interval_s if self.sample else None,
+            "seq_source": "block_events" if self.recorder else "diskstats_merges"}})
+        if errors:
+            raise MwinvError("; ".join(errors))
+        return self.summary
+
+    def _parse(self) -> None:
+        kdir = self.capture.path / "kernel" / self.node
+        self.progress("parsing the kernel trace")
+        res = parse_trace(kdir / "trace.dat", self.capture, self.node, procs_file=kdir / "procs.json")
+        self.summary["parse"] = res.__dict__
+        if res.fault:
+            self.summary["skipped"]["trace_tail"] = res.fault
+        seq = block_sequentiality(self.capture.read("kernel_event"), self.node,
+                                  int(self.sample_interval_s * 1e9))
+        if seq.num_rows:
+            self.capture.write_part("node_sample", seq, node=self.node)
+        if (kdir / "perf.data").exists():
+            procs = self.capture.read("process").to_pylist()
+            pids = {p["pid"] for p in procs if p["node"] == self.node}
+            self.summary["perf_samples"] = perf_to_capture(kdir / "perf.data", self.capture, self.node, pids)
+
+    def __enter__(self) -> "KernelCapture":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def record_capture(capture_dir: str | os.PathLike, postmaster_pid: int | None = None, conninfo: str | None = None,
+                   duration_s: float | None = None, command: list[str] | None = None, stacks: bool = False,
+                   sample_interval_s: float = 1.0, **kw) -> dict:
+    """Capture until `duration_s` passed, `command` exited, or Ctrl-C/SIGTERM; returns the summary.
+    The command's exit status is in summary['command_rc']."""
+    cap = KernelCapture(capture_dir, postmaster_pid=postmaster_pid, conninfo=conninfo, stacks=stacks,
+                        sample_interval_s=sample_interval_s, **kw)
+    proc = None
+    cap.start()
+    try:
+        if command:
+            try:
+                proc = subprocess.Popen(command)
+            except OSError as exc:
+                raise MwinvError(f"{command[0]}: cannot run: {exc.strerror}") from None
+            try:
+                proc.wait(timeout=duration_s)
+            except subprocess.TimeoutExpired:
+                pass
+        elif duration_s is not None:
+            time.sleep(duration_s)
+        else:
+            while True:
+                time.sleep(3600)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        summary = cap.stop()
+    summary["command_rc"] = proc.returncode if proc is not None else None
+    return summary

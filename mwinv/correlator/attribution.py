@@ -1,0 +1,320 @@
+"""Attribution of every statement's wall time to resources (docs/attribution.md has the method).
+
+One pass per node: all state-changing points of each DBMS pid — scheduler switches and wakeups,
+syscall entries and exits, block requests issued and completed, PostgreSQL lock-wait probes and the
+statement boundaries themselves — go into one stream ordered by (pid, time). Window functions carry
+the state forward, so each stretch between two points has a known CPU state, syscall, lock state,
+I/O in flight and statement. Summing the stretches per statement and component is linear in the
+number of events; no interval join of statements against events is needed."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS
+from mwinv.correlator.load import CaptureDB
+
+# x86_64 syscall numbers. Network: the client/remote socket calls; PostgreSQL reads its client socket
+# with recv() and libpq waits with poll(). epoll_wait is PostgreSQL's latch wait (pg_sleep, parallel
+# leader waiting, heavyweight lock waits) and stays "other" unless a lock probe says otherwise.
+NETWORK_SYSCALLS = (7, 23, 42, 43, 44, 45, 46, 47, 271, 288)
+# futex (POSIX semaphores: LWLock waits) and SysV semop.
+LOCK_SYSCALLS = (202, 65, 220)
+FILE_IO_SYSCALLS = (0, 1, 17, 18, 19, 20, 74, 75, 295, 296, 187)
+NET_RX_SYSCALLS = (45, 47)
+NET_TX_SYSCALLS = (44, 46)
+
+# Recorded as pg_lock_wait_start_<n> etc., one uprobe per probe site.
+LOCK_START_EVENT_RE = "^pg_(lw)?lock_wait_start"
+LOCK_DONE_EVENT_RE = "^pg_(lw)?lock_wait_done"
+
+# A request is sequential when it starts within this many sectors after the previous request of the
+# same pid on the same device ends (seed 000: sequential accesses show a stride of ~2 blocks).
+SEQ_GAP_SECTORS = 256
+
+
+def _in(values) -> str:
+    return "(" + ", ".join(str(v) if isinstance(v, int) else f"'{v}'" for v in values) + ")"
+
+
+def build_disk_requests(db: CaptureDB) -> None:
+    """disk_request: one row per block I/O a DBMS task submitted, with its sequential flag and, where
+    the request's completion is known, its completion time.
+
+    Ownership comes from block_bio_queue (the submitting task's context, also for its readahead) when
+    the capture has it; block_rq_issue can run in a kworker (blk-throttle dispatch, plug flushes) and
+    completions run in interrupt context, so issue/complete pairs only serve to time requests."""
+    has_bio = db.sql("SELECT count(*) FROM kernel_event WHERE event = 'block_bio_queue'").fetchone()[0] > 0
+    source = "block_bio_queue" if has_bio else "block_rq_issue"
+    db.con.execute(f"""
+        CREATE OR REPLACE TABLE disk_request AS
+        WITH issue AS (
+            SELECT node, ts_ns, pid, dev, sector, nr_bytes, rwbs,
+                   row_number() OVER (PARTITION BY node, dev, sector ORDER BY ts_ns) AS k
+            FROM kernel_event WHERE event = '{source}' AND nr_bytes > 0),
+        done AS (
+            SELECT node, ts_ns, dev, sector,
+                   row_number() OVER (PARTITION BY node, dev, sector ORDER BY ts_ns) AS k
+            FROM kernel_event WHERE event = 'block_rq_complete' AND NOT {has_bio}),
+        paired AS (
+            SELECT i.node, i.pid, i.dev, i.sector, i.nr_bytes, i.rwbs, i.ts_ns AS issue_ns,
+                   d.ts_ns AS complete_ns
+            FROM issue i LEFT JOIN done d ON d.node = i.node AND d.dev = i.dev AND d.sector = i.sector
+                 AND d.k = i.k AND d.ts_ns >= i.ts_ns),
+        strided AS (
+            SELECT *, sector - lag(sector + nr_bytes // 512) OVER w AS stride_sectors
+            FROM paired WINDOW w AS (PARTITION BY node, pid, dev ORDER BY issue_ns))
+        SELECT *, coalesce(abs(stride_sectors) <= {SEQ_GAP_SECTORS}, false) AS sequential FROM strided""")
+
+
+def build_file_reads(db: CaptureDB) -> None:
+    """file_read: positional reads (pread64/preadv) with a sequential flag from the file-offset stride
+    per (pid, fd): decides seq vs random for disk waits whose block requests are not the task's own."""
+    db.con.execute(rf"""
+        CREATE OR REPLACE TABLE file_read AS
+        WITH r AS (
+            SELECT node, pid, ts_ns,
+                   TRY_CAST(regexp_extract(fields, 'fd=(\d+)', 1) AS BIGINT) AS fd,
+                   TRY_CAST(regexp_extract(fields, 'pos=(\d+)', 1) AS BIGINT) AS pos,
+                   coalesce(TRY_CAST(regexp_extract(fields, '(count|vlen)=(\d+)', 2) AS BIGINT), 8192) AS len
+            FROM kernel_event WHERE event IN ('sys_enter_pread64', 'sys_enter_preadv'))
+        SELECT node, pid, ts_ns,
+               coalesce(abs(pos - lag(pos + len) OVER (PARTITION BY node, pid, fd ORDER BY ts_ns))
+                        <= {SEQ_GAP_SECTORS * 512}, false) AS sequential
+        FROM r WHERE pos IS NOT NULL""")
+
+
+def build_points(db: CaptureDB) -> None:
+    db.con.execute(rf"""
+        CREATE OR REPLACE TABLE point AS
+        WITH dbms_pid AS (SELECT DISTINCT node, pid FROM statement_clean)
+        SELECT p.* FROM (
+            SELECT node, prev_pid AS pid, ts_ns AS ts, 1 AS ord, 'off' AS kind, prev_state AS info,
+                   stack_id, NULL::INTEGER AS nr, NULL::BIGINT AS ret, NULL::BIGINT AS sid,
+                   0 AS io_seq, 0 AS io_rand
+            FROM kernel_event WHERE event = 'sched_switch'
+            UNION ALL
+            SELECT node, next_pid, ts_ns, 2, 'on', NULL, NULL, NULL, NULL, NULL, 0, 0
+            FROM kernel_event WHERE event = 'sched_switch'
+            UNION ALL
+            SELECT node, target_pid, ts_ns, 3, 'wake', NULL, NULL, NULL, NULL, NULL, 0, 0
+            FROM kernel_event WHERE event IN ('sched_wakeup', 'sched_wakeup_new')
+            UNION ALL
+            SELECT node, pid, ts_ns, 4, 'enter', NULL, NULL, syscall_nr, NULL, NULL, 0, 0
+            FROM kernel_event WHERE (event = 'sys_enter' OR event LIKE 'sys\_enter\_%' ESCAPE '\')
+              AND event NOT IN ('sys_enter_pread64', 'sys_enter_preadv')
+            UNION ALL
+            SELECT f.node, f.pid, f.ts_ns, 4, 'enter', CASE WHEN f.sequential THEN 'seq' ELSE 'rand' END, NULL,
+                   e.syscall_nr, NULL, NULL, 0, 0
+            FROM file_read f JOIN kernel_event e ON e.node = f.node AND e.pid = f.pid AND e.ts_ns = f.ts_ns
+             AND e.event IN ('sys_enter_pread64', 'sys_enter_preadv')
+            UNION ALL
+            SELECT node, pid, ts_ns, 0, 'exit', NULL, NULL, syscall_nr, syscall_ret, NULL, 0, 0
+            FROM kernel_event WHERE event = 'sys_exit' OR event LIKE 'sys\_exit\_%' ESCAPE '\'
+            UNION ALL
+            SELECT node, pid, ts_ns, 5, 'lock_start', NULL, NULL, NULL, NULL, NULL, 0, 0
+            FROM kernel_event WHERE regexp_matches(event, '{LOCK_START_EVENT_RE}')
+            UNION ALL
+            SELECT node, pid, ts_ns, 0, 'lock_done', NULL, NULL, NULL, NULL, NULL, 0, 0
+            FROM kernel_event WHERE regexp_matches(event, '{LOCK_DONE_EVENT_RE}')
+            UNION ALL
+            -- nr: 1 sequential, 2 random; in-flight counts only for requests whose completion is known
+            SELECT node, pid, issue_ns, 6, 'io_start', NULL, NULL, CASE WHEN sequential THEN 1 ELSE 2 END,
+                   nr_bytes, NULL,
+                   CASE WHEN sequential AND complete_ns IS NOT NULL THEN 1 ELSE 0 END,
+                   CASE WHEN NOT sequential AND complete_ns IS NOT NULL THEN 1 ELSE 0 END
+            FROM disk_request
+            UNION ALL
+            SELECT node, pid, complete_ns, 0, 'io_done', NULL, NULL, NULL, NULL, NULL,
+                   CASE WHEN sequential THEN -1 ELSE 0 END, CASE WHEN sequential THEN 0 ELSE -1 END
+            FROM disk_request WHERE complete_ns IS NOT NULL
+            UNION ALL
+            SELECT node, pid, start_ns, -1, 'stmt_start', NULL, NULL, NULL, NULL, statement_id, 0, 0
+            FROM statement_clean WHERE coalesce(nesting_level, 0) = 0
+            UNION ALL
+            SELECT node, pid, end_ns, -2, 'stmt_end', NULL, NULL, NULL, NULL, statement_id, 0, 0
+            FROM statement_clean WHERE coalesce(nesting_level, 0) = 0
+        ) p JOIN dbms_pid USING (node, pid)""")
+
+
+def build_segments(db: CaptureDB) -> None:
+    """segment: stretches between consecutive points of one pid with the state carried forward."""
+    db.con.execute("""
+        CREATE OR REPLACE TABLE segment AS
+        WITH s1 AS (
+            SELECT *,
+                -- the last on/off decides whether a wakeup makes the task runnable or changes nothing
+                last_value(CASE kind WHEN 'on' THEN 'on' WHEN 'off' THEN 'off' END IGNORE NULLS) OVER w
+                    AS last_onoff
+            FROM point WINDOW w AS (PARTITION BY node, pid ORDER BY ts, ord ROWS UNBOUNDED PRECEDING)),
+        s2 AS (
+            SELECT *,
+                CASE kind WHEN 'on' THEN 'running'
+                          WHEN 'off' THEN CASE WHEN info LIKE 'R%' THEN 'runnable' ELSE 'sleeping' END
+                          WHEN 'wake' THEN CASE WHEN last_onoff = 'on' THEN 'running' ELSE 'runnable' END
+                END AS cpu_event_state,
+                CASE WHEN kind IN ('on', 'off') THEN kind END AS onoff
+            FROM s1)
+        SELECT node, pid, ts, kind, nr, ret, io_seq, io_rand,
+            lead(ts) OVER w2 AS ts_end,
+            last_value(cpu_event_state IGNORE NULLS) OVER w AS cpu_state,
+            -- before the first scheduler event: running if that event switches the task out
+            first_value(onoff IGNORE NULLS) OVER (PARTITION BY node, pid ORDER BY ts, ord
+                ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS next_onoff,
+            last_value(CASE WHEN kind = 'off' THEN info END IGNORE NULLS) OVER w AS sleep_state,
+            last_value(CASE WHEN kind = 'off' THEN coalesce(stack_id, -1) END IGNORE NULLS) OVER w AS off_stack,
+            last_value(CASE kind WHEN 'enter' THEN nr WHEN 'exit' THEN -1 END IGNORE NULLS) OVER w AS syscall,
+            last_value(CASE kind WHEN 'enter' THEN coalesce(info, '') WHEN 'exit' THEN '' END IGNORE NULLS)
+                OVER w AS file_pattern,
+            last_value(CASE WHEN kind = 'io_start' THEN nr END IGNORE NULLS) OVER w AS last_io_kind,
+            last_value(CASE kind WHEN 'lock_start' THEN 1 WHEN 'lock_done' THEN 0 END IGNORE NULLS) OVER w AS in_lock,
+            sum(io_seq) OVER w AS io_seq_inflight,
+            sum(io_rand) OVER w AS io_rand_inflight,
+            last_value(CASE kind WHEN 'stmt_start' THEN sid WHEN 'stmt_end' THEN -1 END IGNORE NULLS) OVER w AS sid
+        FROM s2
+        WINDOW w AS (PARTITION BY node, pid ORDER BY ts, ord ROWS UNBOUNDED PRECEDING),
+               w2 AS (PARTITION BY node, pid ORDER BY ts, ord)""")
+
+
+def _component_sql() -> str:
+    return f"""
+        CASE
+          WHEN cpu_state = 'running' OR (cpu_state IS NULL AND next_onoff = 'off') THEN 'cpu'
+          WHEN cpu_state = 'runnable' THEN 'run_queue'
+          WHEN cpu_state IS NULL THEN 'not_allocated'
+          WHEN in_lock = 1 THEN 'lock_wait'
+          WHEN io_rand_inflight > 0 THEN 'disk_random'
+          WHEN io_seq_inflight > 0 THEN 'disk_seq'
+          -- a file syscall that sleeps waits for the disk (a page-cache hit does not sleep)
+          WHEN syscall IN {_in(FILE_IO_SYSCALLS)} OR sleep_state LIKE 'D%' THEN
+               CASE WHEN file_pattern = 'seq' THEN 'disk_seq' WHEN file_pattern = 'rand' THEN 'disk_random'
+                    WHEN last_io_kind = 1 THEN 'disk_seq' WHEN last_io_kind = 2 THEN 'disk_random'
+                    ELSE 'disk_unknown' END
+          WHEN syscall IN {_in(NETWORK_SYSCALLS)} THEN 'network'
+          WHEN syscall IN {_in(LOCK_SYSCALLS)} THEN 'lock_wait'
+          ELSE 'other_wait'
+        END"""
+
+
+def attribute(db: CaptureDB) -> pa.Table:
+    """statement_attribution for every top-level statement; components sum to its wall time."""
+    kernel = db.has("kernel_event")
+    if kernel:
+        build_disk_requests(db)
+        build_file_reads(db)
+        build_points(db)
+        build_segments(db)
+        db.con.execute(f"""
+            CREATE OR REPLACE TABLE seg_component AS
+            SELECT node, sid AS statement_id, {_component_sql()} AS component, sum(ts_end - ts) AS ns
+            FROM segment WHERE sid > 0 AND ts_end IS NOT NULL GROUP BY ALL""")
+    else:
+        db.con.execute("CREATE OR REPLACE TABLE seg_component (node VARCHAR, statement_id BIGINT, "
+                       "component VARCHAR, ns BIGINT)")
+    _build_statement_io(db, kernel)
+    # Split the generic components: cpu by the statement's own user/sys rusage ratio, and disk waits
+    # whose requests were issued by another task by the statement's own seq/random request mix.
+    db.con.execute("""
+        CREATE OR REPLACE TABLE own_attribution AS
+        WITH base AS (
+            SELECT s.node, s.statement_id, s.query_id, s.pid, s.leader_pid,
+                   s.parent_statement_id, s.end_ns - s.start_ns AS wall_ns,
+                   coalesce(s.cpu_user_ns, 0) AS u, coalesce(s.cpu_sys_ns, 0) AS k,
+                   (tr.node IS NOT NULL AND s.start_ns >= tr.lo AND s.end_ns <= tr.hi) AS traced
+            FROM statement_clean s LEFT JOIN trace_range_or_empty tr USING (node)
+            WHERE coalesce(s.nesting_level, 0) = 0),
+        comp AS (
+            SELECT b.*, c.component, c.ns FROM base b
+            JOIN seg_component c USING (node, statement_id) WHERE b.traced),
+        io AS (SELECT node, statement_id, seq_reqs, random_reqs FROM statement_io),
+        split AS (
+            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'cpu_user' AS component,
+                   CASE WHEN u + k > 0 THEN ns * u / (u + k) ELSE ns END AS ns
+            FROM comp WHERE component = 'cpu'
+            UNION ALL
+            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'cpu_sys',
+                   CASE WHEN u + k > 0 THEN ns * k / (u + k) ELSE 0 END
+            FROM comp WHERE component = 'cpu'
+            UNION ALL
+            SELECT c.node, c.statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'disk_seq',
+                   CASE WHEN io.seq_reqs + io.random_reqs > 0 THEN ns * io.seq_reqs / (io.seq_reqs + io.random_reqs)
+                        ELSE 0 END
+            FROM comp c JOIN io USING (node, statement_id) WHERE component = 'disk_unknown'
+            UNION ALL
+            SELECT c.node, c.statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'disk_random',
+                   CASE WHEN io.seq_reqs + io.random_reqs > 0
+                        THEN ns * io.random_reqs / (io.seq_reqs + io.random_reqs) ELSE ns END
+            FROM comp c JOIN io USING (node, statement_id) WHERE component = 'disk_unknown'
+            UNION ALL
+            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, component, ns
+            FROM comp WHERE component NOT IN ('cpu', 'disk_unknown')
+            UNION ALL
+            -- statements outside the trace: the extension's rusage is all that is known
+            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'cpu_user',
+                   least(u, wall_ns) FROM base WHERE NOT traced
+            UNION ALL
+            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'cpu_sys',
+                   least(k, wall_ns - least(u, wall_ns)) FROM base WHERE NOT traced)
+        SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, component,
+               CAST(round(sum(ns)) AS BIGINT) AS ns
+        FROM split GROUP BY ALL""")
+    # not_allocated closes each statement to its wall time; workers' components roll up to their leader.
+    db.con.execute(f"""
+        CREATE OR REPLACE TABLE statement_attribution AS
+        WITH stmts AS (
+            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, end_ns - start_ns AS wall_ns
+            FROM statement_clean WHERE coalesce(nesting_level, 0) = 0),
+        is_worker AS (
+            SELECT *, (leader_pid IS NOT NULL AND leader_pid <> pid AND parent_statement_id IS NOT NULL) AS worker
+            FROM stmts),
+        own AS (
+            SELECT node, statement_id, component, sum(ns) AS ns FROM own_attribution GROUP BY ALL),
+        workers AS (
+            SELECT w.node, w.parent_statement_id AS statement_id, o.component, sum(o.ns) AS ns
+            FROM is_worker w JOIN own o USING (node, statement_id) WHERE w.worker GROUP BY ALL),
+        grid AS (
+            SELECT s.node, s.statement_id, s.query_id, s.wall_ns, c.component
+            FROM is_worker s, (SELECT unnest({list(ATTRIBUTION_COMPONENTS)}) AS component) c WHERE NOT s.worker),
+        filled AS (
+            SELECT g.node, g.statement_id, g.query_id, g.wall_ns, g.component,
+                   coalesce(o.ns, 0) AS own_ns, coalesce(w.ns, 0) AS from_workers_ns
+            FROM grid g LEFT JOIN own o USING (node, statement_id, component)
+                        LEFT JOIN workers w USING (node, statement_id, component))
+        SELECT node, statement_id, query_id, component,
+               CASE WHEN component = 'not_allocated'
+                    THEN greatest(0, wall_ns - (sum(own_ns) OVER (PARTITION BY node, statement_id) - own_ns))
+                    ELSE own_ns END AS ns,
+               from_workers_ns
+        FROM filled ORDER BY node, statement_id, component""")
+    return db.sql("SELECT * FROM statement_attribution").to_arrow_table().cast(SCHEMAS["statement_attribution"])
+
+
+def _build_statement_io(db: CaptureDB, kernel: bool) -> None:
+    """statement_io: the model's inputs per statement — its own block requests (sequential bytes,
+    random requests) and the bytes its network syscalls moved — read off the same point stream."""
+    if kernel:
+        db.con.execute(f"""
+            CREATE OR REPLACE TABLE statement_io AS
+            WITH io AS (
+                SELECT node, sid AS statement_id,
+                       coalesce(sum(ret) FILTER (WHERE kind = 'io_start' AND nr = 1), 0) AS seq_bytes,
+                       count(*) FILTER (WHERE kind = 'io_start' AND nr = 1) AS seq_reqs,
+                       count(*) FILTER (WHERE kind = 'io_start' AND nr = 2) AS random_reqs,
+                       coalesce(sum(ret) FILTER (WHERE kind = 'io_start' AND nr = 2), 0) AS random_bytes,
+                       coalesce(sum(ret) FILTER (WHERE kind = 'exit' AND nr IN {_in(NET_RX_SYSCALLS)} AND ret > 0), 0)
+                           AS net_rx_bytes,
+                       coalesce(sum(ret) FILTER (WHERE kind = 'exit' AND nr IN {_in(NET_TX_SYSCALLS)} AND ret > 0), 0)
+                           AS net_tx_bytes
+                FROM segment WHERE sid > 0 GROUP BY ALL)
+            SELECT s.node, s.statement_id, coalesce(seq_bytes, 0) AS seq_bytes, coalesce(seq_reqs, 0) AS seq_reqs,
+                   coalesce(random_reqs, 0) AS random_reqs, coalesce(random_bytes, 0) AS random_bytes,
+                   coalesce(net_rx_bytes, 0) AS net_rx_bytes, coalesce(net_tx_bytes, 0) AS net_tx_bytes
+            FROM statement_clean s LEFT JOIN io USING (node, statement_id)""")
+        db.con.execute("CREATE OR REPLACE VIEW trace_range_or_empty AS SELECT * FROM trace_range")
+    else:
+        db.con.execute("""
+            CREATE OR REPLACE TABLE statement_io AS
+            SELECT node, statement_id, 0::BIGINT AS seq_bytes, 0::BIGINT AS seq_reqs, 0::BIGINT AS random_reqs,
+                   0::BIGINT AS random_bytes, 0::BIGINT AS net_rx_bytes, 0::BIGINT AS net_tx_bytes
+            FROM statement_clean""")
+        db.con.execute("CREATE OR REPLACE TABLE trace_range_or_empty (node VARCHAR, lo BIGINT, hi BIGINT)")

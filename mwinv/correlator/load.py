@@ -1,0 +1,124 @@
+"""Load a capture directory once into DuckDB views, and check it before any analysis: missing
+tables, mixed runs, statements outside the trace, end < start, duplicate ids. Problems become
+warnings naming the table and row and what was excluded, or a one-line error."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from mwinv.capture.tables import DERIVED_TABLES, SCHEMAS, Capture
+from mwinv.errors import MwinvError
+
+
+@dataclass
+class CaptureDB:
+    capture: Capture
+    con: duckdb.DuckDBPyConnection
+    tables: set[str]
+    warnings: list[str] = field(default_factory=list)
+
+    def has(self, table: str) -> bool:
+        return table in self.tables
+
+    def sql(self, query: str, params=None):
+        return self.con.execute(query, params or [])
+
+
+def _empty_view(con, table: str) -> None:
+    cols = ", ".join(f"CAST(NULL AS {_duck_type(f.type)}) AS \"{f.name}\"" for f in SCHEMAS[table])
+    con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT {cols} WHERE false")
+
+
+def _duck_type(t) -> str:
+    import pyarrow as pa
+
+    if pa.types.is_int32(t):
+        return "INTEGER"
+    if pa.types.is_int64(t):
+        return "BIGINT"
+    if pa.types.is_floating(t):
+        return "DOUBLE"
+    if pa.types.is_boolean(t):
+        return "BOOLEAN"
+    if pa.types.is_list(t):
+        return "VARCHAR[]"
+    return "VARCHAR"
+
+
+def open_capture(path: str | Path, threads: int | None = None, memory_limit: str = "2GB") -> CaptureDB:
+    cap = Capture(path)
+    if not cap.path.is_dir():
+        raise MwinvError(f"{cap.path}: no such capture directory")
+    if not cap.manifest_path.exists():
+        raise MwinvError(f"{cap.path}: not a capture directory (no manifest.json)")
+    manifest = cap.manifest()
+    con = duckdb.connect(config={"memory_limit": memory_limit, **({"threads": threads} if threads else {})})
+    present = set()
+    for table in SCHEMAS:
+        if table in DERIVED_TABLES:
+            continue
+        parts = cap.parts(table)
+        if not parts:
+            _empty_view(con, table)
+            continue
+        files = ", ".join(f"'{p}'" for p in parts)
+        try:
+            con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM read_parquet([{files}], union_by_name=true)")
+            con.execute(f"SELECT * FROM {table} LIMIT 0")
+        except duckdb.Error as exc:
+            raise MwinvError(f"{cap.table_dir(table)}: unreadable table ({str(exc).splitlines()[0]})") from None
+        present.add(table)
+    db = CaptureDB(cap, con, present)
+    _check(db, manifest)
+    return db
+
+
+def _check(db: CaptureDB, manifest: dict) -> None:
+    if not db.has("statement"):
+        db.warnings.append("table statement: missing (no DBMS-side capture): no per-statement attribution possible")
+        return
+    run = manifest.get("run_id")
+    if run is not None:
+        other = db.sql("SELECT DISTINCT run_id FROM statement WHERE run_id IS NOT NULL AND run_id <> ?",
+                       [run]).fetchall() if "run_id" in _columns(db, "statement") else []
+        if other:
+            raise MwinvError(f"table statement: rows from run {other[0][0]!r}, manifest says {run!r}")
+    bad = db.sql("SELECT statement_id, node, start_ns, end_ns FROM statement WHERE end_ns < start_ns "
+                 "OR start_ns IS NULL OR end_ns IS NULL").fetchall()
+    for sid, node, s, e in bad[:5]:
+        db.warnings.append(f"table statement: statement_id {sid} on {node} has end {e} < start {s}: excluded")
+    if len(bad) > 5:
+        db.warnings.append(f"table statement: {len(bad) - 5} more statements with end < start: excluded")
+    dups = db.sql("SELECT node, statement_id, count(*) FROM statement GROUP BY ALL HAVING count(*) > 1 "
+                  "ORDER BY 3 DESC").fetchall()
+    for node, sid, n in dups[:5]:
+        db.warnings.append(f"table statement: statement_id {sid} on {node} appears {n} times: first kept")
+    if len(dups) > 5:
+        db.warnings.append(f"table statement: {len(dups) - 5} more duplicate statement ids: first kept")
+    # The clean view every analysis uses.
+    db.con.execute("""
+        CREATE OR REPLACE VIEW statement_clean AS
+        SELECT * EXCLUDE (rn) FROM (
+            SELECT *, row_number() OVER (PARTITION BY node, statement_id ORDER BY start_ns) AS rn
+            FROM statement WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL AND end_ns >= start_ns)
+        WHERE rn = 1""")
+    if db.has("kernel_event"):
+        rng = {n: (lo, hi) for n, lo, hi in db.sql(
+            "SELECT node, min(ts_ns), max(ts_ns) FROM kernel_event GROUP BY node").fetchall()}
+        db.con.execute("CREATE OR REPLACE TABLE trace_range AS SELECT node, min(ts_ns) AS lo, max(ts_ns) AS hi "
+                       "FROM kernel_event GROUP BY node")
+        outside = db.sql("""
+            SELECT s.node, count(*), min(s.statement_id)
+            FROM statement_clean s LEFT JOIN trace_range r USING (node)
+            WHERE r.node IS NULL OR s.end_ns < r.lo OR s.start_ns > r.hi GROUP BY s.node""").fetchall()
+        for node, n, sid in outside:
+            where = "no kernel events on that node" if node not in rng else "outside the kernel trace's time range"
+            db.warnings.append(f"table statement: {n} statements on {node} (first statement_id {sid}) lie {where}: "
+                               "their kernel-side attribution is excluded (rusage only); check the clocks")
+
+
+def _columns(db: CaptureDB, table: str) -> set[str]:
+    return {r[0] for r in db.sql(f"DESCRIBE {table}").fetchall()}

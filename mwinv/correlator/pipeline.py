@@ -1,0 +1,116 @@
+"""Correlate a capture: load once, attribute, find kernel hot spots, write the derived tables, and
+answer the questions of `mwinv-correlate` as queries over those tables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
+from mwinv.correlator import attribution, hotspots
+from mwinv.correlator.load import CaptureDB, open_capture
+from mwinv.errors import MwinvError
+
+# --by choices: a name and the components it adds up.
+RANK_BY = {
+    "total": ATTRIBUTION_COMPONENTS,
+    "cpu": ("cpu_user", "cpu_sys"),
+    "disk": ("disk_seq", "disk_random"),
+    "network": ("network",),
+    "lock": ("lock_wait",),
+    "run_queue": ("run_queue",),
+    "other": ("other_wait",),
+    "not_allocated": ("not_allocated",),
+}
+
+
+@dataclass
+class StatementSummary:
+    query_id: int | None
+    text: str
+    nodes: str
+    calls: int
+    total_ns: int
+    components: dict[str, int]
+    from_workers_ns: int
+    kernel_functions: list[tuple[str, float, str]]  # (function, share, source)
+
+
+def correlate(capture_dir: str | Path, write: bool = True, progress=None) -> CaptureDB:
+    db = open_capture(capture_dir)
+    if not db.has("statement"):
+        return db
+    if progress:
+        progress("attributing statement time")
+    table = attribution.attribute(db)
+    if progress:
+        progress("kernel hot spots")
+    funcs = hotspots.kernel_functions(db)
+    if write:
+        for name, t in (("statement_attribution", table), ("statement_kernel_function", funcs)):
+            d = db.capture.table_dir(name)
+            for old in d.glob("*.parquet") if d.exists() else []:
+                old.unlink()  # derived tables are replaced, never appended to
+            if t.num_rows:
+                db.capture.write_part(name, t, node="all")
+    return db
+
+
+def top_statements(db: CaptureDB, n: int = 5, by: str = "total", query_id: int | None = None,
+                   functions_per_statement: int = 3) -> list[StatementSummary]:
+    """Statements grouped by query id (executions without one stand alone), ranked by `by`."""
+    if by not in RANK_BY:
+        raise MwinvError(f"unknown ranking {by!r} (choose from {', '.join(RANK_BY)})")
+    if not db.has("statement"):
+        return []
+    rank = ", ".join(f"'{c}'" for c in RANK_BY[by])
+    where = "WHERE key = $qid" if query_id is not None else ""
+    rows = db.sql(f"""
+        WITH a AS (
+            SELECT coalesce(s.query_id, -s.statement_id) AS key, s.query_id, s.node, s.statement_id,
+                   a.component, a.ns, a.from_workers_ns
+            FROM statement_attribution a JOIN statement_clean s USING (node, statement_id)),
+        g AS (
+            SELECT key, any_value(query_id) AS query_id, string_agg(DISTINCT node, ',') AS nodes,
+                   count(DISTINCT (node, statement_id)) AS calls, sum(ns) AS total_ns,
+                   sum(ns) FILTER (WHERE component IN ({rank})) AS rank_ns,
+                   sum(from_workers_ns) AS from_workers_ns
+            FROM a GROUP BY key),
+        comp AS (SELECT key, component, sum(ns) AS ns FROM a GROUP BY ALL)
+        SELECT g.key, g.query_id, g.nodes, g.calls, g.total_ns, g.from_workers_ns,
+               (SELECT list({{'c': component, 'ns': ns}}) FROM comp WHERE comp.key = g.key) AS comps
+        FROM g {where} ORDER BY g.rank_ns DESC NULLS LAST, g.total_ns DESC LIMIT $n""",
+                  {"n": n, **({"qid": query_id} if query_id is not None else {})}).fetchall()
+    texts = _texts(db)
+    out = []
+    for key, qid, nodes, calls, total, workers, comps in rows:
+        components = {c: 0 for c in ATTRIBUTION_COMPONENTS}
+        for item in comps:
+            components[item["c"]] += int(item["ns"])
+        out.append(StatementSummary(
+            query_id=qid, text=texts.get(qid, "") if qid is not None else "", nodes=nodes, calls=calls,
+            total_ns=int(total), components=components, from_workers_ns=int(workers or 0),
+            kernel_functions=_functions(db, key, functions_per_statement)))
+    return out
+
+
+def _texts(db: CaptureDB) -> dict[int, str]:
+    if not db.has("statement_text"):
+        return {}
+    return dict(db.sql("SELECT query_id, any_value(text) FROM statement_text GROUP BY query_id").fetchall())
+
+
+def _functions(db: CaptureDB, key: int, limit: int) -> list[tuple[str, float, str]]:
+    exists = db.sql("SELECT count(*) FROM information_schema.tables "
+                    "WHERE table_name = 'statement_kernel_function'").fetchone()[0]
+    if not exists:
+        return []
+    return [(f, float(share or 0), src) for f, share, src in db.sql("""
+        SELECT function, sum(k.ns) / nullif(any_value(t.total), 0) AS share, k.source
+        FROM statement_kernel_function k JOIN statement_clean s USING (node, statement_id)
+        JOIN (SELECT coalesce(s2.query_id, -s2.statement_id) AS key, k2.source, sum(k2.ns) AS total
+              FROM statement_kernel_function k2 JOIN statement_clean s2 USING (node, statement_id)
+              GROUP BY ALL) t ON t.key = coalesce(s.query_id, -s.statement_id) AND t.source = k.source
+        WHERE coalesce(s.query_id, -s.statement_id) = $key
+        GROUP BY function, k.source ORDER BY sum(k.ns) DESC LIMIT $limit""",
+                                                        {"key": key, "limit": limit}).fetchall()]

@@ -1,0 +1,95 @@
+"""Terminal presentation of the top statements (rich), and their JSON/CSV forms for scripts."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict
+
+from rich.table import Table
+from rich.text import Text
+
+from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
+from mwinv.correlator.pipeline import StatementSummary
+
+COLORS = {"cpu_user": "green", "cpu_sys": "bright_green", "disk_seq": "blue", "disk_random": "bright_blue",
+          "network": "magenta", "lock_wait": "red", "run_queue": "yellow", "other_wait": "cyan",
+          "not_allocated": "bright_black"}
+SHORT = {"cpu_user": "usr", "cpu_sys": "sys", "disk_seq": "seq", "disk_random": "rnd", "network": "net",
+         "lock_wait": "lock", "run_queue": "runq", "other_wait": "other", "not_allocated": "n/a"}
+
+
+def breakdown_bar(components: dict[str, int], width: int = 30) -> Text:
+    total = sum(components.values()) or 1
+    bar = Text()
+    used = 0
+    for c in ATTRIBUTION_COMPONENTS:
+        cells = round(width * components.get(c, 0) / total)
+        cells = min(cells, width - used)
+        bar.append("█" * cells, style=COLORS[c])
+        used += cells
+    return bar
+
+
+def legend() -> Text:
+    t = Text("legend: ")
+    for c in ATTRIBUTION_COMPONENTS:
+        t.append("█", style=COLORS[c]).append(f" {SHORT[c]}  ")
+    return t
+
+
+def _shares(s: StatementSummary) -> str:
+    total = s.total_ns or 1
+    parts = [f"{SHORT[c]} {100 * v / total:.0f}%" for c, v in sorted(s.components.items(), key=lambda kv: -kv[1])
+             if v / total >= 0.05]
+    return ", ".join(parts)
+
+
+def top_table(rows: list[StatementSummary], title: str) -> Table:
+    table = Table(title=title, show_lines=True)
+    table.add_column("#", justify="right")
+    table.add_column("statement", max_width=48, overflow="fold")
+    table.add_column("node")
+    table.add_column("calls", justify="right")
+    table.add_column("total s", justify="right")
+    table.add_column("where the time went")
+    table.add_column("top kernel functions", max_width=36, overflow="fold")
+    for i, s in enumerate(rows, 1):
+        text = " ".join(s.text.split())[:200] or f"query_id {s.query_id}"
+        where = Text.assemble(breakdown_bar(s.components), "\n", _shares(s))
+        if s.from_workers_ns:
+            where.append(f"\n+ parallel workers {s.from_workers_ns / 1e9:.2f} s")
+        funcs = "\n".join(f"{f} {100 * share:.0f}% ({src})" for f, share, src in s.kernel_functions) or "-"
+        table.add_row(str(i), text, s.nodes, str(s.calls), f"{s.total_ns / 1e9:.3f}", where, funcs)
+    table.caption = legend()
+    return table
+
+
+def as_records(rows: list[StatementSummary]) -> list[dict]:
+    out = []
+    for s in rows:
+        d = asdict(s)
+        d["kernel_functions"] = [{"function": f, "share": share, "source": src}
+                                 for f, share, src in s.kernel_functions]
+        out.append(d)
+    return out
+
+
+def as_json(rows: list[StatementSummary]) -> str:
+    return json.dumps(as_records(rows), indent=2)
+
+
+def as_csv(rows: list[StatementSummary]) -> str:
+    buf = io.StringIO()
+    fields = ["query_id", "nodes", "calls", "total_ns", *[f"{c}_ns" for c in ATTRIBUTION_COMPONENTS],
+              "from_workers_ns", "top_kernel_function", "text"]
+    w = csv.DictWriter(buf, fieldnames=fields)
+    w.writeheader()
+    for s in rows:
+        w.writerow({"query_id": s.query_id, "nodes": s.nodes, "calls": s.calls, "total_ns": s.total_ns,
+                    **{f"{c}_ns": s.components[c] for c in ATTRIBUTION_COMPONENTS},
+                    "from_workers_ns": s.from_workers_ns,
+                    "top_kernel_function": s.kernel_functions[0][0] if s.kernel_functions else "",
+                    "text": " ".join(s.text.split())})
+    return buf.getvalue()

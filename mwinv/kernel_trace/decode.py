@@ -1,0 +1,262 @@
+"""Binary ring-buffer records -> typed `kernel_event` batches, vectorised per event type with numpy.
+
+Each event type is decoded once per chunk: the field offsets come from the event's format, the
+values are gathered for all its records at once. Stack records (ftrace `kernel_stack`, written by
+options/stacktrace right after the event they belong to) become `stack_id`s of the event before."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from mwinv.capture.tables import SCHEMAS
+from mwinv.kernel_trace.formats import EventFormat, Field, state_bits, state_text
+
+KERNEL_EVENT = SCHEMAS["kernel_event"]
+
+
+def stack_id_of(key: bytes) -> int:
+    """A stable 63-bit id of a stack (the same stack gets the same id in every part and run)."""
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
+
+
+class Kallsyms:
+    """Kernel addresses -> function names (text symbols of /proc/kallsyms)."""
+
+    def __init__(self, text: bytes):
+        addrs, names = [], []
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and parts[1] in (b"t", b"T", b"w", b"W"):
+                try:
+                    addrs.append(int(parts[0], 16))
+                except ValueError:
+                    continue
+                names.append(parts[2].decode(errors="replace"))
+        order = np.argsort(np.array(addrs, np.uint64), kind="stable")
+        self.addrs = np.array(addrs, np.uint64)[order]
+        self.names = [names[i] for i in order]
+
+    def name(self, addr: int) -> str:
+        i = int(np.searchsorted(self.addrs, np.uint64(addr), side="right")) - 1
+        if i < 0 or not self.names or self.addrs[i] == 0:
+            return f"0x{addr:x}"
+        return self.names[i]
+
+
+@dataclass
+class DecodeState:
+    """What outlives one chunk: stacks seen, processes seen, counts."""
+    node: str
+    formats: dict[int, EventFormat]
+    kallsyms: Kallsyms | None = None
+    stacks: dict[int, tuple] = field(default_factory=dict)   # stack_id -> addresses (or names)
+    comms: dict[int, str] = field(default_factory=dict)
+    forks: dict[int, int] = field(default_factory=dict)                 # child -> parent
+    first_ts: dict[int, int] = field(default_factory=dict)
+    exits: dict[int, int] = field(default_factory=dict)
+    events: int = 0
+    lost: int = 0
+
+    def __post_init__(self):
+        self.stack_type = next((i for i, f in self.formats.items() if f.name == "kernel_stack"), -1)
+        sw = next((f for f in self.formats.values() if f.name == "sched_switch"), None)
+        self.state_bits = state_bits(sw.print_fmt if sw else "")
+
+    def stack_frames(self) -> pa.Table:
+        ids, frames = [], []
+        for sid, addrs in self.stacks.items():
+            ids.append(sid)
+            # binary traces keep addresses (symbolised here), text traces names already
+            names = [a if isinstance(a, str) else self.kallsyms.name(a) if self.kallsyms else f"0x{a:x}"
+                     for a in addrs]
+            frames.append(without_tracing_frames(names))
+        return pa.table({"node": [self.node] * len(ids), "stack_id": pa.array(ids, pa.int64()),
+                         "frames": pa.array(frames, pa.list_(pa.string()))}, schema=SCHEMAS["kernel_stack"])
+
+
+_TRACING_FRAMES = ("trace_event_raw_event_", "__traceiter_", "trace_event_buffer_", "event_triggers_",
+                   "stacktrace_trigger", "__trace_stack", "__ftrace_trace_stack")
+
+
+def without_tracing_frames(frames) -> list[str]:
+    """Drop the tracing machinery's own frames from the top of a stack."""
+    frames = list(frames)
+    i = 0
+    while i < len(frames) - 1 and frames[i].startswith(_TRACING_FRAMES):
+        i += 1
+    return frames[i:]
+
+
+def _gather(buf: np.ndarray, off: np.ndarray, f: Field) -> np.ndarray:
+    """The field `f` of every record starting at `off` in `buf`, as integers."""
+    dtype = {1: "i1", 2: "<i2", 4: "<i4", 8: "<i8"}[f.size] if f.signed else \
+        {1: "u1", 2: "<u2", 4: "<u4", 8: "<u8"}[f.size]
+    idx = (off + f.offset)[:, None] + np.arange(f.size)
+    return buf[idx].view(dtype).ravel()
+
+
+def _strings(buf: np.ndarray, off: np.ndarray, f: Field, length: np.ndarray | None = None) -> np.ndarray:
+    """A char[N] or __data_loc char[] field of every record, as str."""
+    if f.is_data_loc:
+        ends = off + (length if length is not None else 0xFFFF)
+        return np.array([_data_loc_string(buf, int(o), f, int(e)) for o, e in zip(off, ends)], dtype=object)
+    idx = (off + f.offset)[:, None] + np.arange(f.size)
+    raw = np.ascontiguousarray(buf[idx]).view(f"S{f.size}").ravel()
+    return np.char.decode(raw, "utf-8", "replace") if len(raw) else raw.astype(str)
+
+
+def _data_loc_string(buf: np.ndarray, o: int, f: Field, end: int) -> str:
+    loc = int.from_bytes(buf[o + f.offset:o + f.offset + 4].tobytes(), "little")
+    start, n = o + (loc & 0xFFFF), loc >> 16
+    if start + n > end:
+        return ""
+    return buf[start:start + n].tobytes().split(b"\0", 1)[0].decode(errors="replace")
+
+
+def _field_text(buf: np.ndarray, o: int, length: int, fmt: EventFormat) -> str:
+    """`name=value ...` of the non-common fields of one record (for event types without columns)."""
+    out = []
+    for f in fmt.fields.values():
+        if fmt.common(f) or f.offset + f.size > length:
+            continue
+        if f.is_data_loc:
+            v = _data_loc_string(buf, o, f, o + length)
+        elif f.is_string:
+            v = buf[o + f.offset:o + f.offset + f.size].tobytes().split(b"\0", 1)[0].decode(errors="replace")
+        elif f.size in (1, 2, 4, 8) and f.array_len == 1:
+            v = str(int.from_bytes(buf[o + f.offset:o + f.offset + f.size].tobytes(), "little", signed=f.signed))
+        else:
+            v = buf[o + f.offset:o + f.offset + f.size].tobytes().hex()
+        out.append(f"{f.name}={v}")
+    return " ".join(out)
+
+
+def _dev_text(dev: np.ndarray) -> np.ndarray:
+    uniq, inv = np.unique(dev, return_inverse=True)
+    names = np.array([f"{int(d) >> 20},{int(d) & 0xFFFFF}" for d in uniq], dtype=object)
+    return names[inv]
+
+
+def decode_chunk(state: DecodeState, buf: np.ndarray, cpu: int, ts: np.ndarray, off: np.ndarray,
+                 length: np.ndarray) -> pa.RecordBatch:
+    """Decode the records of one walked chunk (one CPU, time-ordered) into a kernel_event batch."""
+    n = len(ts)
+    types = _gather(buf, off, Field("common_type", 0, 2, False, False, False, 1)).astype(np.int32)
+    pids = _gather(buf, off, Field("common_pid", 4, 4, True, False, False, 1))
+    stack_id = np.full(n, -1, np.int64)
+    is_stack = types == state.stack_type
+    if is_stack.any():
+        for i in np.flatnonzero(is_stack):
+            if i == 0 or is_stack[i - 1]:
+                continue   # its event was in the previous chunk (rare): the link is lost
+            o, ln = int(off[i]), int(length[i])
+            depth = int(buf[o + 8:o + 12].view("<i4")[0])
+            depth = max(0, min(depth, (ln - 16) // 8))
+            raw = buf[o + 16:o + 16 + 8 * depth].tobytes()
+            addrs = tuple(int(a) for a in np.frombuffer(raw, "<u8"))
+            sid = stack_id_of(raw)
+            state.stacks.setdefault(sid, addrs)
+            stack_id[i - 1] = sid
+    keep = ~is_stack
+    cols = {
+        "prev_pid": np.full(n, -1, np.int32), "next_pid": np.full(n, -1, np.int32),
+        "target_pid": np.full(n, -1, np.int32), "sector": np.full(n, -1, np.int64),
+        "nr_bytes": np.full(n, -1, np.int64), "syscall_nr": np.full(n, -1, np.int32),
+        "syscall_ret": np.zeros(n, np.int64),
+    }
+    masks = {k: np.zeros(n, bool) for k in cols}
+    event_name = np.empty(n, dtype=object)
+    prev_state = np.full(n, None, dtype=object)
+    dev = np.full(n, None, dtype=object)
+    rwbs = np.full(n, None, dtype=object)
+    fields_txt = np.full(n, None, dtype=object)
+
+    def put(col: str, sel: np.ndarray, values: np.ndarray) -> None:
+        cols[col][sel] = values
+        masks[col][sel] = True
+
+    for t in np.unique(types[keep]):
+        sel = np.flatnonzero((types == t) & keep)
+        fmt = state.formats.get(int(t))
+        if fmt is None:
+            event_name[sel] = f"unknown_{int(t)}"
+            continue
+        event_name[sel] = fmt.name
+        o = off[sel]
+        F = fmt.fields
+        name = fmt.name
+        if name == "sched_switch":
+            put("prev_pid", sel, _gather(buf, o, F["prev_pid"]))
+            put("next_pid", sel, _gather(buf, o, F["next_pid"]))
+            st = _gather(buf, o, F["prev_state"]).astype(np.int64)
+            uniq, inv = np.unique(st, return_inverse=True)
+            prev_state[sel] = np.array([state_text(int(v), state.state_bits) for v in uniq], dtype=object)[inv]
+            _note_comms(state, _gather(buf, o, F["prev_pid"]), _strings(buf, o, F["prev_comm"]))
+            _note_comms(state, _gather(buf, o, F["next_pid"]), _strings(buf, o, F["next_comm"]))
+        elif name in ("sched_wakeup", "sched_wakeup_new", "sched_waking", "sched_process_exit",
+                      "sched_process_free", "sched_migrate_task") and "pid" in F:
+            tp = _gather(buf, o, F["pid"])
+            put("target_pid", sel, tp)
+            if "comm" in F:
+                _note_comms(state, tp, _strings(buf, o, F["comm"], length[sel]))
+            if name == "sched_process_exit":
+                for p, tt in zip(tp.tolist(), ts[sel].tolist()):
+                    state.exits[p] = tt
+        elif name == "sched_process_fork":
+            child = _gather(buf, o, F["child_pid"])
+            parent = _gather(buf, o, F["parent_pid"])
+            put("target_pid", sel, child)
+            _note_comms(state, child, _strings(buf, o, F["child_comm"], length[sel]))
+            for c, p, tt in zip(child.tolist(), parent.tolist(), ts[sel].tolist()):
+                state.forks[c] = p
+                state.first_ts.setdefault(c, tt)
+        elif name.startswith(("block_rq", "block_bio")) and "sector" in F:
+            dev[sel] = _dev_text(_gather(buf, o, F["dev"]))
+            put("sector", sel, _gather(buf, o, F["sector"]).astype(np.int64))
+            if "bytes" in F:
+                put("nr_bytes", sel, _gather(buf, o, F["bytes"]).astype(np.int64))
+            elif "nr_sector" in F:
+                put("nr_bytes", sel, _gather(buf, o, F["nr_sector"]).astype(np.int64) * 512)
+            rwbs[sel] = _strings(buf, o, F["rwbs"]).astype(object)
+        elif fmt.system == "raw_syscalls" or (fmt.system == "syscalls" and "__syscall_nr" in F):
+            nr = F.get("id") or F.get("__syscall_nr")
+            put("syscall_nr", sel, _gather(buf, o, nr).astype(np.int32))
+            if "ret" in F:
+                put("syscall_ret", sel, _gather(buf, o, F["ret"]).astype(np.int64))
+            elif name.startswith("sys_enter"):
+                fields_txt[sel] = [_field_text(buf, int(x), int(ln), fmt) for x, ln in zip(o, length[sel])]
+        else:
+            if name in ("sock_recv_length", "sock_send_length") and "ret" in F:
+                put("nr_bytes", sel, np.maximum(_gather(buf, o, F["ret"]), 0).astype(np.int64))
+            fields_txt[sel] = [_field_text(buf, int(x), int(ln), fmt) for x, ln in zip(o, length[sel])]
+
+    k = np.flatnonzero(keep)
+    state.events += len(k)
+    nk = len(k)
+    arrays = {
+        "node": pa.array(np.full(nk, state.node, dtype=object), pa.string()),
+        "ts_ns": pa.array(ts[k]),
+        "cpu": pa.array(np.full(nk, cpu, np.int32)),
+        "pid": pa.array(pids[k].astype(np.int32)),
+        "event": pa.array(event_name[k], pa.string()),
+        "prev_state": pa.array(prev_state[k], pa.string()),
+        "dev": pa.array(dev[k], pa.string()),
+        "rwbs": pa.array(rwbs[k], pa.string()),
+        "stack_id": pa.array(stack_id[k], mask=stack_id[k] < 0),
+        "fields": pa.array(fields_txt[k], pa.string()),
+    }
+    for col, values in cols.items():
+        arrays[col] = pa.array(values[k], mask=~masks[col][k])
+    return pa.RecordBatch.from_pydict({name: arrays[name] for name in KERNEL_EVENT.names}, schema=KERNEL_EVENT)
+
+
+def _note_comms(state: DecodeState, pids: np.ndarray, comms: np.ndarray) -> None:
+    # a pid keeps its comm (until an exec): the first name seen per distinct pid is enough
+    uniq, first = np.unique(pids, return_index=True)
+    for p, i in zip(uniq.tolist(), first.tolist()):
+        if p and p not in state.comms:
+            state.comms[p] = str(comms[i])

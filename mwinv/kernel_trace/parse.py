@@ -1,0 +1,150 @@
+"""Parse a kernel trace (trace.dat or text) into the capture tables `kernel_event`, `kernel_stack`
+and `process`, streaming: one chunk of pages (or lines) at a time, each written as a Parquet part,
+so memory stays bounded and a fault keeps everything parsed before it."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from mwinv.capture.tables import SCHEMAS, Capture, node_name
+from mwinv.errors import MwinvError
+from mwinv.kernel_trace.decode import DecodeState, Kallsyms, decode_chunk
+from mwinv.kernel_trace.ringwalk import walk_pages
+from mwinv.kernel_trace.text import iter_text_batches
+from mwinv.kernel_trace.tracedat import MAGIC, TraceFormatError, iter_cpu_chunks, read_tracedat
+
+PART_ROWS = 1_000_000   # rows per kernel_event Parquet part
+
+
+@dataclass
+class ParseResult:
+    events: int
+    stacks: int
+    processes: int
+    lost_events: int
+    clock: str
+    fault: str | None = None      # the one-line fault, when the input was cut short or corrupt
+
+
+def is_tracedat(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(10) == MAGIC
+
+
+def iter_tracedat_batches(path: Path, state: DecodeState, chunk_pages: int = 8192) -> Iterator[pa.RecordBatch]:
+    """kernel_event batches of a trace.dat, CPU by CPU, chunk by chunk."""
+    td = read_tracedat(path)
+    data_off, commit_size = td.page_layout()
+    for cpu, pos, pages in iter_cpu_chunks(td, chunk_pages):
+        if pages is None:
+            raise TraceFormatError(path, pos, f"truncated: CPU {cpu} data ends early")
+        w = walk_pages(pages, td.page_size, data_off, commit_size)
+        state.lost += w.lost
+        if len(w.ts):
+            yield decode_chunk(state, pages, cpu, w.ts, w.off, w.length)
+        if w.bad_offset is not None:
+            raise TraceFormatError(path, pos + w.bad_offset, f"corrupt ring-buffer page (CPU {cpu})")
+
+
+def open_trace(path: Path, node: str) -> tuple[DecodeState, Iterator[pa.RecordBatch], str]:
+    """(decode state, batch iterator, clock) for a trace.dat or a text trace."""
+    if not path.exists():
+        raise MwinvError(f"{path}: no such file")
+    if is_tracedat(path):
+        td = read_tracedat(path)
+        state = DecodeState(node, td.formats, Kallsyms(td.kallsyms) if td.kallsyms else None)
+        state.comms.update(td.cmdlines)
+        return state, iter_tracedat_batches(path, state), td.clock
+    state = DecodeState(node, {})
+    return state, iter_text_batches(path, state), "unknown"
+
+
+def postgres_role(cmdline: str) -> str:
+    """The role of a PostgreSQL process from its process title."""
+    if not cmdline.startswith("postgres:"):
+        return "postmaster" if "postgres" in cmdline.split(" ")[0] else "other"
+    title = cmdline[len("postgres:"):].strip()
+    if title.startswith("parallel worker"):
+        return "parallel worker"
+    for role in ("checkpointer", "background writer", "walwriter", "autovacuum launcher",
+                 "autovacuum worker", "logical replication launcher", "stats collector", "archiver",
+                 "startup", "walsender", "walreceiver"):
+        if title.startswith(role):
+            return role
+    return "backend"
+
+
+def process_rows(state: DecodeState, procs: dict[int, dict] | None) -> pa.Table:
+    """The `process` table: pids seen in the trace, with what the recorder read from /proc."""
+    if procs:   # recorded here: the DBMS's processes and whatever they forked
+        pids = set(procs)
+        for child in sorted(state.forks, key=state.first_ts.get):
+            if state.forks[child] in pids:
+                pids.add(child)
+        pids = sorted(pids)
+    else:       # a trace from elsewhere: every process it names
+        procs = {}
+        pids = sorted(set(state.comms) | set(state.forks))
+    rows = []
+    for pid in pids:
+        p = procs.get(pid, {})
+        cmd = p.get("cmdline", "")
+        rows.append({"node": state.node, "pid": pid, "ppid": p.get("ppid", state.forks.get(pid)),
+                     "comm": p.get("comm") or state.comms.get(pid),
+                     "role": postgres_role(cmd) if cmd else None,
+                     "start_ns": state.first_ts.get(pid, p.get("start_ns")), "end_ns": state.exits.get(pid)})
+    return pa.Table.from_pylist(rows, schema=SCHEMAS["process"])
+
+
+def parse_trace(path: str | os.PathLike, capture: Capture, node: str | None = None,
+                procs_file: str | os.PathLike | None = None,
+                progress: Callable[[int], None] | None = None) -> ParseResult:
+    """Parse `path` into `capture`. On a fault the parts written so far stay; the result names the
+    fault (the caller decides whether it is fatal: the CLI exits non-zero)."""
+    path = Path(path)
+    node = node or node_name()
+    state, batches, clock = open_trace(path, node)
+    pending: list[pa.RecordBatch] = []
+    rows = 0
+    fault = None
+
+    def flush():
+        nonlocal rows
+        if pending:
+            capture.write_part("kernel_event", pa.Table.from_batches(pending), node=node)
+            pending.clear()
+            rows = 0
+
+    try:
+        for rb in batches:
+            pending.append(rb)
+            rows += rb.num_rows
+            if progress:
+                progress(state.events)
+            if rows >= PART_ROWS:
+                flush()
+    except TraceFormatError as exc:
+        fault = str(exc)
+    flush()
+    procs = None
+    if procs_file and Path(procs_file).exists():
+        procs = {int(k): v for k, v in json.loads(Path(procs_file).read_text()).items()}
+    if state.stacks:
+        capture.write_part("kernel_stack", state.stack_frames(), node=node)
+    proc_table = process_rows(state, procs)
+    if proc_table.num_rows:
+        capture.write_part("process", proc_table, node=node)
+    return ParseResult(state.events, len(state.stacks), proc_table.num_rows, state.lost, clock, fault)
+
+
+def count_events(path: str | os.PathLike) -> int:
+    """Events in a trace without writing anything (for benchmarks and checks)."""
+    state, batches, _ = open_trace(Path(path), "count")
+    return int(np.sum([rb.num_rows for rb in batches]))

@@ -1,0 +1,108 @@
+"""Kernel hot spots where the function tracer is not allowed: `perf record -g -e cpu-clock` of the
+DBMS's pids on CLOCK_MONOTONIC, converted to `cpu_sample` + `kernel_stack` rows."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+
+from mwinv.capture.tables import SCHEMAS, Capture
+from mwinv.errors import MwinvError
+from mwinv.kernel_trace.decode import stack_id_of
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    # perf must not outlive a recorder that was killed with -9
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def start_perf(out: Path, freq_hz: int = 99) -> subprocess.Popen:
+    """Sample all CPUs (with `-p`, perf does not follow the backends a postmaster forks later);
+    perf_to_capture keeps only the DBMS's pids."""
+    perf = shutil.which("perf")
+    if not perf:
+        raise MwinvError("perf is not installed (package linux-perf, scripts/deps.sh)")
+    cmd = [perf, "record", "-q", "-g", "-e", "cpu-clock", "-F", str(freq_hz), "-k", "CLOCK_MONOTONIC",
+           "-a", "-o", str(out)]
+    log = open(out.with_suffix(".log"), "w")
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+
+
+def stop_perf(proc: subprocess.Popen, timeout_s: float = 30) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+_HEAD = re.compile(r"^\s*(?P<comm>.*?)\s+(?P<pid>\d+)/(?P<tid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<sec>\d+)\.(?P<frac>\d+):")
+_FRAME = re.compile(r"^\s+(?P<addr>[0-9a-f]+)\s+(?P<sym>.*?)\s+\((?P<dso>[^)]*)\)\s*$")
+
+
+def iter_perf_samples(script_output: Iterator[str]) -> Iterator[tuple[int, int, int, list[str], bool]]:
+    """(ts_ns, cpu, tid, kernel frames, in kernel) per sample of `perf script` text."""
+    head = None
+    frames: list[str] = []
+    in_kernel = False
+    for line in script_output:
+        m = _HEAD.match(line)
+        if m:
+            if head:
+                yield (*head, frames, in_kernel)
+            head = (int(m["sec"]) * 1_000_000_000 + int(m["frac"].ljust(9, "0")[:9]), int(m["cpu"]), int(m["tid"]))
+            frames, in_kernel = [], False
+            continue
+        f = _FRAME.match(line)
+        if f and head:
+            is_kernel = f["dso"].startswith("[kernel")
+            if not frames and is_kernel:
+                in_kernel = True
+            if is_kernel:
+                frames.append(f["sym"].split("+0x")[0])
+    if head:
+        yield (*head, frames, in_kernel)
+
+
+def perf_to_capture(perf_data: Path, capture: Capture, node: str, pids: set[int]) -> int:
+    """Convert the samples of `pids` in perf.data into cpu_sample and kernel_stack parts; returns
+    the number of samples kept."""
+    if not perf_data.exists() or perf_data.stat().st_size == 0:
+        return 0
+    proc = subprocess.Popen(["perf", "script", "-i", str(perf_data), "-F", "comm,pid,tid,cpu,time,ip,sym,dso",
+                             "--ns"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    samples = {k: [] for k in SCHEMAS["cpu_sample"].names}
+    stacks: dict[int, list[str]] = {}
+    for ts, cpu, tid, frames, in_kernel in iter_perf_samples(proc.stdout):
+        if tid not in pids:
+            continue
+        sid = None
+        if frames:
+            sid = stack_id_of("\n".join(frames).encode())
+            stacks.setdefault(sid, frames)
+        for k, v in (("node", node), ("ts_ns", ts), ("cpu", cpu), ("pid", tid), ("stack_id", sid), ("kernel", in_kernel)):
+            samples[k].append(v)
+    proc.wait()
+    if samples["ts_ns"]:
+        capture.write_part("cpu_sample", pa.Table.from_pydict(samples, schema=SCHEMAS["cpu_sample"]), node=node)
+    if stacks:
+        capture.write_part("kernel_stack", pa.Table.from_pydict(
+            {"node": [node] * len(stacks), "stack_id": list(stacks), "frames": list(stacks.values())},
+            schema=SCHEMAS["kernel_stack"]), node=node)
+    return len(samples["ts_ns"])
+
+
+def perf_available() -> bool:
+    return shutil.which("perf") is not None and os.geteuid() == 0

@@ -1,0 +1,365 @@
+"""Record the kernel events of a DBMS's processes into our own trace instance.
+
+Why not trace-cmd: on this kernel `trace-cmd record` is refused (it writes ftrace_enabled), the
+`-d --no-filter -B` form records but did not apply the pid filter and leaves the instance behind.
+So mwinv drives tracefs itself: an instance `mwinv-<pid>-<rand>` with `set_event_pid` (the
+postmaster and its children, `options/event-fork`, re-read every second), the `mono` clock, and one
+reader thread per CPU copying whole ring-buffer pages from `per_cpu/cpuN/trace_pipe_raw` into
+files; at the end the pages are assembled into a version-6 trace.dat (readable by `trace-cmd
+report` too). Kernel stacks come from the `stacktrace` trigger on the events that explain waits,
+and CPU hot spots from the function tracer where allowed, else from `perf record -g`."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mwinv.errors import MwinvError
+from mwinv.kernel_trace import perf as perf_mod
+from mwinv.kernel_trace.tracedat import write_tracedat
+from mwinv.kernel_trace.tracefs import Instance, add_uprobe, clean_stale, remove_uprobe, tracefs_root
+from mwinv.kernel_trace.usdt import uprobe_target, usdt_probes
+
+SCHED_EVENTS = ["sched:sched_switch", "sched:sched_wakeup", "sched:sched_wakeup_new",
+                "sched:sched_process_fork", "sched:sched_process_exit"]
+# block_bio_queue runs in the submitting task's context (the backend, also for its readahead), where
+# block_rq_issue may run in a kworker (blk-throttle dispatch, plugging) and completions in interrupts.
+BLOCK_EVENTS = ["block:block_bio_queue", "block:block_rq_issue", "block:block_rq_complete"]
+# The syscalls a DBMS waits in (all raw_syscalls cost 26 % of pgbench TPS here: only these).
+WAIT_SYSCALLS = ["pread64", "pwrite64", "read", "write", "preadv", "pwritev", "fsync", "fdatasync",
+                 "sync_file_range", "recvfrom", "sendto", "recvmsg", "sendmsg", "epoll_wait",
+                 "epoll_pwait", "futex", "semop", "semtimedop", "select", "poll"]
+NET_EVENTS = ["sock:sock_recv_length", "sock:sock_send_length", "net:net_dev_xmit", "net:netif_receive_skb"]
+PAGE_FAULT_EVENTS = ["exceptions:page_fault_user"]
+# stacks on the events that explain a wait: a task blocking, a disk request being issued
+STACK_TRIGGERS = {"sched:sched_switch": "prev_state & 3", "block:block_rq_issue": ""}
+
+MWINV_SO = Path("/usr/lib/postgresql/15/lib/mwinv.so")
+STATEMENT_PROBES = {"statement__start": "mwinv_stmt_start", "statement__done": "mwinv_stmt_done"}
+# PostgreSQL's own lock-wait probes: the only kernel-visible sign that a latch wait is a lock wait
+# (heavyweight lock waits sleep in epoll_wait like pg_sleep does). They fire only on waits.
+LOCK_PROBES = {"lock__wait__start": "pg_lock_wait_start", "lock__wait__done": "pg_lock_wait_done",
+               "lwlock__wait__start": "pg_lwlock_wait_start", "lwlock__wait__done": "pg_lwlock_wait_done"}
+
+
+def default_events(page_faults: bool = False) -> list[str]:
+    sys = [f"syscalls:sys_{d}_{name}" for name in WAIT_SYSCALLS for d in ("enter", "exit")]
+    return SCHED_EVENTS + BLOCK_EVENTS + sys + NET_EVENTS + (PAGE_FAULT_EVENTS if page_faults else [])
+
+
+def descendants(root_pid: int) -> list[int]:
+    """root_pid and all its descendants (threads' tids included), from /proc."""
+    children: dict[int, list[int]] = {}
+    for d in os.scandir("/proc"):
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d.name}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [root_pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def proc_info(pid: int) -> dict | None:
+    """comm, ppid, cmdline and start time (ns since boot) of a live pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return None
+    comm = stat[stat.index("(") + 1:stat.rindex(")")]
+    rest = stat.rsplit(")", 1)[1].split()
+    return {"comm": comm, "ppid": int(rest[1]), "cmdline": cmdline,
+            "start_ns": int(rest[19]) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")}
+
+
+@dataclass
+class RecorderConfig:
+    events: list[str] = field(default_factory=default_events)
+    stacks: bool = False                 # kernel stacks on wait events + CPU hot spots
+    buffer_kb: int = 8192                # per CPU
+    poll_interval_s: float = 0.2
+    follow_interval_s: float = 1.0
+    perf_freq_hz: int = 99
+    statement_probes: bool = True        # uprobes on mwinv.so's statement__start/done if present
+
+
+class KernelRecorder:
+    """start() / stop(): records into `out_dir` (trace.dat, procs.json, perf.data, recorder.json)."""
+
+    def __init__(self, out_dir: str | os.PathLike, pids: list[int], config: RecorderConfig | None = None,
+                 follow_pid: int | None = None):
+        self.out = Path(out_dir)
+        self.pids = list(pids)
+        self.follow_pid = follow_pid if follow_pid is not None else (pids[0] if pids else None)
+        self.cfg = config or RecorderConfig()
+        self.instance: Instance | None = None
+        self.uprobes: list[str] = []
+        self.enabled: list[str] = []
+        self.skipped: dict[str, str] = {}
+        self.tracer = "nop"
+        self.perf = None
+        self.procs: dict[int, dict] = {}
+        self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()
+        self._cpu_files: list[Path] = []
+        self._errors: list[str] = []
+        self._formats: list[tuple[str, str]] = []
+
+    # ------------------------------------------------------------ start
+    def start(self) -> "KernelRecorder":
+        root = tracefs_root()
+        self.removed_stale = clean_stale(root)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.instance = inst = Instance.create(root)
+        try:
+            self._configure(root, inst)
+        except BaseException:
+            self._teardown()
+            raise
+        return self
+
+    def _configure(self, root: Path, inst: Instance) -> None:
+        inst.write("tracing_on", "0")
+        inst.write("trace_clock", "mono")     # = Python time.monotonic_ns() = the DBMS side's clock
+        inst.write("buffer_size_kb", str(self.cfg.buffer_kb))
+        inst.write("options/event-fork", "1")
+        self._follow()
+        if self.cfg.statement_probes:
+            self._add_statement_probes(root)
+        for ev in self.cfg.events + [f"{u.split('/')[0]}:{u.split('/')[1]}" for u in self.uprobes]:
+            if not inst.has_event(ev):
+                self.skipped[ev] = "not in this kernel"
+                continue
+            try:
+                inst.write(f"events/{ev.replace(':', '/')}/enable", "1")
+                self.enabled.append(ev)
+            except MwinvError as exc:
+                self.skipped[ev] = str(exc).rsplit(": ", 1)[-1]
+        if not self.enabled:
+            raise MwinvError(f"{inst.path}: none of the requested events exists in this kernel")
+        if self.cfg.stacks:
+            self._stacks(inst)
+        self._formats = self._event_formats(root)
+        ncpu = os.cpu_count() or 1
+        self._cpu_files = [self.out / f"cpu{c}.raw" for c in range(ncpu)]
+        for c in range(ncpu):
+            t = threading.Thread(target=self._read_cpu, args=(c,), name=f"mwinv-trace-cpu{c}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        f = threading.Thread(target=self._follow_loop, name="mwinv-trace-follow", daemon=True)
+        f.start()
+        self._threads.append(f)
+        inst.write("tracing_on", "1")
+        if self.tracer == "nop" and self.cfg.stacks and perf_mod.perf_available() and self.pids:
+            self.perf = perf_mod.start_perf(self.out / "perf.data", self.cfg.perf_freq_hz)
+
+    def _stacks(self, inst: Instance) -> None:
+        """Stack triggers on the wait events; the function tracer per pid where the kernel allows."""
+        for ev, cond in STACK_TRIGGERS.items():
+            if ev not in self.enabled:
+                continue
+            trig = f"events/{ev.replace(':', '/')}/trigger"
+            try:
+                inst.write(trig, "stacktrace" + (f" if {cond}" if cond else ""))
+            except MwinvError:
+                inst.write(trig, "stacktrace")      # older kernels: no `&` in trigger filters
+        try:
+            inst.write("set_ftrace_pid", " ".join(map(str, self.pids)))
+            inst.write("current_tracer", "function")
+            self.tracer = "function"
+        except MwinvError as exc:
+            self.skipped["tracer:function"] = str(exc).rsplit(": ", 1)[-1]  # EPERM here: perf instead
+
+    def _add_statement_probes(self, root: Path) -> None:
+        probes = {p.name: p for p in usdt_probes(MWINV_SO, provider="mwinv")}
+        for probe_name, event in STATEMENT_PROBES.items():
+            if probe_name not in probes:
+                continue
+            target, args = uprobe_target(MWINV_SO, probes[probe_name], ["statement_id", "query_id"])
+            try:
+                self.uprobes.append(add_uprobe(root, event, target, args))
+            except MwinvError as exc:
+                self.skipped[f"uprobe:{event}"] = str(exc)
+        self._add_lock_probes(root)
+
+    def _add_lock_probes(self, root: Path) -> None:
+        exe = None
+        for pid in self.pids:
+            try:
+                exe = Path(os.readlink(f"/proc/{pid}/exe"))
+                break
+            except OSError:
+                continue
+        if exe is None or not exe.exists():
+            self.skipped["uprobe:pg_lock_wait"] = "the DBMS binary is not readable"
+            return
+        try:
+            probes = usdt_probes(exe, provider="postgresql")
+        except MwinvError as exc:
+            self.skipped["uprobe:pg_lock_wait"] = str(exc)
+            return
+        seen: dict[str, int] = {}
+        for probe in probes:
+            event = LOCK_PROBES.get(probe.name)
+            if event is None:
+                continue
+            n = seen[event] = seen.get(event, 0) + 1   # one uprobe per probe site
+            target, _ = uprobe_target(exe, probe, [])
+            try:
+                self.uprobes.append(add_uprobe(root, f"{event}_{n}", target))
+            except MwinvError as exc:
+                self.skipped[f"uprobe:{event}_{n}"] = str(exc)
+
+    def _event_formats(self, root: Path) -> list[tuple[str, str]]:
+        out = [("ftrace", p.read_text()) for p in sorted((root / "events/ftrace").glob("*/format"))]
+        for ev in self.enabled:
+            system, name = ev.split(":")
+            out.append((system, (root / "events" / system / name / "format").read_text()))
+        (self.out / "formats.json").write_text(json.dumps(out))   # lets a crashed run's pages be assembled
+        return out
+
+    # ------------------------------------------------------------ running
+    def _follow(self) -> None:
+        """Add new DBMS processes to set_event_pid (event-fork catches most; this catches the rest)."""
+        pids = set(self.pids)
+        if self.follow_pid:
+            pids.update(descendants(self.follow_pid))
+        new = sorted(p for p in pids if p not in self.procs)
+        for p in new:
+            info = proc_info(p)
+            if info:
+                self.procs[p] = info
+        live_new = [p for p in new if p in self.procs]
+        if live_new:
+            try:
+                self.instance.write("set_event_pid", " ".join(map(str, live_new)), append=True)
+            except MwinvError as exc:
+                if "No such process" not in str(exc):
+                    raise
+
+    def _follow_loop(self) -> None:
+        while not self._stop.wait(self.cfg.follow_interval_s):
+            try:
+                self._follow()
+            except Exception as exc:   # keep recording; report at stop
+                self._errors.append(f"following pids: {exc}")
+
+    def _read_cpu(self, cpu: int) -> None:
+        src = self.instance.path / f"per_cpu/cpu{cpu}/trace_pipe_raw"
+        page = os.sysconf("SC_PAGE_SIZE")
+        try:
+            fd = os.open(src, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            self._errors.append(f"{src}: {exc.strerror}")
+            return
+        try:
+            with open(self._cpu_files[cpu], "wb") as out:
+                draining = False
+                while True:
+                    try:
+                        data = os.read(fd, page)
+                    except OSError as exc:
+                        if exc.errno != errno.EAGAIN:
+                            self._errors.append(f"{src}: {exc.strerror}")
+                            return
+                        data = b""
+                    if data:
+                        out.write(data)
+                        continue
+                    if draining:
+                        return
+                    out.flush()
+                    if self._stop.wait(self.cfg.poll_interval_s):
+                        draining = True   # tracing is off: read what is left, then stop
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------ stop
+    def stop(self) -> dict:
+        """Stop, restore the tracing state, write trace.dat; returns the recorder's summary."""
+        try:
+            if self.instance and self.instance.path.exists():
+                try:
+                    self.instance.write("tracing_on", "0")
+                except MwinvError as exc:
+                    self._errors.append(str(exc))
+            self._stop.set()
+            for t in self._threads:
+                t.join(30)
+        finally:
+            self._teardown()
+        trace = self.out / "trace.dat"
+        if self._cpu_files:
+            assemble(self.out, trace)
+        (self.out / "procs.json").write_text(json.dumps(self.procs))
+        summary = {"trace": str(trace), "instance": self.instance.name if self.instance else None,
+                   "events": self.enabled, "skipped": self.skipped, "tracer": self.tracer,
+                   "stacks": self.cfg.stacks, "perf": self.perf is not None, "uprobes": self.uprobes,
+                   "pids": sorted(self.procs), "errors": self._errors, "clock": "mono"}
+        (self.out / "recorder.json").write_text(json.dumps(summary, indent=2))
+        return summary
+
+    def _teardown(self) -> None:
+        """Restore everything we changed (idempotent; runs on errors, Ctrl-C and SIGTERM too)."""
+        if self.perf is not None:
+            perf_mod.stop_perf(self.perf)
+        self._stop.set()
+        for t in self._threads:
+            t.join(5)
+        if self.instance is not None:
+            try:
+                self.instance.write("current_tracer", "nop")
+            except MwinvError:
+                pass
+            try:
+                self.instance.remove()
+            except MwinvError as exc:
+                self._errors.append(str(exc))
+        root = self.instance.root if self.instance else None
+        while self.uprobes and root:
+            name = self.uprobes.pop()
+            try:
+                remove_uprobe(root, name)
+            except MwinvError as exc:
+                self._errors.append(str(exc))
+
+    def __enter__(self) -> "KernelRecorder":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def assemble(raw_dir: Path, out: Path) -> Path:
+    """Build trace.dat from the cpuN.raw page files and formats.json a recording left in raw_dir."""
+    formats = [tuple(x) for x in json.loads((raw_dir / "formats.json").read_text())]
+    cpu_files = sorted(raw_dir.glob("cpu*.raw"), key=lambda p: int(p.stem[3:]))
+    page = os.sysconf("SC_PAGE_SIZE")
+    for p in cpu_files:   # a page cut short by a crash is dropped, whole pages stay
+        size = p.stat().st_size
+        if size % page:
+            os.truncate(p, size - size % page)
+    root = tracefs_root()
+    try:
+        kallsyms = Path("/proc/kallsyms").read_bytes()
+        cmdlines = (root / "saved_cmdlines").read_bytes()
+    except OSError:
+        kallsyms, cmdlines = b"", b""
+    write_tracedat(out, root / "events", formats, cpu_files, "[mono]\n", kallsyms, cmdlines,
+                   " ".join(os.uname()[:3]), page)
+    for p in cpu_files:
+        p.unlink()
+    return out

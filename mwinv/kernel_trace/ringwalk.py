@@ -1,0 +1,80 @@
+"""The C walk over ftrace ring-buffer pages, compiled on first use (gcc) and called via ctypes."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+from mwinv.errors import MwinvError
+
+_SOURCE = Path(__file__).with_name("ringwalk.c")
+_lib = None
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "mwinv"
+
+
+def _load():
+    global _lib
+    if _lib is not None:
+        return _lib
+    src = _SOURCE.read_bytes()
+    so = _cache_dir() / f"ringwalk-{hashlib.sha1(src).hexdigest()[:12]}.so"
+    if not so.exists():
+        so.parent.mkdir(parents=True, exist_ok=True)
+        tmp = so.with_suffix(f".{os.getpid()}.tmp")
+        try:
+            subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(tmp), str(_SOURCE)],
+                           check=True, capture_output=True, text=True)
+        except FileNotFoundError:
+            raise MwinvError("the trace.dat parser needs a C compiler: install gcc (scripts/deps.sh)") from None
+        except subprocess.CalledProcessError as exc:
+            raise MwinvError(f"{_SOURCE}: gcc failed: {exc.stderr.strip().splitlines()[0]}") from None
+        tmp.replace(so)  # atomic: concurrent first uses never load half a library
+    lib = ctypes.CDLL(str(so))
+    p = ctypes.c_void_p
+    lib.ring_walk.restype = ctypes.c_int64
+    lib.ring_walk.argtypes = [p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                              p, p, p, ctypes.c_int64, p, p]
+    _lib = lib
+    return lib
+
+
+class RingWalk:
+    """Records found in a buffer of whole ring-buffer pages."""
+
+    def __init__(self, ts: np.ndarray, off: np.ndarray, length: np.ndarray, pages: int, lost: int,
+                 bad_offset: int | None):
+        self.ts, self.off, self.length = ts, off, length
+        self.pages, self.lost, self.bad_offset = pages, lost, bad_offset
+
+
+def walk_pages(buf: np.ndarray, page_size: int, data_off: int = 16, commit_size: int = 8) -> RingWalk:
+    """Walk `buf` (uint8, a multiple of page_size). On a corrupt page the records before it are
+    returned and `bad_offset` is its byte offset in `buf`."""
+    lib = _load()
+    max_out = len(buf) // 4 + 16
+    ts = np.empty(max_out, np.int64)
+    off = np.empty(max_out, np.int64)
+    length = np.empty(max_out, np.int32)
+    pages = np.zeros(1, np.int64)
+    lost = np.zeros(1, np.int64)
+    n = lib.ring_walk(buf.ctypes.data, len(buf), page_size, data_off, commit_size, ts.ctypes.data,
+                      off.ctypes.data, length.ctypes.data, max_out, pages.ctypes.data, lost.ctypes.data)
+    bad = None
+    if n < 0:
+        bad = -n - 1
+        # redo up to the last good page so the records before the fault are kept
+        good = (bad // page_size) * page_size
+        if good:
+            w = walk_pages(buf[:good], page_size, data_off, commit_size)
+            return RingWalk(w.ts, w.off, w.length, w.pages, w.lost, bad)
+        return RingWalk(ts[:0], off[:0], length[:0], 0, 0, bad)
+    return RingWalk(ts[:n], off[:n], length[:n], int(pages[0]), int(lost[0]), None)

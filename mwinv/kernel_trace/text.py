@@ -1,0 +1,166 @@
+"""Text traces -> `kernel_event` batches: the raw ftrace `trace`/`trace_pipe` format and
+`trace-cmd report` output (pretty or `name=value` fields, `=> func` stack lines)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+
+from mwinv.kernel_trace.decode import KERNEL_EVENT, DecodeState, without_tracing_frames, stack_id_of
+from mwinv.kernel_trace.formats import state_text
+from mwinv.kernel_trace.tracedat import TraceFormatError
+
+_LINE = re.compile(
+    r"^\s*(?P<comm>.*?)-(?P<pid>\d+)\s+(?:\(\s*[\d-]+\)\s+)?\[(?P<cpu>\d+)\]\s+(?:[\w.]{4,6}\s+)?"
+    r"(?P<sec>\d+)\.(?P<frac>\d+):\s+(?P<event>[\w:]+):\s?(?P<rest>.*)$")
+_KV = re.compile(r"(\w+)=(\S*)")
+_SWITCH = re.compile(r"(?P<prev_comm>.+?):(?P<prev_pid>\d+) \[-?\d+\] (?P<prev_state>\S+) ==> "
+                     r"(?P<next_comm>.+?):(?P<next_pid>\d+) \[-?\d+\]")
+_WAKEUP = re.compile(r"(?P<comm>.+?):(?P<pid>\d+) \[-?\d+\]")
+_BLOCK = re.compile(r"(?P<maj>\d+),(?P<min>\d+) (?P<rwbs>\S+) (?:(?P<bytes>\d+) )?\(.*?\) (?P<sector>\d+) \+ (?P<nr>\d+)")
+_RAW_SYS = re.compile(r"NR (?P<nr>-?\d+)(?: = (?P<ret>-?\d+))?")
+_STACK = re.compile(r"^\s*=>\s*(?P<func>\S+)")
+
+_FREE_TEXT = ("print", "bprint", "bputs")
+_INT_COLS = ("prev_pid", "next_pid", "target_pid", "sector", "nr_bytes", "syscall_nr", "syscall_ret", "stack_id")
+_STR_COLS = ("prev_state", "dev", "rwbs", "fields")
+
+
+def _int(v: str | None) -> int | None:
+    if v is None or v == "":
+        return None
+    try:
+        return int(v, 0) if v.startswith(("0x", "-0x")) else int(v)
+    except ValueError:
+        return None
+
+
+def _fields_of(event: str, rest: str, row: dict, state: DecodeState) -> None:
+    kv = dict(_KV.findall(rest))
+    if event == "sched_switch":
+        m = None if "prev_pid" in kv else _SWITCH.search(rest)
+        if m:
+            kv = m.groupdict()
+        row["prev_pid"], row["next_pid"] = _int(kv.get("prev_pid")), _int(kv.get("next_pid"))
+        st = kv.get("prev_state")
+        row["prev_state"] = state_text(int(st), state.state_bits) if st and st.isdigit() else st
+        for p, c in ((row["prev_pid"], kv.get("prev_comm")), (row["next_pid"], kv.get("next_comm"))):
+            if p and c:
+                state.comms.setdefault(p, c)
+        return
+    if event in ("sched_wakeup", "sched_wakeup_new", "sched_waking", "sched_process_exit", "sched_process_free"):
+        m = None if "pid" in kv else _WAKEUP.search(rest)
+        if m:
+            kv = {**kv, **m.groupdict()}
+        row["target_pid"] = _int(kv.get("pid"))
+        if row["target_pid"] and kv.get("comm"):
+            state.comms.setdefault(row["target_pid"], kv["comm"])
+        return
+    if event == "sched_process_fork":
+        row["target_pid"] = _int(kv.get("child_pid"))
+        if row["target_pid"] and kv.get("pid"):
+            state.forks[row["target_pid"]] = int(kv["pid"])
+        return
+    if event.startswith("block_rq"):
+        m = _BLOCK.search(rest)
+        if m:
+            row["dev"] = f"{m['maj']},{m['min']}"
+            row["rwbs"], row["sector"] = m["rwbs"], int(m["sector"])
+            row["nr_bytes"] = int(m["bytes"]) if m["bytes"] else int(m["nr"]) * 512
+        elif "sector" in kv:
+            row["dev"], row["rwbs"], row["sector"] = kv.get("dev"), kv.get("rwbs"), _int(kv["sector"])
+            row["nr_bytes"] = _int(kv.get("bytes")) or (_int(kv.get("nr_sector")) or 0) * 512
+        return
+    if event in ("sys_enter", "sys_exit"):
+        m = _RAW_SYS.search(rest)
+        if m:
+            row["syscall_nr"], row["syscall_ret"] = int(m["nr"]), _int(m["ret"])
+        return
+    if event.startswith("sys_exit_"):
+        row["syscall_ret"] = _int(rest.strip().split()[0]) if rest.strip() else None
+        return
+    row["fields"] = rest.strip() or None
+
+
+def iter_text_batches(path: Path, state: DecodeState, batch_rows: int = 200_000) -> Iterator[pa.RecordBatch]:
+    """Stream a text trace; a line that is neither an event, a stack line nor a header/comment is a
+    fault: the batches before it are yielded, then TraceFormatError names the line."""
+    cols: dict[str, list] = {n: [] for n in KERNEL_EVENT.names}
+    last_on_cpu: dict[int, int] = {}    # cpu -> row index of its last event (stack lines attach there)
+    stack: list[str] = []
+    stack_cpu = -1
+    last_event = ""
+
+    def flush_stack():
+        nonlocal stack
+        if stack and stack_cpu in last_on_cpu:
+            sid = stack_id_of("\n".join(stack).encode())
+            state.stacks.setdefault(sid, tuple(without_tracing_frames(stack)))
+            cols["stack_id"][last_on_cpu[stack_cpu]] = sid
+        stack = []
+
+    def batch():
+        rb = pa.RecordBatch.from_pydict(cols, schema=KERNEL_EVENT)
+        for v in cols.values():
+            v.clear()
+        last_on_cpu.clear()
+        return rb
+
+    try:
+        f = open(path, "r", errors="replace")
+    except OSError as exc:
+        raise TraceFormatError(path, 0, exc.strerror) from None
+    with f:
+        offset = 0
+        for lineno, line in enumerate(f, 1):
+            offset += len(line)
+            m = _STACK.match(line)
+            if m:
+                stack.append(m["func"].split("+")[0])
+                continue
+            m = _LINE.match(line)
+            if m is None:
+                if last_event in _FREE_TEXT and cols["ts_ns"] and line.strip():
+                    # a message with a newline continues on the next line
+                    cols["fields"][-1] = (cols["fields"][-1] or "") + "\n" + line.rstrip("\n")
+                    continue
+                if not line.strip() or line.startswith("#") or re.match(r"^\s*(cpus=\d+|version = \d+|CPU \d+ is empty|CPU:\d+ \[\w+ \d+ EVENTS DROPPED\])", line):
+                    continue
+                flush_stack()
+                if cols["ts_ns"]:
+                    yield batch()
+                raise TraceFormatError(path, offset - len(line), f"line {lineno}: not a trace event line: {line.strip()[:60]!r}")
+            flush_stack()
+            event = last_event = m["event"].split(":")[-1]
+            cpu = int(m["cpu"])
+            if event in ("kernel_stack", "<stack trace>"):
+                stack_cpu = cpu
+                continue
+            if m["rest"].startswith("<stack trace>"):
+                stack_cpu = cpu
+                continue
+            row = dict.fromkeys(_INT_COLS + _STR_COLS)
+            _fields_of(event, m["rest"], row, state)
+            frac = m["frac"]
+            cols["node"].append(state.node)
+            cols["ts_ns"].append(int(m["sec"]) * 1_000_000_000 + int(frac.ljust(9, "0")[:9]))
+            cols["cpu"].append(cpu)
+            pid = int(m["pid"])
+            cols["pid"].append(pid)
+            if pid and m["comm"] not in ("<...>", "<idle>"):
+                state.comms.setdefault(pid, m["comm"])
+            cols["event"].append(event)
+            for k in _INT_COLS + _STR_COLS:
+                cols[k].append(row[k])
+            last_on_cpu[cpu] = len(cols["ts_ns"]) - 1
+            state.events += 1
+            if len(cols["ts_ns"]) >= batch_rows:
+                yield batch()
+            if event == "stack" or m["rest"].startswith("<stack trace>"):
+                stack_cpu = cpu
+        flush_stack()
+        if cols["ts_ns"]:
+            yield batch()

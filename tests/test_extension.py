@@ -1,0 +1,222 @@
+"""The mwinv PostgreSQL extension against real servers: CPU accounting, parallel workers,
+lossless-or-counted ring, nesting and errors, security, coexistence with pg_stat_statements and
+pg_stat_kcache, USDT probes, and the Python reader into a capture directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from mwinv.capture.tables import Capture
+from mwinv.dbplugins.postgresql import StatementDrainer, connect_untracked, drain, extension_available
+from mwinv.pgserver import PgServer, pg_bindir
+
+EXT_DIR = Path(__file__).resolve().parent.parent / "dbplugins" / "postgresql"
+GUCS = {"compute_query_id": "on"}
+
+
+def _install_extension() -> Path:
+    if os.geteuid() != 0:
+        pytest.skip("installing the extension into the PostgreSQL lib dir needs root")
+    proc = subprocess.run(["make", "-C", str(EXT_DIR), "install"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.fail("make install failed: " + (proc.stderr.strip().splitlines() or ["?"])[-1])
+    libdir = subprocess.run(["pg_config", "--pkglibdir"], capture_output=True, text=True, check=True).stdout.strip()
+    return Path(libdir) / "mwinv.so"
+
+
+@pytest.fixture(scope="module")
+def installed():
+    return _install_extension()
+
+
+@pytest.fixture(scope="module")
+def server(installed):
+    with PgServer(name="ext", shared_preload_libraries=["mwinv"], gucs=GUCS) as srv:
+        srv.psql("CREATE EXTENSION mwinv")
+        yield srv
+
+
+def _admin(srv: PgServer) -> psycopg.Connection:
+    return connect_untracked(srv.conninfo())  # the test's own bookkeeping is not recorded
+
+
+def _drain_rows(conn) -> list[dict]:
+    cur = conn.execute("SELECT * FROM mwinv_drain()")
+    names = [d.name for d in cur.description]
+    return [dict(zip(names, r)) for r in cur.fetchall()]
+
+
+def _proc_cpu_ns(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime + stime
+    return ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+
+def test_cpu_bound_statement_matches_backend_cpu(server):
+    admin = _admin(server)
+    admin.execute("SELECT mwinv_reset()")
+    with server.connect() as conn:
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        before = _proc_cpu_ns(pid)
+        conn.execute("SELECT sum(i * 2) FROM generate_series(1, 3000000) i")
+        after = _proc_cpu_ns(pid)
+    rows = [r for r in _drain_rows(admin) if r["pid"] == pid and r["cpu_user_ns"] is not None]
+    assert len(rows) == 1, rows
+    recorded = rows[0]["cpu_user_ns"] + rows[0]["cpu_sys_ns"]
+    measured = after - before
+    assert measured > 300_000_000, "statement too short to compare"
+    assert abs(recorded - measured) <= 0.05 * measured, (recorded, measured)
+    assert rows[0]["end_ns"] - rows[0]["start_ns"] >= recorded * 0.9
+
+
+def test_parallel_workers_are_recorded_and_linked(server):
+    admin = _admin(server)
+    admin.execute("CREATE TABLE IF NOT EXISTS par AS SELECT g AS v FROM generate_series(1, 300000) g")
+    admin.execute("SELECT mwinv_reset()")
+    with server.connect() as conn:
+        for guc in ("parallel_setup_cost = 0", "parallel_tuple_cost = 0", "min_parallel_table_scan_size = 0",
+                    "max_parallel_workers_per_gather = 2"):
+            conn.execute(f"SET {guc}")
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) SELECT sum(v) FROM par").fetchone()[0]
+    launched = plan[0]["Plan"]["Workers Launched"] if "Workers Launched" in plan[0]["Plan"] else \
+        plan[0]["Plan"]["Plans"][0]["Workers Launched"]
+    assert launched >= 1
+    rows = _drain_rows(admin)
+    workers = [r for r in rows if r["leader_pid"] == pid]
+    assert len(workers) == launched
+    (leader,) = [r for r in rows if r["statement_id"] == workers[0]["parent_statement_id"]]
+    assert leader["pid"] == pid and leader["utility"]  # the EXPLAIN ANALYZE statement
+    for w in workers:
+        assert w["parent_statement_id"] == leader["statement_id"]
+        assert w["pid"] != pid
+        assert w["cpu_user_ns"] is not None and w["rows"] >= 0
+        assert leader["start_ns"] <= w["start_ns"] and w["end_ns"] <= leader["end_ns"]
+
+
+def test_tiny_ring_loses_nothing_silently(installed, tmp_path):
+    gucs = {**GUCS, "mwinv.buffer_size": "64"}
+    per_client, clients = 2500, 4
+    with PgServer(name="ext-tiny", shared_preload_libraries=["mwinv"], gucs=gucs) as srv:
+        srv.psql("CREATE EXTENSION mwinv")
+        admin = _admin(srv)
+        admin.execute("SELECT mwinv_reset()")
+        capture = Capture(tmp_path / "cap").create(name="tiny")
+        drainer = StatementDrainer(srv.conninfo(), capture, node="n1", interval_s=0.05).start()
+
+        script = tmp_path / "one.sql"
+        script.write_text("\\set i random(1, 1000)\nSELECT :i::int AS i;\n")
+        subprocess.run([str(pg_bindir() / "pgbench"), "-n", "-M", "prepared", "-c", str(clients), "-t",
+                        str(per_client), "-f", str(script), "-h", str(srv.socket_dir), "-p", str(srv.port),
+                        "-U", "postgres", "postgres"], check=True, capture_output=True)
+        written = drainer.stop()
+        info = admin.execute("SELECT dropped, pending FROM mwinv_info").fetchone()
+    dropped, pending = info
+    assert pending == 0
+    assert dropped > 0, "a 64-record ring should overflow under 4 clients"
+    assert written + dropped == per_client * clients
+    statements = capture.read("statement")
+    assert statements.num_rows == written
+    assert set(statements.column("node").to_pylist()) == {"n1"}
+    texts = capture.read("statement_text").to_pylist()
+    assert len(texts) == 1 and texts[0]["text"] == "SELECT $1::int AS i"
+    assert set(statements.column("query_text_hash").to_pylist()) == {texts[0]["query_text_hash"]}
+
+
+def test_nesting_errors_and_reader_capture(server, tmp_path):
+    admin = _admin(server)
+    admin.execute("SELECT mwinv_reset()")
+    with server.connect() as conn:
+        conn.execute("SET mwinv.track = 'all'")
+        conn.execute("""CREATE OR REPLACE FUNCTION nest(n int) RETURNS int LANGUAGE plpgsql AS $$
+            DECLARE r int; BEGIN SELECT count(*) INTO r FROM generate_series(1, n); RETURN r; END $$""")
+        conn.execute("SELECT nest(5)")
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            conn.execute("SELECT nest(5) / (SELECT count(*) - 3 FROM generate_series(1, 3))")
+        conn.execute("SELECT nest(7)")
+        # an open cursor in a transaction that is rolled back still ends its record
+        conn.execute("BEGIN")
+        conn.execute("DECLARE c CURSOR FOR SELECT g FROM generate_series(1, 100) g")
+        conn.execute("FETCH 10 FROM c")
+        conn.execute("ROLLBACK")
+    capture = Capture(tmp_path / "cap").create(name="nest")
+    assert drain(admin, capture, node="n1") > 0
+    rows = capture.read("statement").to_pylist()
+    texts = {t["query_id"]: t["text"] for t in capture.read("statement_text").to_pylist()}
+    tops = [r for r in rows if r["nesting_level"] == 0 and texts.get(r["query_id"], "").startswith("SELECT nest")]
+    assert [r["errored"] for r in tops] == [False, True, False]
+    for top in tops:
+        children = [r for r in rows if r["parent_statement_id"] == top["statement_id"]]
+        assert len(children) == 1 and children[0]["nesting_level"] == 1
+        assert top["start_ns"] <= children[0]["start_ns"] <= children[0]["end_ns"] <= top["end_ns"]
+    assert tops[2]["nesting_level"] == 0  # no stale nesting level after the error
+    (rollback,) = [r for r in rows if texts.get(r["query_id"]) == "ROLLBACK"]
+    assert not rollback["errored"]
+    # one text per query id, also after a second drain
+    admin.execute("SELECT 1")
+    with server.connect() as conn:
+        conn.execute("SELECT nest(5)")
+    drain(admin, capture, node="n1")
+    qids = capture.read("statement_text").column("query_id").to_pylist()
+    assert len(qids) == len(set(qids))
+
+
+def test_unprivileged_role_sees_only_its_own(server):
+    admin = _admin(server)
+    admin.execute("SELECT mwinv_reset()")
+    admin.execute("DROP ROLE IF EXISTS low; CREATE ROLE low LOGIN")
+    with server.connect() as conn:
+        conn.execute("SELECT 'secret' AS s")
+    low = psycopg.connect(server.conninfo() + " user=low", autocommit=True)
+    try:
+        low.execute("SELECT 1 + 1, 'mine' AS m")
+        rows = low.execute("SELECT username, pid, query_id FROM mwinv_statements").fetchall()
+        other = [r for r in rows if r[0] != "low"]
+        assert other and all(r[1] is None and r[2] is None for r in other)
+        assert any(r[0] == "low" and r[1] is not None for r in rows)
+        texts = [t for (t,) in low.execute("SELECT query FROM mwinv_texts WHERE query IS NOT NULL")]
+        assert "SELECT 1 + 1, 'mine' AS m" in texts and "SELECT 'secret' AS s" not in texts
+        for sql in ("SELECT * FROM mwinv_drain()", "SELECT mwinv_reset()"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                low.execute(sql)
+        assert extension_available(low)  # reading works, draining does not
+    finally:
+        low.close()
+
+
+@pytest.mark.parametrize("order", [["pg_stat_statements", "pg_stat_kcache", "mwinv"],
+                                   ["mwinv", "pg_stat_statements", "pg_stat_kcache"]])
+def test_coexists_with_pg_stat_statements_and_kcache(installed, order):
+    with PgServer(name="ext-chain", shared_preload_libraries=order, gucs=GUCS) as srv:
+        srv.psql("CREATE EXTENSION mwinv; CREATE EXTENSION pg_stat_statements; CREATE EXTENSION pg_stat_kcache")
+        admin = _admin(srv)
+        admin.execute("SELECT mwinv_reset()")
+        with srv.connect() as conn:
+            for _ in range(3):
+                conn.execute("SELECT count(*) FROM generate_series(1, 200000) AS chained")
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                conn.execute("SELECT 1 / (g - 5) FROM generate_series(1, 10) g")
+            conn.execute("SELECT 'after error' AS ok")
+        ours = [r for r in _drain_rows(admin)]
+        qid = admin.execute("SELECT queryid FROM pg_stat_statements WHERE query LIKE '%AS chained'").fetchone()[0]
+        calls = admin.execute("SELECT calls FROM pg_stat_statements WHERE queryid = %s", (qid,)).fetchone()[0]
+        kc = admin.execute("SELECT exec_user_time + exec_system_time FROM pg_stat_kcache_detail "
+                           "WHERE query LIKE '%%AS chained'").fetchone()[0]
+        assert calls == 3 and kc > 0
+        assert len([r for r in ours if r["query_id"] == qid]) == 3  # same query id as pg_stat_statements
+        assert [r["errored"] for r in ours if r["rows"] is not None][-2:] == [True, False]
+
+
+def test_usdt_probes_with_semaphores(installed):
+    notes = subprocess.run(["readelf", "-n", str(installed)], capture_output=True, text=True, check=True).stdout
+    probes = re.findall(r"Provider: mwinv\s+Name: (\S+)\s+Location: (0x[0-9a-f]+), Base: 0x[0-9a-f]+, "
+                        r"Semaphore: (0x[0-9a-f]+)", notes)
+    assert sorted(p[0] for p in probes) == ["statement__done", "statement__start"]
+    assert all(int(sem, 16) != 0 for _, _, sem in probes)
