@@ -24,7 +24,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (cgroups, 
 @needs_root
 @pytest.mark.skipif(not Path("/sys/fs/cgroup/blkio/tasks").exists(), reason="cgroup v1 blkio is not mounted")
 def test_disk_rate_follows_a_blkio_throttle(tmp_path):
-    limit = 16 * 2**20
+    limit = 8 * 2**20
     free = calibrate_disk(tmp_path, file_mb=16, random_reads=100)
     cg = Cgroup("mwinv-test-calibrate", read_bps={block_device_of(tmp_path): limit}).create()
     try:
@@ -35,7 +35,7 @@ def test_disk_rate_follows_a_blkio_throttle(tmp_path):
     # kernel a 4 MiB O_DIRECT request gets about half the configured rate: the calibration reports what a
     # process really gets, which is the figure the model needs.)
     assert 0.3 * limit <= throttled["disk_rate_bps"] <= 1.1 * limit, throttled
-    assert free["disk_rate_bps"] > 3 * limit, free
+    assert free["disk_rate_bps"] > 1.5 * throttled["disk_rate_bps"], free  # (other tests share the disk)
     assert throttled["rand_access_s"] >= 0 and throttled["rand_latency_p50_s"] > 0
     assert not list(tmp_path.glob(".mwinv-calibrate-*"))  # the test file is removed
 

@@ -132,7 +132,7 @@ GROUP BY ALL ORDER BY 1
 
 
 def _connect(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table | None) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
+    con = duckdb.connect(config={"threads": 1})  # per-statement aggregates: threads only add contention
     con.register("statements", statements)
     con.register("attribution", attribution)
     con.register("statement_io", statement_io if statement_io is not None else SCHEMAS["statement_io"].empty_table())
