@@ -78,12 +78,25 @@ SCHEMAS: dict[str, pa.Schema] = {
     ]),
     "prediction": pa.schema([
         ("statement_id", i64), ("query_id", i64), ("what_if", s), ("factor", f64), ("predicted_ns", i64),
-        ("measured_ns", i64),
+        ("measured_ns", i64),  # measured under the what-if (a checking re-run), null until then
+        ("baseline_ns", i64),  # measured wall time of the captured run
+    ]),
+    # Per statement x node I/O counts the model needs (seed 000's response variables), from the correlator.
+    "statement_io": pa.schema([
+        ("node", s), ("statement_id", i64), ("seq_bytes", i64), ("seq_reqs", i64), ("random_reqs", i64),
+        ("random_bytes", i64), ("net_rx_bytes", i64), ("net_tx_bytes", i64),
+    ]),
+    # Seed 000 Table 1 per statement: component times (max over nodes), estimate vs measured wall time.
+    "statement_estimate": pa.schema([
+        ("statement_id", i64), ("query_id", i64), ("t_cpu_ns", i64), ("t_seq_ns", i64), ("t_no_seq_ns", i64),
+        ("t_net_ns", i64), ("estimated_ns", i64), ("measured_ns", i64), ("allocated_share", f64),
+        ("error", f64), ("critical_node", s),
     ]),
 }
 
 # Tables the correlator derives (recomputed on every run, never read back as input).
-DERIVED_TABLES = ("statement_attribution", "statement_kernel_function", "statement_class", "prediction")
+DERIVED_TABLES = ("statement_attribution", "statement_kernel_function", "statement_class", "prediction",
+                  "statement_io", "statement_estimate")
 
 ATTRIBUTION_COMPONENTS = ("cpu_user", "cpu_sys", "disk_seq", "disk_random", "network", "lock_wait",
                           "run_queue", "other_wait", "not_allocated")

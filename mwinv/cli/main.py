@@ -3,6 +3,8 @@ mwinv-sample and mwinv-correlate."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 from rich.console import Console
 
@@ -49,6 +51,37 @@ def tpch_cmd(scale, query_spec, streams, cold, memory_mb, port, check) -> None:
             console.print("[green]all results equal the official TPC-H answers")
     finally:
         server.stop()
+
+
+@cli.command()
+@click.argument("capture", type=click.Path(file_okay=False))
+@click.option("--data-dir", type=click.Path(exists=True, file_okay=False), default=None,
+              help="a directory on the filesystem that holds the database (default: CAPTURE itself).")
+@click.option("--link", "links", multiple=True, metavar="[NETNS:]ADDRESS",
+              help="a node link to measure (repeatable); default: loopback 127.0.0.1.")
+def calibrate(capture, data_dir, links) -> None:
+    """Measure the platform factors of the model (disk rate, random access time, CPU speed, link rate and
+    latency) and store them in CAPTURE's manifest under "calibration".
+
+    \b
+    Examples:
+      mwinv calibrate out/demo/capture
+      mwinv calibrate out/run1 --data-dir /var/lib/postgresql --link 127.0.0.1 --link n1:10.213.0.2
+    """
+    from mwinv.correlator.calibrate import calibrate as measure, store
+
+    console = Console()
+    target = Path(capture)
+    target.mkdir(parents=True, exist_ok=True)
+    cal = measure(data_dir or target, list(links) or None, progress=console.log)
+    store(target, cal)
+    d = cal["disk"]
+    console.print(f"disk {d['disk_rate_bps'] / 2**20:,.0f} MiB/s sequential ({d['seq_request_bytes'] // 1024} KiB "
+                  f"requests), random access {d['rand_access_s'] * 1e3:.3f} ms; CPU speed factor "
+                  f"{cal['cpu']['cpu_speed_factor']:.2f}")
+    for link, v in cal["links"].items():
+        console.print(f"link {link}: {v['rate_bps'] / 2**20:,.0f} MiB/s, latency {v['latency_s'] * 1e6:.0f} µs")
+    console.print(f"stored in {target / 'manifest.json'}")
 
 
 @cli.command()

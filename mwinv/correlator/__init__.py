@@ -1,0 +1,1 @@
+"""Correlator: attribution, model, classification, advice and the report (parts meet at capture tables)."""

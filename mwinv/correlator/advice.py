@@ -1,0 +1,282 @@
+"""Tuning advice: rules over one statement's evidence (class shares, I/O counts, kernel hot spots,
+text) and the model's expected gain. A rule fires only on evidence it names; a statement with too
+little data gets one "data too thin" note instead of guesses.
+
+The expected gain of a rule is the wall time the model's what-if (model.predict) would remove,
+e.g. "CPU 3x" for three parallel processes; where the gain is "all of the component" (e.g. a
+working set that would fit in memory) the rule says so. Kernel hot spot rules follow seed 003:
+name the sysctl and why."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from mwinv.correlator.classify import DEFAULT_INTERNAL_THRESHOLD, class_shares, decide
+from mwinv.correlator.model import MODEL_COMPONENTS, Platform, estimate_components, statement_inputs
+
+MIN_WALL_NS = 10_000_000  # below 10 ms a handful of samples decide the shares: too thin to advise on
+MIN_SHARE = 0.25  # a resource has to hold a quarter of the wall time before it is worth tuning
+SPILL_BYTES = 1 << 20  # a SELECT writing a MiB or more is spilling sorts/hashes, not setting hint bits
+
+
+@dataclass
+class Advice:
+    statement_id: int
+    query_id: int | None
+    rule: str  # e.g. "cpu.parallel", "kernel.numa_balancing", "too-thin"
+    advice: str  # what to change
+    evidence: str  # the measurements the rule fired on
+    expected_gain_ns: int | None  # wall time the model expects to save; None when it cannot say
+    basis: str  # how the gain was computed
+
+
+# Kernel hot spots (seed 003): function name pattern -> (rule key, sysctl advice, why)
+KERNEL_HOT_SPOTS = [
+    (re.compile(r"find_busiest_group|load_balance|update_sd_lb_stats|newidle_balance|select_task_rq_fair|"
+                r"migrate_task|active_load_balance"),
+     "sched_migration_cost",
+     "raise the scheduler's migration cost (sysctl kernel.sched_migration_cost_ns, or "
+     "/sys/kernel/debug/sched/migration_cost_ns on kernels >= 5.13), e.g. from 0.5 ms to 5 ms",
+     "the scheduler spends this statement's kernel time looking for a busier CPU and migrating tasks; a "
+     "higher migration cost makes tasks count as cache-hot and cuts load-balancing (seed 003: "
+     "find_busiest_group 30 % of an INSERT's kernel time)"),
+    (re.compile(r"task_numa_work|numa_migrate|migrate_pages|change_prot_numa|change_protection_range|"
+                r"do_numa_page|migrate_misplaced"),
+     "numa_balancing",
+     "turn automatic NUMA balancing off (sysctl kernel.numa_balancing=0) or bind the server to one node",
+     "NUMA hinting faults and page migration run on the statement's behalf; on a database whose shared "
+     "buffers are touched from every node they move pages back and forth (seed 003: 80 % of a TPC-H "
+     "query's kernel time)"),
+    (re.compile(r"clear_page|do_anonymous_page|handle_mm_fault|__handle_mm_fault|do_huge_pmd|khugepaged|"
+                r"compact_zone|isolate_migratepages|do_page_fault|exc_page_fault|filemap_map_pages"),
+     "transparent_hugepage",
+     "set /sys/kernel/mm/transparent_hugepage/enabled and defrag to madvise (or never) and give "
+     "PostgreSQL explicit huge pages (vm.nr_hugepages, huge_pages=on) for shared_buffers",
+     "page faults and page clearing/compaction hold this statement's kernel time; explicit huge pages "
+     "cut the faults, and THP defragmentation stalls are avoided"),
+    (re.compile(r"balance_dirty_pages|wb_writeback|writeback_sb_inodes|ext4_writepages|"
+                r"blk_mq_submit_bio.*write|folio_wait_writeback|wait_on_page_writeback"),
+     "dirty_writeback",
+     "start background writeback earlier and bound dirty memory: lower vm.dirty_background_bytes "
+     "(e.g. 64 MB) and vm.dirty_bytes (e.g. 256 MB) instead of the ratio defaults",
+     "the statement is throttled in dirty-page writeback (balance_dirty_pages): large bursts of dirty "
+     "pages are flushed in the foreground of the writer"),
+]
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.1f} ms"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def _gain(st: dict, platform: Platform | None, what_if: str, k: float) -> int | None:
+    if platform is None:
+        return None
+    base = estimate_components(st["nodes"], platform)
+    new = estimate_components(st["nodes"], platform.scaled(what_if, k))
+    return round(sum(base[c] - new[c] for c in MODEL_COMPONENTS) * 1e9)
+
+
+def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table | None = None,
+           kernel_functions: pa.Table | None = None, statement_text: pa.Table | None = None,
+           calibration: dict | None = None, kernel_events: pa.Table | None = None,
+           cpus: int | None = None, settings: dict | None = None) -> list[Advice]:
+    """All advice for every root statement. settings: server GUCs the capture recorded (e.g. jit)."""
+    platform = None
+    if calibration and "disk" in calibration:
+        platform = Platform.from_calibration(calibration)
+    settings = settings or {}
+    texts = {}
+    if statement_text is not None:
+        texts = dict(zip(statement_text.column("query_text_hash").to_pylist(), statement_text.column("text").to_pylist()))
+    srow = {r["statement_id"]: r for r in statements.to_pylist()}
+    kfuncs: dict[int, list[dict]] = {}
+    if kernel_functions is not None:
+        for r in kernel_functions.to_pylist():
+            kfuncs.setdefault(r["statement_id"], []).append(r)
+    out: list[Advice] = []
+    for sid, st in statement_inputs(statements, attribution, statement_io).items():
+        row = srow[sid]
+        text = texts.get(row.get("query_text_hash")) or ""
+        out.extend(_advise_one(st, row, text, kfuncs.get(sid, []), platform, statements, kernel_events,
+                               cpus or 2, settings))
+    return out
+
+
+def _advise_one(st: dict, row: dict, text: str, kfuncs: list[dict], platform: Platform | None,
+                statements: pa.Table, kernel_events: pa.Table | None, cpus: int, settings: dict) -> list[Advice]:
+    sid, qid, wall = st["statement_id"], st["query_id"], st["wall_ns"]
+    a = st["attributed"]
+
+    def adv(rule, advice, evidence, gain=None, basis="no model estimate"):
+        return Advice(sid, qid, rule, advice, evidence, gain, basis)
+
+    if not a or wall < MIN_WALL_NS:
+        why = "no attribution rows" if not a else f"wall time {_ms(wall)} < {_ms(MIN_WALL_NS)}"
+        return [adv("too-thin", "no advice: the data is too thin to tell what limits this statement",
+                    why + "; the shares rest on too few events or samples")]
+    shares = class_shares(a, wall)
+    limit, explained, _ = decide(shares)
+    result: list[Advice] = []
+    io = {k: sum(n[k] for n in st["nodes"]) for k in ("seq_bytes", "random_reqs", "random_bytes", "net_bytes")}
+    shares_txt = f"cpu {_pct(shares['cpu'])}, disk_seq {_pct(shares['disk_seq'])}, " \
+                 f"disk_random {_pct(shares['disk_random'])}, network {_pct(shares['network'])}"
+    is_select = text.lstrip().lower().startswith(("select", "with"))
+
+    # --- CPU
+    if shares["cpu"] >= MIN_SHARE:
+        ev = f"cpu {_pct(shares['cpu'])} of {_ms(wall)} (user {_ms(a.get('cpu_user', 0))}, sys {_ms(a.get('cpu_sys', 0))})"
+        if not st["from_workers_ns"]:
+            k = float(cpus)
+            result.append(adv("cpu.parallel",
+                              f"let it run in parallel: raise max_parallel_workers_per_gather (to {cpus - 1} "
+                              f"here, {cpus} CPUs) and check that the plan gets a Gather; lower "
+                              "parallel_setup_cost/parallel_tuple_cost if the planner refuses",
+                              ev + "; no time came from parallel workers",
+                              _gain(st, platform, "cpu", k), f"model what-if CPU x{k:g} (ideal {cpus}-way parallelism)"))
+        if str(settings.get("jit", "")).lower() in ("off", "false", "0") and shares["cpu"] >= 0.5 and wall >= 500e6:
+            result.append(adv("cpu.jit", "try jit=on: expression-heavy scans (aggregates over many rows) "
+                              "spend less CPU when compiled", ev + "; jit is off in this capture",
+                              _gain(st, platform, "cpu", 1.3), "model what-if CPU x1.3 (typical JIT gain on "
+                              "aggregation-heavy TPC-H queries; measure it)"))
+        if is_select and (row.get("write_bytes") or 0) >= SPILL_BYTES:
+            wb = row["write_bytes"]
+            gain = round(2 * wb / platform.disk_rate_bps * 1e9) if platform else None
+            result.append(adv("cpu.work_mem", "raise work_mem for this statement (SET LOCAL work_mem): its "
+                              f"sorts/hashes spill {wb / 2**20:.1f} MiB to temporary files",
+                              ev + f"; a read-only statement wrote {wb / 2**20:.1f} MiB (temporary files)",
+                              gain, "writing and reading back the spilled bytes at the calibrated disk rate"))
+        if limit == "cpu":
+            result.append(adv("cpu.faster", "the statement is CPU-limited: a faster CPU or more nodes "
+                              "(partitioning the scanned table) shorten it in proportion",
+                              ev, _gain(st, platform, "cpu", 2.0), "model what-if CPU x2"))
+
+    # --- disk, sequential
+    if shares["disk_seq"] >= MIN_SHARE:
+        ev = f"disk_seq {_pct(shares['disk_seq'])} of {_ms(wall)}; {io['seq_bytes'] / 2**20:.1f} MiB read sequentially"
+        result.append(adv("disk_seq.bandwidth", "more sequential I/O bandwidth (faster storage, striping) "
+                          "shortens this statement", ev, _gain(st, platform, "disk_rate", 2.0),
+                          "model what-if disk rate x2"))
+        rows = row.get("rows") or 0
+        if io["seq_bytes"] and rows and io["seq_bytes"] / max(rows, 1) > 64 * 1024:
+            result.append(adv("disk_seq.pruning", "the scan reads far more than it returns: partition the "
+                              "table on the filtered column (range partitioning on dates) so that partition "
+                              "pruning skips most of it, or add an index for the filter",
+                              ev + f"; {io['seq_bytes'] / rows / 1024:.0f} KiB read per returned row",
+                              _gain(st, platform, "disk_rate", 10.0), "model what-if disk rate x10 (reading a "
+                              "tenth of the data)"))
+        if io["seq_bytes"]:
+            gain = round(io["seq_bytes"] / platform.disk_rate_bps * 1e9) if platform else None
+            result.append(adv("disk_seq.memory", f"memory that holds the {io['seq_bytes'] / 2**20:.0f} MiB "
+                              "working set (a larger memory limit, page cache, shared_buffers) removes the "
+                              "sequential disk time of repeated runs", ev, gain,
+                              "all of the model's t_seq"))
+
+    # --- disk, random
+    if shares["disk_random"] >= MIN_SHARE:
+        ev = (f"disk_random {_pct(shares['disk_random'])} of {_ms(wall)}; {int(io['random_reqs'])} random requests "
+              f"({io['random_bytes'] / 2**20:.1f} MiB)")
+        result.append(adv("disk_random.index", "random heap reads: check the index used (EXPLAIN (ANALYZE, BUFFERS)) "
+                          "and its correlation (pg_stats.correlation of the key); CLUSTER the table on that "
+                          "index, or add a covering index (INCLUDE) for an index-only scan",
+                          ev, _gain(st, platform, "rand_access", 0.1),
+                          "model what-if random access time x0.1 (reads in key order become near-sequential)"))
+        result.append(adv("disk_random.io_concurrency", "raise effective_io_concurrency (e.g. 32-256 on SSDs) "
+                          "so bitmap heap scans prefetch; random reads then overlap",
+                          ev, _gain(st, platform, "rand_access", 0.5), "model what-if random access time x0.5"))
+        if io["random_bytes"]:
+            gain = None
+            if platform:
+                base = estimate_components(st["nodes"], platform)
+                gain = round(base["t_no_seq"] * 1e9)
+            result.append(adv("disk_random.shared_buffers", f"shared_buffers (or memory) large enough for "
+                              f"the {io['random_bytes'] / 2**20:.0f} MiB read at random keeps it cached",
+                              ev, gain, "all of the model's t_no_seq"))
+
+    # --- network
+    if shares["network"] >= MIN_SHARE:
+        ev = f"network {_pct(shares['network'])} of {_ms(wall)}; {io['net_bytes'] / 2**20:.2f} MiB sent+received"
+        gain = _gain(st, platform, "link_rate", 10.0)
+        model_net = estimate_components(st["nodes"], platform)["t_net"] * 1e9 if platform else None
+        if model_net is not None and model_net < 0.5 * a.get("network", 0):
+            result.append(adv("network.latency", "the network time is not bandwidth: the bytes would take "
+                              f"{_ms(model_net)} at the link rate but the statement waited {_ms(a['network'])}; "
+                              "fewer round trips help (larger fetch_size for postgres_fdw, batching), a faster "
+                              "link does not (seed 000's Q3)", ev, gain, "model what-if link rate x10"))
+        else:
+            result.append(adv("network.bandwidth", "a faster link, or ship less data (push filters and "
+                              "aggregates down to the nodes, co-locate joined partitions)", ev, gain,
+                              "model what-if link rate x10"))
+
+    # --- locks
+    if shares["lock"] >= 0.10:
+        blocker = _blocking_statement(row, statements, kernel_events)
+        result.append(adv("lock.wait", f"lock waits: {blocker}. Shorten the blocking transaction, take "
+                          "locks in one order, or use SKIP LOCKED / NOWAIT for queue-like access",
+                          f"lock_wait {_ms(a.get('lock_wait', 0))} ({_pct(shares['lock'])} of {_ms(wall)})",
+                          a.get("lock_wait", 0), "all of the lock wait"))
+
+    # --- run queue
+    if shares["run_queue"] >= 0.10:
+        result.append(adv("run_queue.oversubscription", f"the statement waited {_ms(a.get('run_queue', 0))} runnable "
+                          f"but not running: more busy processes than the {cpus} CPUs. Reduce concurrency "
+                          "(connection pool size, max_parallel_workers) or add CPUs",
+                          f"run_queue {_pct(shares['run_queue'])} of {_ms(wall)}", a.get("run_queue", 0),
+                          "all of the run-queue wait"))
+
+    # --- kernel hot spots (seed 003)
+    sys_ns = a.get("cpu_sys", 0)
+    if sys_ns >= 0.05 * wall:
+        for pattern, key, what, why in KERNEL_HOT_SPOTS:
+            hits = [k for k in kfuncs if pattern.search(k["function"] or "")]
+            share = sum(k["share"] or 0 for k in hits)
+            if share >= 0.10:
+                names = ", ".join(sorted({k["function"] for k in hits})[:4])
+                result.append(adv(f"kernel.{key}", what + ". Why: " + why,
+                                  f"{names}: {_pct(share)} of the statement's kernel time ({_ms(sys_ns)} sys)",
+                                  round(share * sys_ns), "upper bound: all of the hot spot's kernel time"))
+
+    # --- nothing explains it (seed 000's query 8)
+    if limit == "dbms-internal" or shares["unexplained"] >= 0.5:
+        result.append(adv("not_allocated", f"no machine resource explains {_pct(shares['unexplained'])} of this "
+                          "statement's time: it waited for something the trace does not see (client round "
+                          "trips, sleeps, latches, IPC, a remote node). Look at pg_stat_activity wait events "
+                          "(pg_wait_sampling), EXPLAIN ANALYZE and the client; such statements have a high "
+                          "potential for tuning the application or the DBMS (seed 000)",
+                          f"explained {_pct(explained)}; {shares_txt}", None,
+                          "unknown: no resource to scale"))
+    return result
+
+
+def _blocking_statement(row: dict, statements: pa.Table, kernel_events: pa.Table | None) -> str:
+    """Who held the lock: the pid that woke the waiter last (sched_wakeup), else the overlapping statement
+    of another backend that ended last before the waiter went on."""
+    start, end, pid, node = row["start_ns"], row["end_ns"], row["pid"], row["node"]
+    others = [r for r in statements.to_pylist()
+              if r["node"] == node and r["pid"] != pid and r["start_ns"] < end and r["end_ns"] > start - 60e9]
+    waker = None
+    if kernel_events is not None and kernel_events.num_rows:
+        wakes = [r for r in kernel_events.to_pylist()
+                 if (r["event"] or "").endswith("sched_wakeup") and r["target_pid"] == pid and start <= r["ts_ns"] <= end
+                 and r["pid"] != pid and r["node"] == node]
+        if wakes:
+            waker = max(wakes, key=lambda r: r["ts_ns"])
+    if waker:
+        cands = [r for r in others if r["pid"] == waker["pid"] and r["start_ns"] <= waker["ts_ns"]]
+        if cands:
+            b = max(cands, key=lambda r: r["start_ns"])
+            return (f"backend pid {b['pid']} released it (sched_wakeup at +{(waker['ts_ns'] - start) / 1e6:.0f} ms); "
+                    f"its statement {b['statement_id']} (query_id {b['query_id']}) holds the transaction")
+        return f"backend pid {waker['pid']} woke this statement at the end of its wait (no statement of it captured)"
+    overlapping = [r for r in others if r["start_ns"] <= start]
+    if overlapping:
+        b = max(overlapping, key=lambda r: r["end_ns"])
+        return (f"most likely statement {b['statement_id']} (query_id {b['query_id']}, pid {b['pid']}), which "
+                "started before and overlapped it (no sched_wakeup events to confirm)")
+    return "the blocking statement was not captured (no other backend's statement overlaps the wait)"

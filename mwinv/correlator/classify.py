@@ -1,0 +1,96 @@
+"""Classification per statement (`statement_class`): the resource that limits it, with the evidence.
+
+Classes: cpu, disk_seq, disk_random, network, lock, run_queue, dbms-internal, unknown.
+- Shares are of the statement's wall time, from `statement_attribution` (cpu = cpu_user + cpu_sys).
+- The explained share is what a resource or a known wait accounts for (all components except
+  other_wait and not_allocated). Below `internal_threshold` the statement is dbms-internal: no
+  machine resource or lock explains it (seed 000's query 8, under 20 % explained).
+- Otherwise the limit is the largest of cpu, disk_seq, disk_random, network, lock, run_queue;
+  the confidence is its share of the explained time.
+- unknown: no attribution rows for the statement."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from mwinv.capture.tables import SCHEMAS
+from mwinv.correlator.model import statement_inputs
+
+CLASS_OF_COMPONENT = {"cpu_user": "cpu", "cpu_sys": "cpu", "disk_seq": "disk_seq", "disk_random": "disk_random",
+                      "network": "network", "lock_wait": "lock", "run_queue": "run_queue"}
+LIMIT_CLASSES = ("cpu", "disk_seq", "disk_random", "network", "lock", "run_queue")
+DEFAULT_INTERNAL_THRESHOLD = 0.20
+
+
+def class_shares(attributed: dict[str, int], wall_ns: int) -> dict[str, float]:
+    """Share of wall time per limit class, plus 'unexplained' (other_wait + not_allocated)."""
+    shares = {c: 0.0 for c in LIMIT_CLASSES}
+    if wall_ns <= 0:
+        return {**shares, "unexplained": 0.0}
+    for comp, ns in attributed.items():
+        if comp in CLASS_OF_COMPONENT:
+            shares[CLASS_OF_COMPONENT[comp]] += ns / wall_ns
+    shares["unexplained"] = (attributed.get("other_wait", 0) + attributed.get("not_allocated", 0)) / wall_ns
+    return shares
+
+
+def decide(shares: dict[str, float], internal_threshold: float = DEFAULT_INTERNAL_THRESHOLD) -> tuple[str, float, float]:
+    """(limit, explained share, confidence) from class shares."""
+    explained = sum(shares[c] for c in LIMIT_CLASSES)
+    if explained < internal_threshold:
+        return "dbms-internal", explained, 1.0 - explained
+    limit = max(LIMIT_CLASSES, key=lambda c: shares[c])
+    return limit, explained, shares[limit] / explained
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def kernel_functions_by_statement(kernel_functions: pa.Table | None, top: int = 3) -> dict[int, list[tuple[str, float]]]:
+    out: dict[int, list[tuple[str, float]]] = {}
+    if kernel_functions is None or kernel_functions.num_rows == 0:
+        return out
+    for r in sorted(kernel_functions.to_pylist(), key=lambda r: -(r["share"] or 0)):
+        lst = out.setdefault(r["statement_id"], [])
+        if len(lst) < top and r["function"] not in dict(lst):
+            lst.append((r["function"], r["share"] or 0.0))
+    return out
+
+
+def classify(statements: pa.Table, attribution: pa.Table, kernel_functions: pa.Table | None = None,
+             statement_io: pa.Table | None = None,
+             internal_threshold: float = DEFAULT_INTERNAL_THRESHOLD) -> pa.Table:
+    """The `statement_class` table."""
+    top_kf = kernel_functions_by_statement(kernel_functions)
+    node_of = dict(zip(statements.column("statement_id").to_pylist(), statements.column("node").to_pylist()))
+    rows = []
+    for sid, st in statement_inputs(statements, attribution, statement_io).items():
+        wall = st["wall_ns"]
+        if not st["attributed"]:
+            rows.append({"node": node_of.get(sid), "statement_id": sid, "query_id": st["query_id"], "limit": "unknown",
+                         "allocated_share": 0.0, "confidence": 0.0,
+                         "evidence": "no attribution rows for this statement (kernel side missing?)"})
+            continue
+        shares = class_shares(st["attributed"], wall)
+        limit, explained, confidence = decide(shares, internal_threshold)
+        ranked = sorted(LIMIT_CLASSES, key=lambda c: -shares[c])
+        parts = [f"{c} {_pct(shares[c])}" for c in ranked if shares[c] >= 0.005]
+        a = st["attributed"]
+        ev = [f"wall {wall / 1e6:.1f} ms; " + (", ".join(parts) or "no resource time"),
+              f"explained {_pct(explained)} (threshold {_pct(internal_threshold)}), "
+              f"unexplained {_pct(shares['unexplained'])} (other_wait {a.get('other_wait', 0) / 1e6:.1f} ms, "
+              f"not_allocated {a.get('not_allocated', 0) / 1e6:.1f} ms)"]
+        if limit == "cpu":
+            ev.append(f"user {a.get('cpu_user', 0) / 1e6:.1f} ms, sys {a.get('cpu_sys', 0) / 1e6:.1f} ms")
+        if st["from_workers_ns"]:
+            ev.append(f"parallel workers {st['from_workers_ns'] / 1e6:.1f} ms")
+        io = [n for n in st["nodes"] if n["seq_bytes"] or n["random_reqs"] or n["net_bytes"]]
+        for n in io:
+            ev.append(f"node {n['node']}: seq {n['seq_bytes'] / 2**20:.1f} MiB, random {int(n['random_reqs'])} reqs "
+                      f"({n['random_bytes'] / 2**20:.1f} MiB), net {n['net_bytes'] / 2**20:.1f} MiB")
+        if top_kf.get(sid):
+            ev.append("kernel: " + ", ".join(f"{f} {_pct(s)}" for f, s in top_kf[sid]))
+        rows.append({"node": node_of.get(sid), "statement_id": sid, "query_id": st["query_id"], "limit": limit,
+                     "allocated_share": explained, "confidence": confidence, "evidence": "; ".join(ev)})
+    return pa.Table.from_pylist(rows, schema=SCHEMAS["statement_class"])

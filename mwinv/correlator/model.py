@@ -1,0 +1,211 @@
+"""Seed 000's analytical model (Table 1) over the measured attribution, and what-if predictions.
+
+Per statement and node j (a statement's remote sub-statements count as the nodes they ran on):
+    t_cpu(j)    = on-CPU time attributed to the statement on j (cpu_user + cpu_sys) / cpu speed
+    t_seq(j)    = sequential bytes / disk_rate
+    t_no_seq(j) = random requests x (random access time + mean random request size / disk_rate)
+    t_net(j)    = (bytes received + bytes sent) / link rate
+The estimate is the sum over components of the max over nodes (the components are constrained per
+node; seed 000: "max values of the time components given by the several nodes and the coordinator").
+On-CPU time is measured rather than derived from instruction counts x CPI x clock: this VM has no
+PMU counters, and the measured time already contains the CPI.
+
+What-if: a factor k changes the platform (CPU k times faster, disk rate x k, random access time x k,
+link rate x k); the prediction is the measured wall time plus the change of the model's estimate, so
+the part the model does not explain (locks, waits) is carried over unchanged."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import duckdb
+import pyarrow as pa
+
+from mwinv.capture.tables import SCHEMAS
+from mwinv.errors import MwinvError
+
+MODEL_COMPONENTS = ("t_cpu", "t_seq", "t_no_seq", "t_net")
+RESOURCE_ATTRIBUTION = ("cpu_user", "cpu_sys", "disk_seq", "disk_random", "network")
+WHAT_IFS = {  # name -> (platform field it scales, what k means)
+    "cpu": ("cpu_speed", "CPU k times as fast"),
+    "disk_rate": ("disk_rate_bps", "sequential disk rate x k"),
+    "rand_access": ("rand_access_s", "random access time x k"),
+    "link_rate": ("link_rate_bps", "network link rate x k"),
+}
+DEFAULT_FACTORS = (0.5, 2.0, 10.0)
+
+
+@dataclass(frozen=True)
+class Platform:
+    """The variable factors of Table 1 (one set for all nodes: the nodes of one capture share a machine)."""
+    disk_rate_bps: float
+    rand_access_s: float
+    link_rate_bps: float
+    cpu_speed: float = 1.0  # relative to the captured run
+
+    @classmethod
+    def from_calibration(cls, calibration: dict | None, link: str | None = None) -> "Platform":
+        if not calibration or "disk" not in calibration:
+            raise MwinvError("the capture has no calibration (run `mwinv calibrate CAPTURE`): "
+                             "the model needs the disk rate and random access time")
+        links = calibration.get("links") or {}
+        chosen = links.get(link) if link else (next(iter(links.values())) if links else None)
+        return cls(disk_rate_bps=float(calibration["disk"]["disk_rate_bps"]),
+                   rand_access_s=float(calibration["disk"]["rand_access_s"]),
+                   link_rate_bps=float(chosen["rate_bps"]) if chosen else float("inf"))
+
+    def scaled(self, what_if: str, k: float) -> "Platform":
+        if what_if not in WHAT_IFS:
+            raise MwinvError(f"unknown what-if {what_if!r} (one of {', '.join(WHAT_IFS)})")
+        if k <= 0:
+            raise MwinvError(f"what-if factor must be > 0, got {k}")
+        field = WHAT_IFS[what_if][0]
+        return replace(self, **{field: getattr(self, field) * k})
+
+
+def node_components(platform: Platform, cpu_ns: float, seq_bytes: float, random_reqs: float,
+                    random_bytes: float, net_bytes: float) -> dict[str, float]:
+    """Table 1 for one node, in seconds."""
+    mean_random = random_bytes / random_reqs if random_reqs else 0.0
+    return {
+        "t_cpu": cpu_ns / 1e9 / platform.cpu_speed,
+        "t_seq": seq_bytes / platform.disk_rate_bps,
+        "t_no_seq": random_reqs * (platform.rand_access_s + mean_random / platform.disk_rate_bps),
+        "t_net": net_bytes / platform.link_rate_bps,
+    }
+
+
+def estimate_components(per_node: list[dict], platform: Platform) -> dict[str, float]:
+    """Max over nodes of each component (seconds) and the node holding the largest one."""
+    out = {c: 0.0 for c in MODEL_COMPONENTS}
+    best_node, best = None, -1.0
+    for n in per_node:
+        comp = node_components(platform, n["cpu_ns"], n["seq_bytes"], n["random_reqs"], n["random_bytes"],
+                               n["net_bytes"])
+        for c, v in comp.items():
+            out[c] = max(out[c], v)
+        if sum(comp.values()) > best:
+            best_node, best = n["node"], sum(comp.values())
+    out["critical_node"] = best_node
+    return out
+
+
+_PER_NODE_SQL = """
+WITH RECURSIVE roots AS (  -- remote sub-statements belong to their root
+    SELECT statement_id, statement_id AS root_id, node AS root_node FROM statements WHERE parent_statement_id IS NULL
+    UNION ALL
+    SELECT s.statement_id, r.root_id, r.root_node FROM statements s JOIN roots r ON s.parent_statement_id = r.statement_id
+),
+cpu AS (
+    SELECT statement_id, node, sum(ns) FILTER (WHERE component IN ('cpu_user', 'cpu_sys')) AS cpu_ns
+    FROM attribution GROUP BY ALL
+),
+io AS (
+    SELECT statement_id, node, sum(seq_bytes) AS seq_bytes, sum(random_reqs) AS random_reqs,
+           sum(random_bytes) AS random_bytes,
+           sum(coalesce(net_rx_bytes, 0) + coalesce(net_tx_bytes, 0)) AS net_bytes
+    FROM statement_io GROUP BY ALL
+),
+both_ AS (
+    SELECT coalesce(cpu.statement_id, io.statement_id) AS statement_id, coalesce(cpu.node, io.node) AS node,
+           coalesce(cpu_ns, 0) AS cpu_ns, coalesce(seq_bytes, 0) AS seq_bytes,
+           coalesce(random_reqs, 0) AS random_reqs, coalesce(random_bytes, 0) AS random_bytes,
+           coalesce(net_bytes, 0) AS net_bytes
+    FROM cpu FULL JOIN io ON cpu.statement_id = io.statement_id AND cpu.node = io.node
+)
+SELECT r.root_id AS statement_id, b.node, sum(cpu_ns)::DOUBLE AS cpu_ns, sum(seq_bytes)::DOUBLE AS seq_bytes,
+       sum(random_reqs)::DOUBLE AS random_reqs, sum(random_bytes)::DOUBLE AS random_bytes,
+       sum(net_bytes)::DOUBLE AS net_bytes
+FROM both_ b JOIN roots r USING (statement_id)
+-- a nested statement on the root's own node ran inside the root's time: counted once, by the root
+WHERE b.statement_id = r.root_id OR b.node <> r.root_node
+GROUP BY ALL ORDER BY 1, 2
+"""
+
+_SHARES_SQL = """
+SELECT s.statement_id, s.query_id, (s.end_ns - s.start_ns) AS wall_ns, a.component, sum(a.ns) AS ns,
+       sum(coalesce(a.from_workers_ns, 0)) AS from_workers_ns
+FROM statements s LEFT JOIN attribution a USING (statement_id)
+WHERE s.parent_statement_id IS NULL
+GROUP BY ALL ORDER BY 1
+"""
+
+
+def _connect(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table | None) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect(config={"threads": 1})  # per-statement aggregates: threads only add contention
+    con.register("statements", statements)
+    con.register("attribution", attribution)
+    con.register("statement_io", statement_io if statement_io is not None else SCHEMAS["statement_io"].empty_table())
+    return con
+
+
+def statement_inputs(statements: pa.Table, attribution: pa.Table,
+                     statement_io: pa.Table | None) -> dict[int, dict]:
+    """Per root statement: query_id, wall_ns, attributed ns per component, and the per-node model inputs."""
+    con = _connect(statements, attribution, statement_io)
+    out: dict[int, dict] = {}
+    for sid, qid, wall, comp, ns, workers in con.execute(_SHARES_SQL).fetchall():
+        st = out.setdefault(sid, {"statement_id": sid, "query_id": qid, "wall_ns": wall, "attributed": {},
+                                  "from_workers_ns": 0, "nodes": []})
+        if comp is not None:
+            st["attributed"][comp] = st["attributed"].get(comp, 0) + int(ns)
+            st["from_workers_ns"] += int(workers)
+    cols = ["statement_id", "node", "cpu_ns", "seq_bytes", "random_reqs", "random_bytes", "net_bytes"]
+    for row in con.execute(_PER_NODE_SQL).fetchall():
+        n = dict(zip(cols, row))
+        if n["statement_id"] in out:
+            out[n["statement_id"]]["nodes"].append(n)
+    con.close()
+    return out
+
+
+def allocated_share(attributed: dict[str, int], wall_ns: int) -> float:
+    """Share of wall time attributed to a machine resource the model covers (CPU, disk, network)."""
+    return sum(attributed.get(c, 0) for c in RESOURCE_ATTRIBUTION) / wall_ns if wall_ns > 0 else 0.0
+
+
+def estimate(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table | None,
+             calibration: dict | None, link: str | None = None) -> pa.Table:
+    """The `statement_estimate` table: Table 1 components, estimate vs measured, error per statement."""
+    platform = Platform.from_calibration(calibration, link)
+    rows = []
+    for st in statement_inputs(statements, attribution, statement_io).values():
+        comp = estimate_components(st["nodes"], platform)
+        est_s = sum(comp[c] for c in MODEL_COMPONENTS)
+        wall = st["wall_ns"]
+        rows.append({
+            "statement_id": st["statement_id"], "query_id": st["query_id"],
+            **{f"{c}_ns": round(comp[c] * 1e9) for c in MODEL_COMPONENTS},
+            "estimated_ns": round(est_s * 1e9), "measured_ns": wall,
+            "allocated_share": allocated_share(st["attributed"], wall),
+            "error": (est_s * 1e9 - wall) / wall if wall > 0 else None,
+            "critical_node": comp["critical_node"],
+        })
+    return pa.Table.from_pylist(rows, schema=SCHEMAS["statement_estimate"])
+
+
+def predict(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table | None,
+            calibration: dict | None, factors: dict[str, tuple[float, ...]] | None = None,
+            link: str | None = None) -> pa.Table:
+    """The `prediction` table: each statement under each what-if (measured_ns stays null until checked)."""
+    platform = Platform.from_calibration(calibration, link)
+    factors = factors or {w: DEFAULT_FACTORS for w in WHAT_IFS}
+    rows = []
+    for st in statement_inputs(statements, attribution, statement_io).values():
+        base = estimate_components(st["nodes"], platform)
+        base_s = sum(base[c] for c in MODEL_COMPONENTS)
+        for what_if, ks in factors.items():
+            for k in ks:
+                new = estimate_components(st["nodes"], platform.scaled(what_if, k))
+                delta_s = sum(new[c] for c in MODEL_COMPONENTS) - base_s
+                rows.append({"statement_id": st["statement_id"], "query_id": st["query_id"], "what_if": what_if,
+                             "factor": float(k), "predicted_ns": max(0, round(st["wall_ns"] + delta_s * 1e9)),
+                             "measured_ns": None, "baseline_ns": st["wall_ns"]})
+    return pa.Table.from_pylist(rows, schema=SCHEMAS["prediction"])
+
+
+def mean_abs_error(estimates: pa.Table, min_allocated: float = 0.85) -> tuple[float | None, int]:
+    """Seed 000's accuracy figure: mean |error| over statements whose allocated share >= min_allocated."""
+    errs = [abs(r["error"]) for r in estimates.to_pylist()
+            if r["error"] is not None and (r["allocated_share"] or 0) >= min_allocated]
+    return (sum(errs) / len(errs) if errs else None), len(errs)

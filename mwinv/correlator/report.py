@@ -1,0 +1,481 @@
+"""The report of one capture (or the difference of two): a self-contained HTML page (inline SVG, no
+scripts, no network) and a markdown version with the same content.
+
+Sections: what is missing, summary, top statements with breakdown bars, per-statement detail
+(on/off-CPU timeline, kernel functions, evidence, advice), per-node resource timelines, model accuracy,
+what-if predictions; with a baseline capture also a differential section per query_id.
+Data come from the capture tables; everything derived (estimate, class, prediction, advice) is
+computed here from statement_attribution, so the report works on any correlated capture."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import string
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS, Capture
+from mwinv.correlator import svg
+from mwinv.correlator.advice import Advice, advise
+from mwinv.correlator.classify import classify
+from mwinv.correlator.model import WHAT_IFS, estimate, mean_abs_error, predict
+from mwinv.errors import MwinvError
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+@dataclass
+class ReportData:
+    """Everything one capture contributes to a report, read and derived once."""
+    path: Path
+    manifest: dict
+    statements: pa.Table
+    texts: dict[int, str]
+    attribution: pa.Table
+    kernel_functions: pa.Table
+    node_sample: pa.Table
+    missing: list[str] = field(default_factory=list)
+    estimates: pa.Table | None = None
+    classes: pa.Table | None = None
+    predictions: pa.Table | None = None
+    advice: list[Advice] = field(default_factory=list)
+    con: duckdb.DuckDBPyConnection | None = None
+
+
+def rusage_attribution(statements: pa.Table) -> pa.Table:
+    """What the extension alone tells: user and system CPU from rusage, the rest not allocated."""
+    rows = []
+    for r in statements.to_pylist():
+        wall = max(0, (r["end_ns"] or 0) - (r["start_ns"] or 0))
+        user = min(r["cpu_user_ns"] or 0, wall)
+        sys_ = min(r["cpu_sys_ns"] or 0, wall - user)
+        for comp, ns in (("cpu_user", user), ("cpu_sys", sys_), ("not_allocated", wall - user - sys_)):
+            rows.append({"node": r["node"], "statement_id": r["statement_id"], "query_id": r["query_id"],
+                         "component": comp, "ns": ns, "from_workers_ns": 0})
+    return pa.Table.from_pylist(rows, schema=SCHEMAS["statement_attribution"])
+
+
+def load(capture_dir: str | os.PathLike) -> ReportData:
+    cap = Capture(capture_dir)
+    if not cap.path.is_dir():
+        raise MwinvError(f"{cap.path}: no such capture directory")
+    manifest = cap.manifest()
+    if not manifest:
+        raise MwinvError(f"{cap.manifest_path}: missing (not a capture directory)")
+    missing = []
+    statements = cap.read("statement")
+    if statements.num_rows == 0:
+        missing.append("No DBMS-side data (table `statement` is empty or absent: the extension was not "
+                       "loaded). Statements cannot be named; only node and process resource timelines are shown.")
+    texts_t = cap.read("statement_text")
+    texts = dict(zip(texts_t.column("query_text_hash").to_pylist(), texts_t.column("text").to_pylist()))
+    attribution = cap.read("statement_attribution")
+    if not cap.has("kernel_event") and not cap.has("cpu_sample"):
+        missing.append("No kernel events (extension-only capture): the time of each statement cannot be "
+                       "split into disk, network, lock and run-queue waits, and no kernel functions are known.")
+    if attribution.num_rows == 0 and statements.num_rows:
+        attribution = rusage_attribution(statements)
+        missing.append("No `statement_attribution` (the capture was not correlated, or had no kernel side): "
+                       "breakdowns show the extension's rusage CPU time; everything else is `not_allocated`.")
+    data = ReportData(cap.path, manifest, statements, texts, attribution, cap.read("statement_kernel_function"),
+                      cap.read("node_sample"), missing)
+    statement_io = cap.read("statement_io") if cap.has("statement_io") else None
+    if statement_io is None and statements.num_rows:
+        missing.append("No `statement_io` (sequential/random bytes and requests, network bytes per statement): "
+                       "the model's disk and network components are zero, so estimates cover CPU only.")
+    calibration = manifest.get("calibration")
+    if not calibration:
+        missing.append("No calibration in the manifest (run `mwinv calibrate CAPTURE`): no model estimates, "
+                       "what-if predictions or expected gains.")
+    data.con = duckdb.connect()
+    data.con.register("statements", statements)
+    data.con.register("attribution", attribution)
+    data.con.register("node_sample", data.node_sample)
+    wakeups = None
+    if cap.has("kernel_event"):
+        data.con.execute(f"CREATE VIEW kernel_event AS SELECT * FROM read_parquet('{cap.glob('kernel_event')}')")
+        # only the wake-ups of backends that waited for a lock: they name the blocker (advice.lock.wait)
+        wakeups = data.con.execute("""
+            SELECT k.* FROM kernel_event k
+            WHERE k.event LIKE '%sched_wakeup' AND k.target_pid IN (
+                SELECT s.pid FROM statements s JOIN attribution a USING (statement_id)
+                WHERE a.component = 'lock_wait' AND a.ns > 0)""").to_arrow_table()
+    if statements.num_rows:
+        data.classes = classify(statements, attribution, data.kernel_functions, statement_io)
+        if calibration:
+            data.estimates = estimate(statements, attribution, statement_io, calibration)
+            data.predictions = predict(statements, attribution, statement_io, calibration)
+        data.advice = advise(statements, attribution, statement_io, data.kernel_functions,
+                             texts_t, calibration, kernel_events=wakeups,
+                             cpus=manifest.get("cpus") or os.cpu_count(), settings=manifest.get("settings") or {})
+    return data
+
+
+# ---- queries over the loaded tables
+
+def top_queries(data: ReportData, top: int) -> list[dict]:
+    """Per query_id: calls, total wall, total per component, the longest execution (the detail's example)."""
+    comps = ", ".join(f"sum(ns) FILTER (WHERE component = '{c}') AS {c}" for c in ATTRIBUTION_COMPONENTS)
+    sql = f"""
+    WITH per_stmt AS (SELECT statement_id, {comps} FROM attribution GROUP BY statement_id),
+    s AS (SELECT *, end_ns - start_ns AS wall_ns,
+                 row_number() OVER (PARTITION BY query_id ORDER BY end_ns - start_ns DESC) AS rank
+          FROM statements WHERE parent_statement_id IS NULL)
+    SELECT s.query_id, any_value(s.query_text_hash) AS query_text_hash, count(*) AS calls,
+           sum(wall_ns) AS total_ns, any_value(s.statement_id) FILTER (WHERE rank = 1) AS example_id,
+           any_value(s.node) AS node, {", ".join(f"coalesce(sum({c}), 0) AS {c}" for c in ATTRIBUTION_COMPONENTS)}
+    FROM s LEFT JOIN per_stmt USING (statement_id)
+    GROUP BY s.query_id ORDER BY total_ns DESC LIMIT {int(top)}"""
+    cur = data.con.execute(sql)
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
+def node_timelines(data: ReportData) -> dict[str, dict[str, dict[str, list[tuple[float, float]]]]]:
+    """node -> chart -> series -> [(seconds from the first sample, value)]."""
+    if data.node_sample.num_rows == 0:
+        return {}
+    rows = data.con.execute("""
+        SELECT node, ts_ns, max(interval_ns) AS iv, max(cpu_user_ns) AS u, max(cpu_sys_ns) AS s,
+               max(cpu_iowait_ns) AS w, max(cpu_idle_ns) AS i, sum(read_bytes) AS rb, sum(write_bytes) AS wb,
+               sum(net_rx_bytes) AS rx, sum(net_tx_bytes) AS tx
+        FROM node_sample GROUP BY node, ts_ns ORDER BY node, ts_ns""").fetchall()
+    t0 = min(r[1] for r in rows)
+    out: dict = {}
+    for node, ts, iv, u, s_, w, i, rb, wb, rx, tx in rows:
+        x = (ts - t0) / 1e9
+        charts = out.setdefault(node, {"CPU": {}, "Disk": {}, "Network": {}})
+        total = sum(v or 0 for v in (u, s_, w, i))
+        if total:
+            for name, v in (("user", u), ("system", s_), ("iowait", w)):
+                charts["CPU"].setdefault(name, []).append((x, 100 * (v or 0) / total))
+        if iv:
+            for chart, name, v in (("Disk", "read", rb), ("Disk", "write", wb), ("Network", "rx", rx),
+                                   ("Network", "tx", tx)):
+                if v is not None:
+                    charts[chart].setdefault(name, []).append((x, v / (iv / 1e9) / 2**20))
+    return out
+
+
+def on_cpu_intervals(data: ReportData, statement_id: int) -> list[tuple[str, list[tuple[float, float]], str]]:
+    """On-CPU intervals (seconds from the statement's start) of its backend and parallel workers, from sched_switch."""
+    st = data.con.execute("SELECT node, pid, start_ns, end_ns FROM statements WHERE statement_id = ?",
+                          [statement_id]).fetchone()
+    if st is None or "kernel_event" not in {r[0] for r in data.con.execute("SHOW TABLES").fetchall()}:
+        return []
+    node, pid, start, end = st
+    pids = [pid] + [r[0] for r in data.con.execute(
+        "SELECT DISTINCT pid FROM statements WHERE leader_pid = ? AND pid <> ? AND node = ? AND start_ns < ? AND end_ns > ?",
+        [pid, pid, node, end, start]).fetchall()]
+    rows = []
+    for p in pids:
+        ev = data.con.execute("""
+            SELECT ts_ns, prev_pid, next_pid FROM kernel_event
+            WHERE node = ? AND event LIKE '%sched_switch' AND (prev_pid = ? OR next_pid = ?)
+              AND ts_ns BETWEEN ? AND ? ORDER BY ts_ns""", [node, p, p, start, end]).fetchall()
+        intervals, on_since = [], None
+        for i, (ts, prev, nxt) in enumerate(ev):
+            if nxt == p:
+                on_since = ts
+            elif prev == p:
+                # a switch-out with no switch-in seen: the task was running since the statement began
+                begin = on_since if on_since is not None else (start if i == 0 else None)
+                if begin is not None:
+                    intervals.append(((begin - start) / 1e9, (ts - start) / 1e9))
+                on_since = None
+        if on_since is not None:
+            intervals.append(((on_since - start) / 1e9, (end - start) / 1e9))
+        if ev:
+            rows.append((f"pid {p}" + (" (worker)" if p != pid else ""), intervals, svg.COMPONENT_COLORS["cpu_user"]))
+    return rows
+
+
+# ---- rendering
+
+@dataclass
+class Section:
+    title: str
+    html: str
+    md: str
+
+
+def _table(headers: list[str], rows: list[list], md_rows: list[list] | None = None) -> tuple[str, str]:
+    h = "<table><thead><tr>" + "".join(f"<th>{escape(c)}</th>" for c in headers) + "</tr></thead><tbody>"
+    h += "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows) + "</tbody></table>"
+    md = "| " + " | ".join(headers) + " |\n|" + "---|" * len(headers) + "\n"
+    md += "".join("| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in r) + " |\n"
+                  for r in (md_rows if md_rows is not None else rows))
+    return h, md
+
+
+def _ms(ns) -> str:
+    return f"{(ns or 0) / 1e6:,.1f}"
+
+
+def _short(text: str | None, n: int = 90) -> str:
+    t = " ".join((text or "?").split())
+    return t if len(t) <= n else t[: n - 1] + "…"
+
+
+def _breakdown(q: dict) -> list[tuple[str, float]]:
+    return [(c, float(q.get(c) or 0)) for c in ATTRIBUTION_COMPONENTS]
+
+
+def section_missing(data: ReportData) -> Section:
+    if not data.missing:
+        return Section("What this capture holds", "<p>Kernel events, DBMS statements, attribution and calibration "
+                       "are all present.</p>", "Kernel events, DBMS statements, attribution and calibration are all present.\n")
+    items = "".join(f"<li>{escape(m)}</li>" for m in data.missing)
+    return Section("What is missing", f'<ul class="missing">{items}</ul>', "".join(f"- {m}\n" for m in data.missing))
+
+
+def section_summary(data: ReportData) -> Section:
+    m = data.manifest
+    n = data.statements.num_rows
+    total = sum((r["end_ns"] - r["start_ns"]) for r in data.statements.select(["start_ns", "end_ns"]).to_pylist()) if n else 0
+    classes = {}
+    if data.classes is not None:
+        for r in data.classes.to_pylist():
+            classes[r["limit"]] = classes.get(r["limit"], 0) + 1
+    nodes = sorted(m.get("nodes") or {}) or sorted(set(data.statements.column("node").to_pylist())
+                                                    + data.node_sample.column("node").to_pylist())
+    items = [("capture", str(data.path)), ("run", str(m.get("run") or m.get("name") or "")),
+             ("nodes", ", ".join(map(str, nodes)) or "-"),
+             ("statements", f"{n:,}"), ("total statement time", f"{total / 1e9:,.3f} s"),
+             ("classes", ", ".join(f"{k} {v}" for k, v in sorted(classes.items(), key=lambda kv: -kv[1])) or "-")]
+    if data.estimates is not None:
+        mae, k = mean_abs_error(data.estimates)
+        items.append(("model error", f"{100 * mae:.1f} % mean |error| over {k} statements with ≥ 85 % allocated"
+                      if mae is not None else "no statement has ≥ 85 % of its time allocated"))
+    cal = m.get("calibration")
+    if cal:
+        d = cal["disk"]
+        links = "; ".join(f"{k}: {v['rate_bps'] / 2**20:,.0f} MiB/s, {v['latency_s'] * 1e6:.0f} µs"
+                          for k, v in (cal.get("links") or {}).items())
+        items.append(("calibration", f"disk {d['disk_rate_bps'] / 2**20:,.0f} MiB/s sequential, random access "
+                      f"{d['rand_access_s'] * 1e3:.3f} ms; CPU factor {cal['cpu']['cpu_speed_factor']:.2f}; {links}"))
+    h = "<dl>" + "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in items) + "</dl>"
+    md = "".join(f"- **{k}**: {v}\n" for k, v in items)
+    return Section("Summary", h, md)
+
+
+def section_top(data: ReportData, queries: list[dict]) -> Section:
+    if not queries:
+        return Section("Top statements", "<p>No statements.</p>", "No statements.\n")
+    scale = max(q["total_ns"] for q in queries)
+    cls = {r["statement_id"]: r for r in (data.classes.to_pylist() if data.classes is not None else [])}
+    rows, md_rows = [], []
+    for q in queries:
+        c = cls.get(q["example_id"], {})
+        bar = svg.stacked_bar(_breakdown(q), q["total_ns"], scale, label=f"{q['total_ns'] / 1e6:,.0f} ms")
+        text = _short(data.texts.get(q["query_text_hash"]))
+        anchor = f'<a href="#q{q["query_id"]}">{q["query_id"]}</a>'
+        rows.append([anchor, escape(str(q["node"])), q["calls"], _ms(q["total_ns"]), escape(c.get("limit", "-")),
+                     bar, f"<code>{escape(text)}</code>"])
+        total = q["total_ns"] or 1
+        shares = ", ".join(f"{comp} {100 * v / total:.0f}%" for comp, v in _breakdown(q) if v / total >= 0.01)
+        md_rows.append([q["query_id"], q["node"], q["calls"], _ms(q["total_ns"]), c.get("limit", "-"), shares,
+                        f"`{text}`"])
+    h, md = _table(["query_id", "node", "calls", "total ms", "class", "breakdown", "statement"], rows, md_rows)
+    return Section("Top statements", svg.legend(list(ATTRIBUTION_COMPONENTS)) + h, md)
+
+
+def section_details(data: ReportData, queries: list[dict]) -> Section:
+    cls = {r["statement_id"]: r for r in (data.classes.to_pylist() if data.classes is not None else [])}
+    kf: dict[int, list[dict]] = {}
+    for r in data.kernel_functions.to_pylist():
+        kf.setdefault(r["statement_id"], []).append(r)
+    adv: dict[int, list[Advice]] = {}
+    for a in data.advice:
+        adv.setdefault(a.statement_id, []).append(a)
+    h, md = [], []
+    for q in queries:
+        sid = q["example_id"]
+        c = cls.get(sid, {})
+        text = data.texts.get(q["query_text_hash"]) or "?"
+        h.append(f'<section class="stmt" id="q{q["query_id"]}"><h3>query_id {q["query_id"]} — '
+                 f'{escape(c.get("limit", "-"))}</h3><pre>{escape(text.strip()[:2000])}</pre>')
+        md.append(f"### query_id {q['query_id']} — {c.get('limit', '-')}\n\n```sql\n{text.strip()[:2000]}\n```\n")
+        h.append(f"<p>Longest of {q['calls']} execution(s): statement {sid}.</p>")
+        strip = on_cpu_intervals(data, sid)
+        if strip:
+            st = data.con.execute("SELECT start_ns, end_ns FROM statements WHERE statement_id = ?", [sid]).fetchone()
+            h.append(svg.interval_strip(strip, (0, (st[1] - st[0]) / 1e9), "on-CPU (blue) / off-CPU (grey) over the statement"))
+            on = sum(b - a for _, iv, _ in strip for a, b in iv)
+            md.append(f"On-CPU {on * 1e3:.1f} ms of {(st[1] - st[0]) / 1e6:.1f} ms (from sched_switch).\n\n")
+        else:
+            h.append("<p>No on/off-CPU timeline: no sched_switch events for this backend.</p>")
+        if c.get("evidence"):
+            h.append(f'<p class="evidence"><b>Evidence.</b> {escape(c["evidence"])} '
+                     f'(confidence {100 * (c.get("confidence") or 0):.0f}%)</p>')
+            md.append(f"**Evidence.** {c['evidence']} (confidence {100 * (c.get('confidence') or 0):.0f}%)\n\n")
+        funcs = sorted(kf.get(sid, []), key=lambda r: -(r["share"] or 0))[:8]
+        if funcs:
+            t_h, t_md = _table(["kernel function", "share of kernel time", "samples", "source"],
+                               [[f"<code>{escape(f['function'] or '?')}</code>", f"{100 * (f['share'] or 0):.1f}%",
+                                 f["samples"] or "", escape(f["source"] or "")] for f in funcs],
+                               [[f["function"], f"{100 * (f['share'] or 0):.1f}%", f["samples"] or "", f["source"] or ""]
+                                for f in funcs])
+            h.append(t_h)
+            md.append(t_md + "\n")
+        advice = adv.get(sid, [])
+        if advice:
+            h.append("<ul class=\"advice\">")
+            for a in advice:
+                gain = f"expected gain {_ms(a.expected_gain_ns)} ms ({escape(a.basis)})" if a.expected_gain_ns is not None \
+                    else escape(a.basis)
+                h.append(f"<li><b>{escape(a.rule)}</b>: {escape(a.advice)}<br><small>evidence: {escape(a.evidence)}; "
+                         f"{gain}</small></li>")
+                md.append(f"- **{a.rule}**: {a.advice} — evidence: {a.evidence}; "
+                          + (f"expected gain {_ms(a.expected_gain_ns)} ms ({a.basis})" if a.expected_gain_ns is not None
+                             else a.basis) + "\n")
+            h.append("</ul>")
+            md.append("\n")
+        h.append("</section>")
+    return Section("Statement details", "".join(h), "".join(md))
+
+
+def section_nodes(data: ReportData) -> Section:
+    tl = node_timelines(data)
+    if not tl:
+        return Section("Node resource timelines", "<p>No node samples (mwinv-sample did not run).</p>",
+                       "No node samples (mwinv-sample did not run).\n")
+    h, md = [], []
+    for node, charts in tl.items():
+        h.append(f"<h3>{escape(node)}</h3>")
+        units = {"CPU": "% of all CPUs", "Disk": "MiB/s", "Network": "MiB/s"}
+        for chart, series in charts.items():
+            h.append(svg.line_chart(series, f"{node}: {chart}", units[chart]))
+        md.append(f"### {node}\n\n")
+        md_rows = []
+        for chart, series in charts.items():
+            for name, pts in series.items():
+                if pts:
+                    md_rows.append([chart, name, f"{sum(v for _, v in pts) / len(pts):.2f}",
+                                    f"{max(v for _, v in pts):.2f}", units[chart]])
+        md.append(_table(["resource", "series", "mean", "peak", "unit"], md_rows)[1] + "\n")
+    return Section("Node resource timelines", "".join(h), "".join(md))
+
+
+def section_model(data: ReportData) -> Section:
+    if data.estimates is None:
+        return Section("Model accuracy (seed 000, Table 1)", "<p>Not computed: no calibration.</p>",
+                       "Not computed: no calibration.\n")
+    ests = sorted(data.estimates.to_pylist(), key=lambda r: -r["measured_ns"])[:30]
+    rows = [[r["statement_id"], r["query_id"], _ms(r["t_cpu_ns"]), _ms(r["t_seq_ns"]), _ms(r["t_no_seq_ns"]),
+             _ms(r["t_net_ns"]), _ms(r["estimated_ns"]), _ms(r["measured_ns"]),
+             f"{100 * (r['allocated_share'] or 0):.0f}%",
+             f"{100 * r['error']:+.1f}%" if r["error"] is not None else "-"] for r in ests]
+    mae, k = mean_abs_error(data.estimates)
+    note = (f"Mean |error| {100 * mae:.1f} % over {k} statements with ≥ 85 % of their time allocated to CPU, "
+            "disk or network (seed 000 claims < 10 %)." if mae is not None else
+            "No statement has ≥ 85 % of its time allocated; the error is not meaningful.")
+    h, md = _table(["statement", "query_id", "t_cpu ms", "t_seq ms", "t_no_seq ms", "t_net ms", "estimate ms",
+                    "measured ms", "allocated", "error"], rows)
+    return Section("Model accuracy (seed 000, Table 1)", f"<p>{escape(note)}</p>" + h, note + "\n\n" + md)
+
+
+def section_whatif(data: ReportData, queries: list[dict]) -> Section:
+    if data.predictions is None:
+        return Section("What-if predictions", "<p>Not computed: no calibration.</p>", "Not computed: no calibration.\n")
+    examples = {q["example_id"]: q for q in queries}
+    preds = [r for r in data.predictions.to_pylist() if r["statement_id"] in examples]
+    keys = sorted({(r["what_if"], r["factor"]) for r in preds})
+    by = {(r["statement_id"], r["what_if"], r["factor"]): r for r in preds}
+    headers = ["query_id", "measured ms"] + [f"{w} ×{k:g}" for w, k in keys]
+    rows = []
+    for sid, q in examples.items():
+        base = by.get((sid, *keys[0]), {}).get("baseline_ns") if keys else None
+        rows.append([q["query_id"], _ms(base)] + [
+            _ms(by[(sid, w, k)]["predicted_ns"]) + (f" (measured {_ms(by[(sid, w, k)]['measured_ns'])})"
+                                                   if by[(sid, w, k)]["measured_ns"] else "")
+            for w, k in keys])
+    meaning = "; ".join(f"{w}: {desc}" for w, (_, desc) in WHAT_IFS.items())
+    h, md = _table(headers, rows)
+    return Section("What-if predictions", f"<p>Predicted time (ms) of each top statement's longest execution. "
+                   f"{escape(meaning)}.</p>" + h, f"Predicted time (ms). {meaning}.\n\n" + md)
+
+
+def section_diff(data: ReportData, base: ReportData, top: int) -> Section:
+    cur = {q["query_id"]: q for q in top_queries(data, 10**6)}
+    old = {q["query_id"]: q for q in top_queries(base, 10**6)}
+    ids = sorted(set(cur) | set(old), key=lambda i: -max((cur.get(i) or {}).get("total_ns", 0),
+                                                          (old.get(i) or {}).get("total_ns", 0)))[:top]
+    scale = max([(d.get(i) or {}).get("total_ns", 0) / max((d.get(i) or {}).get("calls", 1), 1)
+                 for i in ids for d in (cur, old)] or [1])
+    rows, md_rows = [], []
+    for i in ids:
+        a, b = old.get(i), cur.get(i)
+        mean_a = a["total_ns"] / a["calls"] if a else None
+        mean_b = b["total_ns"] / b["calls"] if b else None
+        bars = ""
+        for label, q, mean in (("before", a, mean_a), ("after", b, mean_b)):
+            if q:
+                parts = [(c, v / q["calls"]) for c, v in _breakdown(q)]
+                bars += svg.stacked_bar(parts, mean, scale, label=f"{label} {mean / 1e6:,.1f} ms") + "<br>"
+        ratio = f"{mean_b / mean_a:.2f}×" if mean_a and mean_b else ("new" if b else "gone")
+        text = _short(data.texts.get((b or a)["query_text_hash"]) or base.texts.get((b or a)["query_text_hash"]), 60)
+        changes = []
+        if a and b:
+            for c, va in _breakdown(a):
+                vb = dict(_breakdown(b))[c]
+                d = vb / b["calls"] - va / a["calls"]
+                if abs(d) >= 0.05 * max(mean_a, mean_b):
+                    changes.append(f"{c} {d / 1e6:+,.1f} ms")
+        rows.append([i, _ms(mean_a) if a else "-", _ms(mean_b) if b else "-", ratio, bars,
+                     escape(", ".join(changes)), f"<code>{escape(text)}</code>"])
+        md_rows.append([i, _ms(mean_a) if a else "-", _ms(mean_b) if b else "-", ratio, ", ".join(changes), f"`{text}`"])
+    h, md = _table(["query_id", "before ms/call", "after ms/call", "ratio", "breakdown", "largest changes",
+                    "statement"], rows, md_rows)
+    intro = f"Before: {base.path}; after: {data.path}. Mean time per call by query_id."
+    return Section("Differential report", f"<p>{escape(intro)}</p>" + svg.legend(list(ATTRIBUTION_COMPONENTS)) + h,
+                   intro + "\n\n" + md)
+
+
+def render_report(capture_dir: str | os.PathLike, out_dir: str | os.PathLike,
+                  baseline_capture: str | os.PathLike | None = None, top: int = 10) -> tuple[Path, Path]:
+    """Write report.html and report.md for `capture_dir` (and its difference from `baseline_capture`)."""
+    data = load(capture_dir)
+    base = load(baseline_capture) if baseline_capture else None
+    queries = top_queries(data, top) if data.statements.num_rows else []
+    sections = [section_missing(data), section_summary(data)]
+    if base is not None:
+        sections.append(section_diff(data, base, top))
+    sections += [section_top(data, queries), section_details(data, queries), section_nodes(data),
+                 section_model(data), section_whatif(data, queries)]
+    title = f"mwinv report: {data.path.name}" + (f" vs {base.path.name}" if base else "")
+    body = "".join(f'<h2 id="s{i}">{escape(s.title)}</h2>{s.html}' for i, s in enumerate(sections))
+    toc = "".join(f'<li><a href="#s{i}">{escape(s.title)}</a></li>' for i, s in enumerate(sections))
+    page = string.Template((TEMPLATES / "report.html").read_text()).substitute(
+        title=escape(title), style=(TEMPLATES / "report.css").read_text(), toc=toc, body=body)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    html_path, md_path = out / "report.html", out / "report.md"
+    html_path.write_text(page)
+    md_path.write_text(f"# {title}\n\n" + "".join(f"## {s.title}\n\n{s.md}\n" for s in sections))
+    for d in (data, base):
+        if d is not None and d.con is not None:
+            d.con.close()
+    return html_path, md_path
+
+
+def write_derived_tables(capture_dir: str | os.PathLike) -> dict[str, int]:
+    """Compute statement_estimate, statement_class and prediction and store them in the capture (replacing
+    earlier versions of these derived tables). Returns rows written per table."""
+    data = load(capture_dir)
+    cap = Capture(capture_dir)
+    written = {}
+    for table, rows in (("statement_estimate", data.estimates), ("statement_class", data.classes),
+                        ("prediction", data.predictions)):
+        if rows is None:
+            continue
+        shutil.rmtree(cap.table_dir(table), ignore_errors=True)
+        cap.write_part(table, rows, node="derived")
+        written[table] = rows.num_rows
+    data.con.close()
+    return written

@@ -1,0 +1,170 @@
+"""Model, classification and advice on hand-computed cases (every expected number is worked out by hand
+in the comments, not by calling the code under test)."""
+
+import pyarrow as pa
+import pytest
+
+from mwinv.capture.tables import SCHEMAS
+from mwinv.correlator.advice import advise
+from mwinv.correlator.classify import classify
+from mwinv.correlator.model import estimate, mean_abs_error, predict
+
+MS = 1_000_000
+CAL = {"disk": {"disk_rate_bps": 100e6, "rand_access_s": 0.005},
+       "links": {"lo": {"rate_bps": 10e6, "latency_s": 1e-4}}}
+
+
+def stmt(sid, wall_ms, node="a", parent=None, pid=100, start_ms=0, qid=None, rows=1, write_bytes=0, qhash=None):
+    return {"node": node, "dbms": "postgresql", "pid": pid, "statement_id": sid, "parent_statement_id": parent,
+            "query_id": qid or sid * 10, "query_text_hash": qhash, "start_ns": start_ms * MS,
+            "end_ns": (start_ms + wall_ms) * MS, "rows": rows, "write_bytes": write_bytes}
+
+
+def attr(sid, node="a", **ms):
+    return [{"node": node, "statement_id": sid, "query_id": sid * 10, "component": c, "ns": v * MS,
+             "from_workers_ns": 0} for c, v in ms.items()]
+
+
+def io(sid, node="a", **kw):
+    return {"node": node, "statement_id": sid, **kw}
+
+
+@pytest.fixture
+def case():
+    statements = [
+        stmt(1, 1000),                      # CPU + disk, on one node
+        stmt(2, 700, pid=101),              # coordinator of a two-node statement
+        stmt(3, 650, node="b", parent=2),   # its remote part on node b
+        stmt(4, 2000, pid=102, start_ms=5000),  # waits for a lock
+        stmt(5, 1000, pid=103),             # 90 % not allocated: dbms-internal
+        stmt(6, 5, pid=104),                # 5 ms: too thin to advise on
+        stmt(7, 200, pid=101, parent=2, start_ms=100),  # nested in 2 on its own node: inside 2's time
+    ]
+    attribution = (attr(1, cpu_user=400, cpu_sys=100, disk_seq=300, disk_random=100, not_allocated=100)
+                   + attr(2, cpu_user=200, network=450, other_wait=50)
+                   + attr(3, node="b", cpu_user=300, disk_seq=100, network=250)
+                   + attr(4, cpu_user=100, lock_wait=1800, not_allocated=100)
+                   + attr(5, cpu_user=100, not_allocated=900)
+                   + attr(6, cpu_user=5)
+                   + attr(7, cpu_user=200))
+    statement_io = [io(1, seq_bytes=30_000_000, random_reqs=20, random_bytes=20 * 8192),
+                    io(2, net_rx_bytes=1_000_000, net_tx_bytes=0),
+                    io(3, node="b", seq_bytes=10_000_000, net_rx_bytes=0, net_tx_bytes=2_000_000)]
+    return (pa.Table.from_pylist(statements, schema=SCHEMAS["statement"]),
+            pa.Table.from_pylist(attribution, schema=SCHEMAS["statement_attribution"]),
+            pa.Table.from_pylist(statement_io, schema=SCHEMAS["statement_io"]))
+
+
+def test_estimate_table1(case):
+    est = {r["statement_id"]: r for r in estimate(*case, CAL).to_pylist()}
+    assert set(est) == {1, 2, 4, 5, 6}  # the remote part 3 and the nested 7 fold into their root 2
+    e1 = est[1]
+    # t_cpu = 0.5 s; t_seq = 30e6/100e6 = 0.3 s; t_no_seq = 20 * (0.005 + 8192/100e6) = 0.1016384 s
+    assert e1["t_cpu_ns"] == 500 * MS
+    assert e1["t_seq_ns"] == 300 * MS
+    assert e1["t_no_seq_ns"] == 101_638_400
+    assert e1["estimated_ns"] == 901_638_400
+    assert e1["error"] == pytest.approx(-0.0983616)
+    assert e1["allocated_share"] == pytest.approx(0.9)  # 0.4+0.1+0.3+0.1
+    e2 = est[2]
+    # max over nodes: cpu max(0.2, 0.3) = 0.3 (7's 0.2 s on node a is inside 2's time; added, a would be 0.4);
+    # seq max(0, 0.1) = 0.1; net max(1e6, 2e6)/10e6 = 0.2
+    assert (e2["t_cpu_ns"], e2["t_seq_ns"], e2["t_no_seq_ns"], e2["t_net_ns"]) == (300 * MS, 100 * MS, 0, 200 * MS)
+    # and node a's cpu (0.2 s) stays below node b's, which is why b is the critical node
+    assert e2["estimated_ns"] == 600 * MS and e2["critical_node"] == "b"
+    assert e2["error"] == pytest.approx(-100 / 700)
+    # accuracy over statements with >= 85 % allocated: only statement 1 (0.9); 2 has 650/700 = 0.93 too
+    assert e2["allocated_share"] == pytest.approx(650 / 700)
+    mae, n = mean_abs_error(estimate(*case, CAL))
+    assert n == 3  # 1, 2 and 6 (5 ms all cpu)
+    # |-0.0983616| + |-1/7| + |0| over 3
+    assert mae == pytest.approx((0.0983616 + 100 / 700 + 0.0) / 3)
+
+
+def test_estimate_without_calibration_is_one_line_error(case):
+    from mwinv.errors import MwinvError
+    with pytest.raises(MwinvError, match="no calibration"):
+        estimate(*case, None)
+
+
+def test_predictions(case):
+    pred = {(r["statement_id"], r["what_if"], r["factor"]): r
+            for r in predict(*case, CAL, factors={"cpu": (2.0,), "disk_rate": (2.0,), "rand_access": (0.5,),
+                                                  "link_rate": (10.0,)}).to_pylist()}
+    # CPU x2: 1.0 s - 0.25 s
+    assert pred[(1, "cpu", 2.0)]["predicted_ns"] == 750 * MS
+    # disk x2: t_seq 0.3 -> 0.15; t_no_seq 20*(0.005+8192/2e8) = 0.1008192 -> delta -0.1508192 s
+    assert pred[(1, "disk_rate", 2.0)]["predicted_ns"] == 849_180_800
+    # random access x0.5: 20*(0.0025+0.00008192) = 0.0516384 -> delta -0.05 s
+    assert pred[(1, "rand_access", 0.5)]["predicted_ns"] == 950 * MS
+    # link x10 on statement 2: t_net max(0.1, 0.2) -> 0.02 s: 0.7 - 0.18 = 0.52 s
+    assert pred[(2, "link_rate", 10.0)]["predicted_ns"] == 520 * MS
+    assert pred[(2, "link_rate", 10.0)]["baseline_ns"] == 700 * MS
+    assert pred[(2, "link_rate", 10.0)]["measured_ns"] is None
+
+
+def test_classify(case):
+    cls = {r["statement_id"]: r for r in classify(case[0], case[1]).to_pylist()}
+    assert cls[1]["limit"] == "cpu"
+    assert cls[1]["allocated_share"] == pytest.approx(0.9)
+    assert cls[1]["confidence"] == pytest.approx(0.5 / 0.9)
+    assert cls[2]["limit"] == "network"  # 450 of 700 on the coordinator's own rows
+    assert cls[4]["limit"] == "lock" and cls[4]["allocated_share"] == pytest.approx(0.95)
+    assert cls[5]["limit"] == "dbms-internal" and cls[5]["allocated_share"] == pytest.approx(0.1)
+    assert "not_allocated 900.0 ms" in cls[5]["evidence"]
+
+
+def test_advice(case):
+    statements, attribution, statement_io = case
+    adv = advise(statements, attribution, statement_io, calibration=CAL, cpus=2, settings={"jit": "off"})
+    by = {}
+    for a in adv:
+        by.setdefault(a.statement_id, {})[a.rule] = a
+    # statement 1: CPU 50 % -> parallel (CPU x2 gain = 0.25 s), disk_seq 30 % -> bandwidth (x2: 0.1508192 s)
+    assert by[1]["cpu.parallel"].expected_gain_ns == 250 * MS
+    assert by[1]["disk_seq.bandwidth"].expected_gain_ns == 150_819_200
+    assert by[1]["disk_seq.memory"].expected_gain_ns == 300 * MS
+    # jit is off, CPU holds 50 % of 1 s (the rule needs >= 50 % and >= 0.5 s): CPU x1.3 saves 0.5 - 0.5/1.3 s
+    assert by[1]["cpu.jit"].expected_gain_ns == round((0.5 - 0.5 / 1.3) * 1e9)
+    assert "cpu.jit" not in by[2]  # 200 ms of 700 on the coordinator: below 50 %
+    assert "lock.wait" in by[4]
+    assert "statement 1" in by[4]["lock.wait"].advice or "pid" in by[4]["lock.wait"].advice
+    assert set(by[5]) == {"not_allocated"}
+    assert set(by[6]) == {"too-thin"}
+    assert all(a.evidence for a in adv)
+
+
+def test_kernel_hot_spot_advice():
+    statements = pa.Table.from_pylist([stmt(1, 1000)], schema=SCHEMAS["statement"])
+    attribution = pa.Table.from_pylist(attr(1, cpu_user=300, cpu_sys=600, not_allocated=100),
+                                       schema=SCHEMAS["statement_attribution"])
+    kf = pa.Table.from_pylist([
+        {"node": "a", "statement_id": 1, "query_id": 10, "function": "find_busiest_group", "share": 0.3},
+        {"node": "a", "statement_id": 1, "query_id": 10, "function": "task_numa_work", "share": 0.05},
+        {"node": "a", "statement_id": 1, "query_id": 10, "function": "clear_page_erms", "share": 0.2},
+    ], schema=SCHEMAS["statement_kernel_function"])
+    rules = {a.rule: a for a in advise(statements, attribution, kernel_functions=kf, calibration=CAL)}
+    # 30 % of 600 ms sys = 180 ms; NUMA at 5 % stays below the 10 % bar
+    assert rules["kernel.sched_migration_cost"].expected_gain_ns == 180 * MS
+    assert "sched_migration_cost_ns" in rules["kernel.sched_migration_cost"].advice
+    assert "kernel.numa_balancing" not in rules
+    assert rules["kernel.transparent_hugepage"].expected_gain_ns == 120 * MS
+
+
+def test_lock_advice_names_the_waker():
+    # statement 1 (pid 102) waits 1.8 s for a lock; pid 200 ran statement 2 (its UPDATE) earlier and woke
+    # pid 102 at +1.8 s when its transaction ended; pid 300's statement 3 overlaps but woke nobody
+    statements = pa.Table.from_pylist([stmt(1, 2000, pid=102, start_ms=5000), stmt(2, 50, pid=200, start_ms=4900),
+                                       stmt(3, 3000, pid=300, start_ms=4000)], schema=SCHEMAS["statement"])
+    attribution = pa.Table.from_pylist(attr(1, cpu_user=100, lock_wait=1800, not_allocated=100)
+                                       + attr(2, cpu_user=50) + attr(3, cpu_user=3000),
+                                       schema=SCHEMAS["statement_attribution"])
+    wake = pa.Table.from_pylist([{"node": "a", "ts_ns": 6800 * MS, "pid": 200, "event": "sched_wakeup",
+                                  "target_pid": 102}], schema=SCHEMAS["kernel_event"])
+    rules = {(a.statement_id, a.rule): a for a in advise(statements, attribution, kernel_events=wake)}
+    lock = rules[(1, "lock.wait")]
+    assert "backend pid 200 released it" in lock.advice and "statement 2 " in lock.advice
+    assert lock.expected_gain_ns == 1800 * MS
+    # without kernel events the overlap heuristic picks the overlapping statement that ended last: 3
+    rules = {(a.statement_id, a.rule): a for a in advise(statements, attribution)}
+    assert "most likely statement 3 " in rules[(1, "lock.wait")].advice

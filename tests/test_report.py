@@ -1,0 +1,239 @@
+"""The report on a real capture (TPC-H statements on a real PostgreSQL, real kernel block/sched trace),
+rendered by a real headless chromium; the differential report; captures with parts missing; the
+model's accuracy on the real run."""
+
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from model_capture import make_capture_from_run, tracefs_usable  # noqa: E402
+
+from mwinv.capture.tables import Capture  # noqa: E402
+from mwinv.cgroup import Cgroup, drop_page_cache  # noqa: E402
+from mwinv.correlator.classify import classify  # noqa: E402
+from mwinv.correlator.model import estimate, mean_abs_error  # noqa: E402
+from mwinv.correlator.report import render_report  # noqa: E402
+from mwinv.correlator.svg import COMPONENT_COLORS  # noqa: E402
+from mwinv.workloads import tpch  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(os.environ.get("MWINV_TEST_ARTIFACTS", Path(__file__).parent.parent / "out" / "test-artifacts"))
+
+pytestmark = [pytest.mark.kernel,
+              pytest.mark.skipif(tracefs_usable() is not None, reason=f"real capture: {tracefs_usable()}")]
+
+STATEMENTS = [
+    ("q1", tpch.query_sql(1)),
+    ("q6", tpch.query_sql(6)),
+    ("q6", tpch.query_sql(6)),
+    ("cold-scan", "SELECT count(*), sum(l_quantity) FROM lineitem"),
+    ("cold-random", "SELECT sum(l_quantity) FROM lineitem WHERE l_suppkey BETWEEN 1 AND 40",
+     {"enable_seqscan": "off", "enable_bitmapscan": "off"}),
+    ("sleep", "SELECT pg_sleep(0.3)"),
+    ("tiny", "SELECT 1"),
+]
+
+
+def _cold(server):
+    def before(label):
+        if label.startswith("cold"):
+            drop_page_cache()
+            server.restart()  # shared_buffers emptied too
+            drop_page_cache()
+    return before
+
+
+@pytest.fixture(scope="module")
+def captures(tpch_pg, tmp_path_factory):
+    """(before, after): after runs Q1 with its backend capped at 25 % of a CPU and only the warm statements."""
+    base = tmp_path_factory.mktemp("report")
+    before = make_capture_from_run(tpch_pg, STATEMENTS, base / "before", before_each=_cold(tpch_pg),
+                                   settings={"jit": "off"})
+    cg = Cgroup("mwinv-test-report", cpu_fraction=0.25)
+    try:
+        after = make_capture_from_run(
+            tpch_pg, [s for s in STATEMENTS if s[0] in ("q1", "q6", "tiny")], base / "after",
+            calibration=before.manifest()["calibration"], settings={"jit": "off"},
+            on_backend=lambda label, pid: cg.create().add_pid(pid) if label == "q1" else None)
+    finally:
+        cg.remove()
+    return before, after
+
+
+def png_pixels(path: Path) -> tuple[int, int, list[bytes]]:
+    """Decode an 8-bit RGB/RGBA non-interlaced PNG (what chromium writes): width, height, rows."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, ihdr = 8, b"", None
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        chunk = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            ihdr = struct.unpack(">IIBBBBB", chunk)
+        elif kind == b"IDAT":
+            idat += chunk
+        pos += 12 + length
+    width, height, depth, color, _, _, interlace = ihdr
+    assert depth == 8 and color in (2, 6) and interlace == 0, ihdr
+    bpp = 3 if color == 2 else 4
+    raw = zlib.decompress(idat)
+    stride = width * bpp
+    rows, prev = [], bytearray(stride)
+    for y in range(height):
+        f = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b = prev[i]
+            c = prev[i - bpp] if i >= bpp else 0
+            if f == 1:
+                line[i] = (line[i] + a) & 255
+            elif f == 2:
+                line[i] = (line[i] + b) & 255
+            elif f == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(b"".join(bytes(line[j:j + 3]) for j in range(0, stride, bpp)))
+        prev = line
+    return width, height, rows
+
+
+def count_color(rows: list[bytes], hex_color: str) -> int:
+    rgb = bytes.fromhex(hex_color.lstrip("#"))
+    return sum(sum(1 for i in range(0, len(r), 3) if r[i:i + 3] == rgb) for r in rows)
+
+
+@pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason="chromium is not installed")
+def test_report_renders_in_chromium(captures, tmp_path):
+    before, after = captures
+    html, md = render_report(after.path, tmp_path / "out", baseline_capture=before.path)
+    shot = tmp_path / "report.png"
+    proc = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+         "--enable-logging=stderr", "--v=0", "--window-size=1400,1600", f"--screenshot={shot}", "--dump-dom",
+         html.as_uri()], capture_output=True, text=True, timeout=240)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(shot, ARTIFACTS / "report.png")
+    shutil.copy(html, ARTIFACTS / "report.html")
+    shutil.copy(md, ARTIFACTS / "report.md")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    console_errors = [l for l in proc.stderr.splitlines() if "CONSOLE" in l or "Uncaught" in l]
+    assert not console_errors, console_errors
+    dom = proc.stdout
+    # the loaded page (chromium's DOM) holds the charts and every section
+    for title in ("Differential report", "Top statements", "Statement details", "Node resource timelines",
+                  "Model accuracy", "What-if predictions"):
+        assert title in dom
+    assert dom.count('class="seg"') >= 10  # breakdown bars and on-CPU strips
+    assert 'class="series"' in dom  # node timelines
+    assert "http://" not in dom.replace("http://www.w3.org", "") and "<script" not in dom  # works offline
+    # and the charts really drew: the screenshot has the cpu_user colour of the bars
+    _, _, rows = png_pixels(shot)
+    assert count_color(rows, COMPONENT_COLORS["cpu_user"]) > 200
+    assert count_color(rows, COMPONENT_COLORS["not_allocated"]) > 50  # the sleep's bar in the diff
+
+
+def _mean_ms_by_label(cap: Capture) -> dict[str, float]:
+    """Mean wall time per statement text, read straight from the capture's statement table."""
+    texts = dict(zip(cap.read("statement_text").column("query_text_hash").to_pylist(),
+                     cap.read("statement_text").column("text").to_pylist()))
+    out: dict[str, list[float]] = {}
+    for r in cap.read("statement").to_pylist():
+        out.setdefault(texts[r["query_text_hash"]], []).append((r["end_ns"] - r["start_ns"]) / 1e6)
+    return {k: sum(v) / len(v) for k, v in out.items()}
+
+
+def test_differential_and_markdown(captures, tmp_path):
+    before, after = captures
+    html, md = render_report(after.path, tmp_path, baseline_capture=before.path)
+    text = md.read_text()
+    diff = text[text.index("## Differential report"):text.index("## Top statements")]
+    mb, ma = _mean_ms_by_label(before), _mean_ms_by_label(after)
+    q1 = tpch.query_sql(1)
+    line = next(l for l in diff.splitlines() if l.startswith("| ") and "l_returnflag" in l)
+    before_ms, after_ms, ratio = (c.strip() for c in line.split("|")[2:5])
+    # the means and their ratio are those of the statement tables (timing on a shared machine varies,
+    # so the test checks the arithmetic of the diff, not that the quota made Q1 slower)
+    assert float(before_ms.replace(",", "")) == pytest.approx(mb[q1], abs=0.06)
+    assert float(after_ms.replace(",", "")) == pytest.approx(ma[q1], abs=0.06)
+    assert float(ratio.rstrip("×")) == pytest.approx(ma[q1] / mb[q1], abs=0.006)
+    sleep = next(l for l in diff.splitlines() if "pg_sleep" in l)
+    assert "gone" in sleep  # the sleep only ran before
+    q6 = next(l for l in text[text.index("## Top statements"):].splitlines() if "l_shipdate >= CAS" in l)
+    assert q6.split("|")[3].strip() == "2"  # two calls of Q6, grouped by query_id
+    assert "## What this capture holds" in text and "What is missing" not in text
+
+
+def test_report_says_what_is_missing(captures, tmp_path):
+    before, _ = captures
+    # extension-only: no kernel events, no attribution, no statement_io, no calibration
+    ext_only = tmp_path / "ext-only"
+    shutil.copytree(before.path, ext_only)
+    for t in ("kernel_event", "statement_attribution", "statement_io"):
+        shutil.rmtree(ext_only / t)
+    cap = Capture(ext_only)
+    m = cap.manifest()
+    del m["calibration"]
+    cap.write_manifest(m)
+    html, md = render_report(ext_only, tmp_path / "r1")
+    text = md.read_text()
+    assert "No kernel events" in text and "No calibration" in text and "rusage" in text
+    assert "SELECT pg_sleep(0.3)" in text  # statements still listed, from the extension's side
+    assert "Not computed: no calibration" in text
+    # kernel-only: no statement table
+    kernel_only = tmp_path / "kernel-only"
+    shutil.copytree(before.path, kernel_only)
+    shutil.rmtree(kernel_only / "statement")
+    html, md = render_report(kernel_only, tmp_path / "r2")
+    text = md.read_text()
+    assert "No DBMS-side data" in text
+    assert "### node0" in text  # node timelines still shown
+    assert "<svg" in html.read_text()
+
+
+def test_model_accuracy_on_real_run(captures):
+    """Seed 000's claim: mean |error| <= 10 % for statements whose allocated share is >= 85 %."""
+    before, _ = captures
+    st, at, io = before.read("statement"), before.read("statement_attribution"), before.read("statement_io")
+    est = estimate(st, at, io, before.manifest()["calibration"])
+    mae, n = mean_abs_error(est)
+    rows = est.to_pylist()
+    print("model on the real run:", [(r["statement_id"], r["measured_ns"] // 10**6, r["estimated_ns"] // 10**6,
+                                     round(r["allocated_share"], 2), round(r["error"], 3)) for r in rows])
+    if n == 0:
+        rq = {r["statement_id"]: r["ns"] for r in at.to_pylist() if r["component"] == "run_queue"}
+        pytest.skip(f"no statement reached 85 % allocated (machine busy: run-queue ms {[v // 10**6 for v in rq.values()]})")
+    print(f"mean |error| {100 * mae:.1f} % over {n} statements")
+    assert mae <= 0.10
+    # the pg_sleep statement is the dbms-internal kind: almost nothing allocated
+    sleep = [r for r in rows if r["measured_ns"] >= 250e6 and r["allocated_share"] < 0.2]
+    assert sleep
+
+
+def test_derived_tables_are_written(captures, tmp_path):
+    from mwinv.correlator.report import write_derived_tables
+
+    before, _ = captures
+    cap_dir = tmp_path / "cap"
+    shutil.copytree(before.path, cap_dir)
+    for _ in range(2):  # a second run replaces, not appends
+        written = write_derived_tables(cap_dir)
+    cap = Capture(cap_dir)
+    n = len(STATEMENTS)
+    assert written == {"statement_estimate": n, "statement_class": n, "prediction": n * 4 * 3}
+    assert cap.read("statement_class").num_rows == n
+    stored = {r["statement_id"]: r for r in cap.read("statement_class").to_pylist()}
+    computed = {r["statement_id"]: r for r in classify(before.read("statement"), before.read("statement_attribution"),
+                                                      None, before.read("statement_io")).to_pylist()}
+    assert stored == computed
