@@ -10,7 +10,9 @@ from rich.console import Console
 
 from mwinv.capture.run import KernelCapture
 from mwinv.correlator import terminal
+from mwinv.correlator.calibrate import calibrate, store
 from mwinv.correlator.pipeline import correlate, top_statements
+from mwinv.correlator.report import render_report, write_derived_tables
 from mwinv.workloads import runner, tpch
 from mwinv.workloads.setup import tpch_server
 
@@ -34,21 +36,15 @@ def run_demo(scale: float, out: str) -> Path:
         for what, why in cap.summary.get("skipped", {}).items():
             console.print(f"[yellow]skipped[/] {what}: {why}")
         console.print(runner.timing_table(runs, title=f"TPC-H SF {scale:g}, 22 queries, warm"))
+        # the model's platform factors, measured where the database lives
+        store(capture_dir, calibrate(server.data_dir, progress=lambda s: console.log(f"calibrate {s}")))
     finally:
         server.stop()
     db = correlate(capture_dir, progress=lambda s: console.log(s))
     for w in db.warnings:
         console.print(f"[yellow]warning:[/] {w}")
     console.print(terminal.top_table(top_statements(db, n=5), "top 5 statements by total time"))
-    return _report(capture_dir, out_dir / "report", console)
-
-
-def _report(capture_dir: Path, report_dir: Path, console: Console) -> Path:
-    try:
-        from mwinv.correlator.report import render_report
-    except ImportError:
-        console.print("[yellow]report: not available in this build[/]")
-        return capture_dir
-    html, md = render_report(capture_dir, report_dir)
+    write_derived_tables(capture_dir)
+    html, md = render_report(capture_dir, out_dir / "report")
     console.print(f"report: {html} (and {md})")
     return html

@@ -17,7 +17,11 @@ from mwinv.correlator.pipeline import RANK_BY, correlate, top_statements
               help="rank by total time or by one resource.")
 @click.option("--query-id", type=int, default=None, help="drill into one statement (its query id).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
-def cli(capture, top, by, query_id, fmt) -> None:
+@click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None,
+              help="also write report.html (self-contained, charts) and report.md into this directory.")
+@click.option("--baseline", type=click.Path(exists=True, file_okay=False), default=None,
+              help="a second capture to compare with (differential report; needs --report).")
+def cli(capture, top, by, query_id, fmt, report_dir, baseline) -> None:
     """Attribute every statement's wall time in CAPTURE to CPU (user/sys), disk (sequential/random),
     network, lock waits, run queue, other waits and not-allocated time; show the top statements with
     their breakdown and hot kernel functions. Writes statement_attribution and
@@ -29,7 +33,11 @@ def cli(capture, top, by, query_id, fmt) -> None:
       mwinv-correlate CAPTURE --by disk --top-sql 10
       mwinv-correlate CAPTURE --query-id -4224445212121 --format json
       mwinv-correlate CAPTURE --format csv > top.csv
+      mwinv-correlate CAPTURE --report out/report
+      mwinv-correlate after/ --report out/diff --baseline before/
     """
+    if baseline and not report_dir:
+        raise click.UsageError("--baseline needs --report DIR")
     err = Console(stderr=True)
     db = correlate(capture, progress=(lambda s: err.log(s)) if fmt == "table" else None)
     for w in db.warnings:
@@ -42,6 +50,15 @@ def cli(capture, top, by, query_id, fmt) -> None:
     else:
         title = f"top {len(rows)} statements by {by} time" if query_id is None else f"query_id {query_id}"
         Console().print(terminal.top_table(rows, title))
+    if report_dir:
+        from mwinv.correlator.report import render_report, write_derived_tables
+
+        if baseline:
+            correlate(baseline)  # its derived tables must be as current as the capture's
+            write_derived_tables(baseline)
+        write_derived_tables(capture)
+        html, md = render_report(capture, report_dir, baseline_capture=baseline)
+        err.print(f"report: {html} (and {md})")
 
 
 def main() -> None:

@@ -213,7 +213,8 @@ def attribute(db: CaptureDB) -> pa.Table:
                        "component VARCHAR, ns BIGINT)")
     _build_statement_io(db, kernel)
     # Split the generic components: cpu by the statement's own user/sys rusage ratio, and disk waits
-    # whose requests were issued by another task by the statement's own seq/random request mix.
+    # whose requests were issued by another task by the statement's own seq/random request mix
+    # (floor for one part, the rest for the other, so the parts sum to the whole in integer ns).
     db.con.execute("""
         CREATE OR REPLACE TABLE own_attribution AS
         WITH base AS (
@@ -229,21 +230,21 @@ def attribute(db: CaptureDB) -> pa.Table:
         io AS (SELECT node, statement_id, seq_reqs, random_reqs FROM statement_io),
         split AS (
             SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'cpu_user' AS component,
-                   CASE WHEN u + k > 0 THEN ns * u / (u + k) ELSE ns END AS ns
+                   CASE WHEN u + k > 0 THEN floor(ns * u / (u + k)) ELSE ns END AS ns
             FROM comp WHERE component = 'cpu'
             UNION ALL
             SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'cpu_sys',
-                   CASE WHEN u + k > 0 THEN ns * k / (u + k) ELSE 0 END
+                   CASE WHEN u + k > 0 THEN ns - floor(ns * u / (u + k)) ELSE 0 END
             FROM comp WHERE component = 'cpu'
             UNION ALL
             SELECT c.node, c.statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'disk_seq',
-                   CASE WHEN io.seq_reqs + io.random_reqs > 0 THEN ns * io.seq_reqs / (io.seq_reqs + io.random_reqs)
-                        ELSE 0 END
+                   CASE WHEN io.seq_reqs + io.random_reqs > 0
+                        THEN floor(ns * io.seq_reqs / (io.seq_reqs + io.random_reqs)) ELSE 0 END
             FROM comp c JOIN io USING (node, statement_id) WHERE component = 'disk_unknown'
             UNION ALL
             SELECT c.node, c.statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'disk_random',
                    CASE WHEN io.seq_reqs + io.random_reqs > 0
-                        THEN ns * io.random_reqs / (io.seq_reqs + io.random_reqs) ELSE ns END
+                        THEN ns - floor(ns * io.seq_reqs / (io.seq_reqs + io.random_reqs)) ELSE ns END
             FROM comp c JOIN io USING (node, statement_id) WHERE component = 'disk_unknown'
             UNION ALL
             SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, component, ns

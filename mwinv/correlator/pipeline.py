@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
+from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS
 from mwinv.correlator import attribution, hotspots
 from mwinv.correlator.load import CaptureDB, open_capture
 from mwinv.errors import MwinvError
@@ -47,7 +47,8 @@ def correlate(capture_dir: str | Path, write: bool = True, progress=None) -> Cap
         progress("kernel hot spots")
     funcs = hotspots.kernel_functions(db)
     if write:
-        for name, t in (("statement_attribution", table), ("statement_kernel_function", funcs)):
+        io = db.sql("SELECT * FROM statement_io").to_arrow_table().cast(SCHEMAS["statement_io"])
+        for name, t in (("statement_attribution", table), ("statement_kernel_function", funcs), ("statement_io", io)):
             d = db.capture.table_dir(name)
             for old in d.glob("*.parquet") if d.exists() else []:
                 old.unlink()  # derived tables are replaced, never appended to
