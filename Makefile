@@ -4,6 +4,7 @@ PY     := $(VENV)/bin/python
 SCALE  ?= 0.1
 OUT    ?= out/demo
 PYTEST_ARGS ?=
+BENCH  ?=
 
 .PHONY: deps demo test extension installcheck bench clean
 
@@ -21,8 +22,9 @@ test: deps extension
 	@if [ -f dbplugins/postgresql/Makefile ]; then bash scripts/installcheck.sh; fi
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# `make bench` lists the benchmarks; `make bench BENCH=correlate` (or BENCH=all) runs them.
 bench: deps extension
-	$(PY) -m bench
+	$(PY) -m bench $(BENCH)
 
 clean:
 	rm -rf $(VENV) out build *.egg-info

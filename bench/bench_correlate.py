@@ -292,7 +292,7 @@ def measure(capture_dir: Path, only: tuple[str, ...], timeout_s: float, memory_l
 
 # ---------------------------------------------------------------------------------------------- CLI
 
-@click.group(invoke_without_command=True, epilog=__doc__.split("Usage:")[1],
+@click.group(invoke_without_command=True, epilog="\b" + __doc__.split("Usage:")[1],
              context_settings={"max_content_width": 110})
 @click.option("--capture", "capture_dir", default=DEFAULT_CAPTURE, show_default=True, type=click.Path(path_type=Path),
               help="Where the capture is kept (reused when present).")
