@@ -73,50 +73,56 @@ def build_file_reads(db: CaptureDB) -> None:
     db.con.execute(rf"""
         CREATE OR REPLACE TABLE file_read AS
         WITH r AS (
-            SELECT node, pid, ts_ns,
+            SELECT node, pid, ts_ns, syscall_nr,
                    TRY_CAST(regexp_extract(fields, 'fd=(\d+)', 1) AS BIGINT) AS fd,
                    TRY_CAST(regexp_extract(fields, 'pos=(\d+)', 1) AS BIGINT) AS pos,
                    coalesce(TRY_CAST(regexp_extract(fields, '(count|vlen)=(\d+)', 2) AS BIGINT), 8192) AS len
             FROM kernel_event WHERE event IN ('sys_enter_pread64', 'sys_enter_preadv'))
-        SELECT node, pid, ts_ns,
+        SELECT node, pid, ts_ns, syscall_nr,
                coalesce(abs(pos - lag(pos + len) OVER (PARTITION BY node, pid, fd ORDER BY ts_ns))
                         <= {SEQ_GAP_SECTORS * 512}, false) AS sequential
         FROM r WHERE pos IS NOT NULL""")
 
 
 def build_points(db: CaptureDB) -> None:
+    """point: the state-changing points of every DBMS pid. The kernel's points come from one scan of
+    kernel_event (a sched_switch gives two: the task switched out and the one switched in)."""
     db.con.execute(rf"""
         CREATE OR REPLACE TABLE point AS
-        WITH dbms_pid AS (SELECT DISTINCT node, pid FROM statement_clean)
+        WITH dbms_pid AS (SELECT DISTINCT node, pid FROM statement_clean),
+        ev AS (
+            SELECT node, ts_ns, pid, prev_pid, prev_state, next_pid, target_pid, stack_id, syscall_nr, syscall_ret,
+                CASE WHEN event = 'sched_switch' THEN 'switch'
+                     WHEN event IN ('sched_wakeup', 'sched_wakeup_new') THEN 'wake'
+                     -- positional reads come with their access pattern from file_read (below)
+                     WHEN event IN ('sys_enter_pread64', 'sys_enter_preadv') THEN NULL
+                     WHEN event = 'sys_enter' OR event LIKE 'sys\_enter\_%' ESCAPE '\' THEN 'enter'
+                     WHEN event = 'sys_exit' OR event LIKE 'sys\_exit\_%' ESCAPE '\' THEN 'exit'
+                     WHEN regexp_matches(event, '{LOCK_START_EVENT_RE}') THEN 'lock_start'
+                     WHEN regexp_matches(event, '{LOCK_DONE_EVENT_RE}') THEN 'lock_done'
+                END AS k
+            FROM kernel_event),
+        kernel_point AS (
+            SELECT node,
+                   CASE WHEN half = 2 THEN next_pid WHEN k = 'switch' THEN prev_pid WHEN k = 'wake' THEN target_pid
+                        ELSE pid END AS pid,
+                   ts_ns AS ts,
+                   CASE WHEN half = 2 THEN 2 ELSE CASE k WHEN 'switch' THEN 1 WHEN 'wake' THEN 3 WHEN 'enter' THEN 4
+                                                         WHEN 'lock_start' THEN 5 ELSE 0 END END AS ord,
+                   CASE WHEN half = 2 THEN 'on' WHEN k = 'switch' THEN 'off' ELSE k END AS kind,
+                   CASE WHEN half = 1 AND k = 'switch' THEN prev_state END AS info,
+                   CASE WHEN half = 1 AND k = 'switch' THEN stack_id END AS stack_id,
+                   CASE WHEN k IN ('enter', 'exit') THEN syscall_nr END AS nr,
+                   CASE WHEN k = 'exit' THEN syscall_ret END AS ret
+            FROM ev, range(1, 3) AS h(half)
+            WHERE k IS NOT NULL AND (half = 1 OR k = 'switch'))
         SELECT p.* FROM (
-            SELECT node, prev_pid AS pid, ts_ns AS ts, 1 AS ord, 'off' AS kind, prev_state AS info,
-                   stack_id, NULL::INTEGER AS nr, NULL::BIGINT AS ret, NULL::BIGINT AS sid,
-                   0 AS io_seq, 0 AS io_rand
-            FROM kernel_event WHERE event = 'sched_switch'
+            SELECT node, pid, ts, ord, kind, info, stack_id, nr, ret, NULL::BIGINT AS sid, 0 AS io_seq, 0 AS io_rand
+            FROM kernel_point
             UNION ALL
-            SELECT node, next_pid, ts_ns, 2, 'on', NULL, NULL, NULL, NULL, NULL, 0, 0
-            FROM kernel_event WHERE event = 'sched_switch'
-            UNION ALL
-            SELECT node, target_pid, ts_ns, 3, 'wake', NULL, NULL, NULL, NULL, NULL, 0, 0
-            FROM kernel_event WHERE event IN ('sched_wakeup', 'sched_wakeup_new')
-            UNION ALL
-            SELECT node, pid, ts_ns, 4, 'enter', NULL, NULL, syscall_nr, NULL, NULL, 0, 0
-            FROM kernel_event WHERE (event = 'sys_enter' OR event LIKE 'sys\_enter\_%' ESCAPE '\')
-              AND event NOT IN ('sys_enter_pread64', 'sys_enter_preadv')
-            UNION ALL
-            SELECT f.node, f.pid, f.ts_ns, 4, 'enter', CASE WHEN f.sequential THEN 'seq' ELSE 'rand' END, NULL,
-                   e.syscall_nr, NULL, NULL, 0, 0
-            FROM file_read f JOIN kernel_event e ON e.node = f.node AND e.pid = f.pid AND e.ts_ns = f.ts_ns
-             AND e.event IN ('sys_enter_pread64', 'sys_enter_preadv')
-            UNION ALL
-            SELECT node, pid, ts_ns, 0, 'exit', NULL, NULL, syscall_nr, syscall_ret, NULL, 0, 0
-            FROM kernel_event WHERE event = 'sys_exit' OR event LIKE 'sys\_exit\_%' ESCAPE '\'
-            UNION ALL
-            SELECT node, pid, ts_ns, 5, 'lock_start', NULL, NULL, NULL, NULL, NULL, 0, 0
-            FROM kernel_event WHERE regexp_matches(event, '{LOCK_START_EVENT_RE}')
-            UNION ALL
-            SELECT node, pid, ts_ns, 0, 'lock_done', NULL, NULL, NULL, NULL, NULL, 0, 0
-            FROM kernel_event WHERE regexp_matches(event, '{LOCK_DONE_EVENT_RE}')
+            SELECT node, pid, ts_ns, 4, 'enter', CASE WHEN sequential THEN 'seq' ELSE 'rand' END, NULL, syscall_nr,
+                   NULL, NULL, 0, 0
+            FROM file_read
             UNION ALL
             -- nr: 1 sequential, 2 random; in-flight counts only for requests whose completion is known
             SELECT node, pid, issue_ns, 6, 'io_start', NULL, NULL, CASE WHEN sequential THEN 1 ELSE 2 END,
@@ -196,14 +202,20 @@ def _component_sql() -> str:
         END"""
 
 
-def attribute(db: CaptureDB) -> pa.Table:
-    """statement_attribution for every top-level statement; components sum to its wall time."""
+def attribute(db: CaptureDB, progress=None) -> pa.Table:
+    """statement_attribution for every top-level statement; components sum to its wall time.
+    progress(step) is called as each step begins."""
+    step = progress or (lambda _: None)
     kernel = db.has("kernel_event")
     if kernel:
+        step("disk requests and file reads")
         build_disk_requests(db)
         build_file_reads(db)
+        step("point stream")
         build_points(db)
+        step("segments (window functions)")
         build_segments(db)
+        step("components per statement")
         db.con.execute(f"""
             CREATE OR REPLACE TABLE seg_component AS
             SELECT node, sid AS statement_id, {_component_sql()} AS component, sum(ts_end - ts) AS ns
@@ -211,6 +223,7 @@ def attribute(db: CaptureDB) -> pa.Table:
     else:
         db.con.execute("CREATE OR REPLACE TABLE seg_component (node VARCHAR, statement_id BIGINT, "
                        "component VARCHAR, ns BIGINT)")
+    step("statement I/O and CPU/disk splits")
     _build_statement_io(db, kernel)
     # Split the generic components: cpu by the statement's own user/sys rusage ratio, and disk waits
     # whose requests were issued by another task by the statement's own seq/random request mix

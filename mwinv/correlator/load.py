@@ -106,10 +106,9 @@ def _check(db: CaptureDB, manifest: dict) -> None:
             FROM statement WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL AND end_ns >= start_ns)
         WHERE rn = 1""")
     if db.has("kernel_event"):
-        rng = {n: (lo, hi) for n, lo, hi in db.sql(
-            "SELECT node, min(ts_ns), max(ts_ns) FROM kernel_event GROUP BY node").fetchall()}
         db.con.execute("CREATE OR REPLACE TABLE trace_range AS SELECT node, min(ts_ns) AS lo, max(ts_ns) AS hi "
                        "FROM kernel_event GROUP BY node")
+        rng = {n: (lo, hi) for n, lo, hi in db.sql("SELECT node, lo, hi FROM trace_range").fetchall()}
         outside = db.sql("""
             SELECT s.node, count(*), min(s.statement_id)
             FROM statement_clean s LEFT JOIN trace_range r USING (node)

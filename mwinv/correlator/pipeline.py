@@ -42,11 +42,13 @@ def correlate(capture_dir: str | Path, write: bool = True, progress=None) -> Cap
         return db
     if progress:
         progress("attributing statement time")
-    table = attribution.attribute(db)
+    table = attribution.attribute(db, progress=progress)
     if progress:
         progress("kernel hot spots")
     funcs = hotspots.kernel_functions(db)
     if write:
+        if progress:
+            progress("writing the derived tables")
         io = db.sql("SELECT * FROM statement_io").to_arrow_table().cast(SCHEMAS["statement_io"])
         for name, t in (("statement_attribution", table), ("statement_kernel_function", funcs), ("statement_io", io)):
             d = db.capture.table_dir(name)
