@@ -119,8 +119,14 @@ def print_capture(console: Console, capture_dir: Path, info: dict) -> None:
 
 # ---------------------------------------------------------------------------------------------- contenders
 
-def run_mwinv(capture_dir: Path, cpu_out: Path, steps: bool) -> float:
-    """correlate() end to end; returns its seconds. Per-statement CPU goes to cpu_out afterwards."""
+def report_seconds(seconds: float) -> None:
+    """The contender's result, printed (and flushed) before its comparison output is written, so a
+    contender killed while writing that still has its time."""
+    print(json.dumps({"seconds": seconds}), flush=True)
+
+
+def run_mwinv(capture_dir: Path, cpu_out: Path, steps: bool) -> None:
+    """correlate() end to end, timed; then its per-statement CPU goes to cpu_out."""
     from mwinv.correlator.pipeline import correlate
 
     started = last = time.perf_counter()
@@ -133,18 +139,17 @@ def run_mwinv(capture_dir: Path, cpu_out: Path, steps: bool) -> float:
         last = now
 
     db = correlate(capture_dir, write=True, progress=progress)
-    seconds = time.perf_counter() - started
     progress("done")
+    report_seconds(time.perf_counter() - started)
     db.con.execute(f"""
         COPY (SELECT a.node, a.statement_id, sum(a.ns) FILTER (WHERE a.component IN ('cpu_user', 'cpu_sys')) AS cpu_ns,
                      any_value(s.start_ns >= r.lo AND s.end_ns <= r.hi) AS traced
               FROM statement_attribution a JOIN statement_clean s USING (node, statement_id)
               JOIN trace_range r USING (node) GROUP BY ALL) TO '{cpu_out}' (FORMAT parquet)""")
-    return seconds
 
 
-def run_pandas(capture_dir: Path, cpu_out: Path) -> float:
-    """The naive pandas answer to "how much of each statement ran on a CPU"; returns its seconds."""
+def run_pandas(capture_dir: Path, cpu_out: Path) -> None:
+    """The naive pandas answer to "how much of each statement ran on a CPU", timed; then to cpu_out."""
     import pandas as pd
 
     started = time.perf_counter()
@@ -181,9 +186,8 @@ def run_pandas(capture_dir: Path, cpu_out: Path) -> float:
     both = pd.concat([left[["row", "ns"]], right[["row", "ns"]]])
     per_row = both.groupby("row")["ns"].sum()
     cpu = stmts[["node", "statement_id"]].assign(cpu_ns=per_row.reindex(stmts.index, fill_value=0).to_numpy())
-    seconds = time.perf_counter() - started
+    report_seconds(time.perf_counter() - started)
     cpu.astype({"cpu_ns": "int64"}).to_parquet(cpu_out)
-    return seconds
 
 
 # ---------------------------------------------------------------------------------------------- measure
@@ -236,11 +240,12 @@ def run_contender(name: str, capture_dir: Path, cpu_out: Path, timeout_s: float,
         raise
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
     max_rss = usage.ru_maxrss * 1024
+    printed = result_file.read_text().strip()
     if failure is None and proc.returncode != 0:
         failure = f"failed (exit status {proc.returncode})"
-    if failure:
-        return Result(name, None, max_rss, failure)
-    return Result(name, json.loads(result_file.read_text())["seconds"], max_rss)
+    if printed and (failure is None or failure.startswith("timed out")):
+        return Result(name, json.loads(printed.splitlines()[0])["seconds"], max_rss)  # done, killed while writing
+    return Result(name, None, max_rss, failure)
 
 
 def cpu_agreement(mwinv_cpu: Path, pandas_cpu: Path) -> str:
@@ -283,9 +288,10 @@ def measure(capture_dir: Path, only: tuple[str, ...], timeout_s: float, memory_l
             console.print(f"goal (>= {GOAL_EVENTS_PER_S:,} events/s, <= 2 GiB): {'met' if ok else 'MISSED'}")
         if m and p and m.seconds:
             if p.seconds:
-                console.print(f"mwinv vs pandas: {p.seconds / m.seconds:.1f}x faster, "
-                              f"{p.max_rss / max(m.max_rss, 1):.1f}x less peak memory")
-                console.print("per-statement CPU agreement: " + cpu_agreement(outs["mwinv"], outs["pandas"]))
+                console.print(f"mwinv vs pandas: {p.seconds / m.seconds:.2f}x the speed, "
+                              f"{p.max_rss / max(m.max_rss, 1):.2f}x less peak memory")
+                if outs["mwinv"].exists() and outs["pandas"].exists():
+                    console.print("per-statement CPU agreement: " + cpu_agreement(outs["mwinv"], outs["pandas"]))
             else:
                 console.print(f"mwinv vs pandas: pandas {p.failure}; mwinv finished in {m.seconds:.1f} s")
 
@@ -357,8 +363,10 @@ def measure_cmd(ctx: click.Context, capture_dir: Path | None, only: tuple[str, .
 @click.option("--steps", is_flag=True)
 def contender_cmd(name: str, capture_dir: Path, cpu_out: Path, steps: bool) -> None:
     """Child process of `measure`: runs one contender, prints {"seconds": ...}."""
-    seconds = run_mwinv(capture_dir, cpu_out, steps) if name == "mwinv" else run_pandas(capture_dir, cpu_out)
-    print(json.dumps({"seconds": seconds}))
+    if name == "mwinv":
+        run_mwinv(capture_dir, cpu_out, steps)
+    else:
+        run_pandas(capture_dir, cpu_out)
 
 
 if __name__ == "__main__":
