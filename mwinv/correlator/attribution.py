@@ -25,6 +25,8 @@ NET_RX_SYSCALLS = (45, 47)
 NET_TX_SYSCALLS = (44, 46)
 
 # Recorded as pg_lock_wait_start_<n> etc., one uprobe per probe site.
+# Points a task emits itself: it is on a CPU at that instant (evidence of a switch-in the trace lacks).
+SELF_EVIDENCE = "('enter', 'exit', 'lock_start', 'lock_done', 'io_start')"
 LOCK_START_EVENT_RE = "^pg_(lw)?lock_wait_start"
 LOCK_DONE_EVENT_RE = "^pg_(lw)?lock_wait_done"
 
@@ -139,7 +141,7 @@ def build_points(db: CaptureDB) -> None:
 
 def build_segments(db: CaptureDB) -> None:
     """segment: stretches between consecutive points of one pid with the state carried forward."""
-    db.con.execute("""
+    db.con.execute(f"""
         CREATE OR REPLACE TABLE segment AS
         WITH s1 AS (
             SELECT *,
@@ -149,15 +151,20 @@ def build_segments(db: CaptureDB) -> None:
             FROM point WINDOW w AS (PARTITION BY node, pid ORDER BY ts, ord ROWS UNBOUNDED PRECEDING)),
         s2 AS (
             SELECT *,
-                CASE kind WHEN 'on' THEN 'running'
-                          WHEN 'off' THEN CASE WHEN info LIKE 'R%' THEN 'runnable' ELSE 'sleeping' END
-                          WHEN 'wake' THEN CASE WHEN last_onoff = 'on' THEN 'running' ELSE 'runnable' END
+                CASE WHEN kind = 'on' OR kind IN {SELF_EVIDENCE} THEN 'running'
+                     WHEN kind = 'off' THEN CASE WHEN info LIKE 'R%' THEN 'runnable' ELSE 'sleeping' END
+                     WHEN kind = 'wake' THEN CASE WHEN last_onoff = 'on' THEN 'running' ELSE 'runnable' END
                 END AS cpu_event_state,
-                CASE WHEN kind IN ('on', 'off') THEN kind END AS onoff
+                CASE WHEN kind IN ('on', 'off') THEN kind END AS onoff,
+                CASE WHEN kind IN ('on', 'off') THEN kind WHEN kind IN {SELF_EVIDENCE} THEN 'self' END AS evidence
             FROM s1)
         SELECT node, pid, ts, kind, nr, ret, io_seq, io_rand,
             lead(ts) OVER w2 AS ts_end,
             last_value(cpu_event_state IGNORE NULLS) OVER w AS cpu_state,
+            -- what ends a runnable stretch: a recorded switch-in confirms the wait for a CPU; an event the
+            -- task emitted itself, or a switch-out, means the switch-in was not recorded (see docs)
+            first_value(evidence IGNORE NULLS) OVER (PARTITION BY node, pid ORDER BY ts, ord
+                ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS next_evidence,
             -- before the first scheduler event: running if that event switches the task out
             first_value(onoff IGNORE NULLS) OVER (PARTITION BY node, pid ORDER BY ts, ord
                 ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS next_onoff,
@@ -180,7 +187,8 @@ def _component_sql() -> str:
     return f"""
         CASE
           WHEN cpu_state = 'running' OR (cpu_state IS NULL AND next_onoff = 'off') THEN 'cpu'
-          WHEN cpu_state = 'runnable' THEN 'run_queue'
+          WHEN cpu_state = 'runnable' AND next_evidence = 'on' THEN 'run_queue'
+          WHEN cpu_state = 'runnable' THEN 'cpu_or_queue'
           WHEN cpu_state IS NULL THEN 'not_allocated'
           WHEN in_lock = 1 THEN 'lock_wait'
           WHEN io_rand_inflight > 0 THEN 'disk_random'
@@ -228,14 +236,29 @@ def attribute(db: CaptureDB) -> pa.Table:
             SELECT b.*, c.component, c.ns FROM base b
             JOIN seg_component c USING (node, statement_id) WHERE b.traced),
         io AS (SELECT node, statement_id, seq_reqs, random_reqs FROM statement_io),
+        -- runnable stretches without a recorded switch-in: CPU up to the statement's own rusage, the
+        -- rest waited for a CPU (without rusage: all CPU)
+        cpu AS (
+            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, u, k,
+                   coalesce(sum(ns) FILTER (WHERE component = 'cpu'), 0) AS running,
+                   coalesce(sum(ns) FILTER (WHERE component = 'cpu_or_queue'), 0) AS unconfirmed
+            FROM comp GROUP BY ALL),
+        cpu_total AS (
+            SELECT *, running + CASE WHEN u + k > 0 THEN least(unconfirmed, greatest(0, u + k - running))
+                                     ELSE unconfirmed END AS cpu_ns
+            FROM cpu),
         split AS (
             SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'cpu_user' AS component,
-                   CASE WHEN u + k > 0 THEN floor(ns * u / (u + k)) ELSE ns END AS ns
-            FROM comp WHERE component = 'cpu'
+                   CASE WHEN u + k > 0 THEN floor(cpu_ns * u / (u + k)) ELSE cpu_ns END AS ns
+            FROM cpu_total
             UNION ALL
             SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'cpu_sys',
-                   CASE WHEN u + k > 0 THEN ns - floor(ns * u / (u + k)) ELSE 0 END
-            FROM comp WHERE component = 'cpu'
+                   CASE WHEN u + k > 0 THEN cpu_ns - floor(cpu_ns * u / (u + k)) ELSE 0 END
+            FROM cpu_total
+            UNION ALL
+            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'run_queue',
+                   unconfirmed - (cpu_ns - running)
+            FROM cpu_total
             UNION ALL
             SELECT c.node, c.statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'disk_seq',
                    CASE WHEN io.seq_reqs + io.random_reqs > 0
@@ -248,7 +271,7 @@ def attribute(db: CaptureDB) -> pa.Table:
             FROM comp c JOIN io USING (node, statement_id) WHERE component = 'disk_unknown'
             UNION ALL
             SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, component, ns
-            FROM comp WHERE component NOT IN ('cpu', 'disk_unknown')
+            FROM comp WHERE component NOT IN ('cpu', 'cpu_or_queue', 'disk_unknown')
             UNION ALL
             -- statements outside the trace: the extension's rusage is all that is known
             SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'cpu_user',
