@@ -20,6 +20,7 @@ from mwinv.correlator.load import CaptureDB
 NETWORK_SYSCALLS = (7, 23, 42, 43, 44, 45, 46, 47, 271, 288)
 # futex (POSIX semaphores: LWLock waits) and SysV semop.
 LOCK_SYSCALLS = (202, 65, 220)
+READ_SYSCALLS = (0, 17, 19, 295)  # read, pread64, readv, preadv
 FILE_IO_SYSCALLS = (0, 1, 17, 18, 19, 20, 74, 75, 295, 296, 187)
 NET_RX_SYSCALLS = (45, 47)
 NET_TX_SYSCALLS = (44, 46)
@@ -40,16 +41,19 @@ def _in(values) -> str:
 
 
 def build_disk_requests(db: CaptureDB) -> None:
-    """disk_request: one row per block I/O a DBMS task submitted, with its sequential flag and, where
-    the request's completion is known, its completion time.
+    """disk_request: one row per disk I/O a DBMS task caused, with its sequential flag and, where the
+    request's completion is known, its completion time.
 
-    Ownership comes from block_bio_queue (the submitting task's context, also for its readahead) when
-    the capture has it; block_rq_issue can run in a kworker (blk-throttle dispatch, plug flushes) and
-    completions run in interrupt context, so issue/complete pairs only serve to time requests."""
+    Reads come from the pages the task added to the page cache inside a read syscall (its own context,
+    also for readahead and when blk-throttle dispatches the bios from a kworker), grouped into runs of
+    adjacent pages; the stride between runs of one file decides sequential or random. Writes, and the
+    reads of tasks that add no pages (O_DIRECT, as InnoDB does), come from block_bio_queue (the
+    submitting task's context) or else block_rq_issue; block_rq_issue can run in a kworker and
+    completions in interrupts, so issue/complete pairs only serve to time requests."""
     has_bio = db.sql("SELECT count(*) FROM kernel_event WHERE event = 'block_bio_queue'").fetchone()[0] > 0
     source = "block_bio_queue" if has_bio else "block_rq_issue"
     db.con.execute(f"""
-        CREATE OR REPLACE TABLE disk_request AS
+        CREATE OR REPLACE TABLE block_request AS
         WITH issue AS (
             SELECT node, ts_ns, pid, dev, sector, nr_bytes, rwbs,
                    row_number() OVER (PARTITION BY node, dev, sector ORDER BY ts_ns) AS k
@@ -57,15 +61,43 @@ def build_disk_requests(db: CaptureDB) -> None:
         done AS (
             SELECT node, ts_ns, dev, sector,
                    row_number() OVER (PARTITION BY node, dev, sector ORDER BY ts_ns) AS k
-            FROM kernel_event WHERE event = 'block_rq_complete' AND NOT {has_bio}),
-        paired AS (
-            SELECT i.node, i.pid, i.dev, i.sector, i.nr_bytes, i.rwbs, i.ts_ns AS issue_ns,
-                   d.ts_ns AS complete_ns
-            FROM issue i LEFT JOIN done d ON d.node = i.node AND d.dev = i.dev AND d.sector = i.sector
-                 AND d.k = i.k AND d.ts_ns >= i.ts_ns),
+            FROM kernel_event WHERE event = 'block_rq_complete' AND NOT {has_bio})
+        SELECT i.node, i.pid, i.dev, NULL::BIGINT AS ino, i.sector, i.nr_bytes, i.rwbs, i.ts_ns AS issue_ns,
+               d.ts_ns AS complete_ns
+        FROM issue i LEFT JOIN done d ON d.node = i.node AND d.dev = i.dev AND d.sector = i.sector
+             AND d.k = i.k AND d.ts_ns >= i.ts_ns""")
+    db.con.execute(rf"""
+        CREATE OR REPLACE TABLE page_read AS
+        WITH added AS (
+            SELECT node, ts_ns, pid, dev, CAST(regexp_extract(fields, 'ino=(\d+)', 1) AS BIGINT) AS ino,
+                   sector, nr_bytes
+            FROM kernel_event WHERE event = 'mm_filemap_add_to_page_cache'),
+        calls AS (
+            SELECT node, pid, ts_ns, syscall_nr, starts_with(event, 'sys_enter') AS is_enter
+            FROM kernel_event WHERE starts_with(event, 'sys_enter') OR starts_with(event, 'sys_exit')),
+        in_read AS (
+            SELECT a.*, c.ts_ns AS call_ns FROM added a
+            ASOF JOIN calls c ON a.node = c.node AND a.pid = c.pid AND a.ts_ns >= c.ts_ns
+            WHERE c.is_enter AND c.syscall_nr IN {_in(READ_SYSCALLS)}),
+        marked AS (
+            SELECT *, CASE WHEN lag(call_ns) OVER w = call_ns AND lag(ino) OVER w = ino AND lag(dev) OVER w = dev
+                                AND lag(sector + nr_bytes // 512) OVER w = sector THEN 0 ELSE 1 END AS new_run
+            FROM in_read WINDOW w AS (PARTITION BY node, pid ORDER BY ts_ns)),
+        runs AS (SELECT *, sum(new_run) OVER (PARTITION BY node, pid ORDER BY ts_ns) AS run FROM marked)
+        SELECT node, pid, dev, ino, min(sector) AS sector, sum(nr_bytes) AS nr_bytes, 'R' AS rwbs,
+               min(ts_ns) AS issue_ns, NULL::BIGINT AS complete_ns
+        FROM runs GROUP BY node, pid, dev, ino, run""")
+    db.con.execute(f"""
+        CREATE OR REPLACE TABLE disk_request AS
+        WITH requests AS (
+            SELECT * FROM page_read
+            UNION ALL
+            SELECT b.* FROM block_request b
+            WHERE b.rwbs NOT LIKE '%R%' OR NOT EXISTS (
+                SELECT 1 FROM page_read p WHERE p.node = b.node AND p.pid = b.pid)),
         strided AS (
             SELECT *, sector - lag(sector + nr_bytes // 512) OVER w AS stride_sectors
-            FROM paired WINDOW w AS (PARTITION BY node, pid, dev ORDER BY issue_ns))
+            FROM requests WINDOW w AS (PARTITION BY node, pid, dev, ino ORDER BY issue_ns))
         SELECT *, coalesce(abs(stride_sectors) <= {SEQ_GAP_SECTORS}, false) AS sequential FROM strided""")
 
 
