@@ -96,7 +96,7 @@ def capture(tmp_path_factory):
                 drop_page_cache()
                 c1.execute(STATEMENTS["random"])
                 kcache = dict(c1.execute("""
-                    SELECT query, (exec_user_time + exec_system_time) * 1e9
+                    SELECT query, (plan_user_time + plan_system_time + exec_user_time + exec_system_time) * 1e9
                     FROM pg_stat_kcache_detail WHERE top""").fetchall())
         assert not cap.summary.get("errors"), cap.summary
         db = correlate(out)

@@ -261,6 +261,7 @@ def attribute(db: CaptureDB) -> pa.Table:
             SELECT s.node, s.statement_id, s.query_id, s.pid, s.leader_pid,
                    s.parent_statement_id, s.end_ns - s.start_ns AS wall_ns,
                    coalesce(s.cpu_user_ns, 0) AS u, coalesce(s.cpu_sys_ns, 0) AS k,
+                   s.cpu_user_ns IS NOT NULL AS has_rusage,
                    (tr.node IS NOT NULL AND s.start_ns >= tr.lo AND s.end_ns <= tr.hi) AS traced
             FROM statement_clean s LEFT JOIN trace_range_or_empty tr USING (node)
             WHERE coalesce(s.nesting_level, 0) = 0),
@@ -268,16 +269,17 @@ def attribute(db: CaptureDB) -> pa.Table:
             SELECT b.*, c.component, c.ns FROM base b
             JOIN seg_component c USING (node, statement_id) WHERE b.traced),
         io AS (SELECT node, statement_id, seq_reqs, random_reqs FROM statement_io),
-        -- runnable stretches without a recorded switch-in: CPU up to the statement's own rusage, the
-        -- rest waited for a CPU (without rusage: all CPU)
+        -- the statement's rusage is exact for its CPU total, the scheduler places it in time: on-CPU
+        -- stretches plus runnable ones whose switch-in was not recorded, up to the rusage total; the
+        -- rest waited for a CPU (without rusage, all of it counts as CPU)
         cpu AS (
-            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, u, k,
+            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, u, k, has_rusage,
                    coalesce(sum(ns) FILTER (WHERE component = 'cpu'), 0) AS running,
                    coalesce(sum(ns) FILTER (WHERE component = 'cpu_or_queue'), 0) AS unconfirmed
             FROM comp GROUP BY ALL),
         cpu_total AS (
-            SELECT *, running + CASE WHEN u + k > 0 THEN least(unconfirmed, greatest(0, u + k - running))
-                                     ELSE unconfirmed END AS cpu_ns
+            SELECT *, CASE WHEN has_rusage THEN least(u + k, running + unconfirmed)
+                           ELSE running + unconfirmed END AS cpu_ns
             FROM cpu),
         split AS (
             SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'cpu_user' AS component,
@@ -289,7 +291,7 @@ def attribute(db: CaptureDB) -> pa.Table:
             FROM cpu_total
             UNION ALL
             SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'run_queue',
-                   unconfirmed - (cpu_ns - running)
+                   running + unconfirmed - cpu_ns
             FROM cpu_total
             UNION ALL
             SELECT c.node, c.statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'disk_seq',
