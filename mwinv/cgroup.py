@@ -32,6 +32,7 @@ class Cgroup:
     cpu_fraction: float | None = None  # 0.5 = half of one CPU
     read_bps: dict[str, int] | None = None  # device 'maj:min' -> bytes/s
     write_bps: dict[str, int] | None = None
+    read_iops: dict[str, int] | None = None  # device 'maj:min' -> read requests/s (a slow random-access disk)
 
     def __post_init__(self) -> None:
         self.name = f"{self.name}-{uuid.uuid4().hex[:8]}"
@@ -43,7 +44,7 @@ class Cgroup:
             c.append("memory")
         if self.cpu_fraction is not None:
             c.append("cpu")
-        if self.read_bps or self.write_bps:
+        if self.read_bps or self.write_bps or self.read_iops:
             c.append("blkio")
         return c
 
@@ -71,6 +72,8 @@ class Cgroup:
             self._write("blkio", "blkio.throttle.read_bps_device", f"{dev} {bps}")
         for dev, bps in (self.write_bps or {}).items():
             self._write("blkio", "blkio.throttle.write_bps_device", f"{dev} {bps}")
+        for dev, iops in (self.read_iops or {}).items():
+            self._write("blkio", "blkio.throttle.read_iops_device", f"{dev} {iops}")
         return self
 
     def _write(self, ctl: str, file: str, value: str) -> None:

@@ -9,8 +9,11 @@ TEST_SCALE = float(os.environ.get("MWINV_TEST_SCALE", "0.01"))
 
 @pytest.fixture(scope="session")
 def tpch_pg():
-    """One throw-away server with TPC-H at SF 0.01, shared by the session; always stopped."""
-    server = tpch_server(TEST_SCALE, name="pytest")
+    """One throw-away server with TPC-H at SF 0.01 and the mwinv extension preloaded, shared by the
+    session; always stopped. Small shared_buffers: a scan of lineitem goes through a ring buffer, so
+    dropping the page cache is enough to make the next one cold."""
+    server = tpch_server(TEST_SCALE, name="pytest", preload=["mwinv"],
+                         gucs={"compute_query_id": "on", "shared_buffers": "'16MB'"})
     try:
         yield server
     finally:

@@ -2,14 +2,8 @@
 disk-bound one (a cold scan of lineitem) are captured, their time under "CPU x0.5" and "disk rate x k" is
 predicted, then they are re-run with the backend in a cgroup v1 with cpu.cfs_quota_us = 50 % of a CPU or
 blkio.throttle.read_bps_device = 8 MiB/s, and the prediction is compared with the measurement. The disk
-factor k is the ratio of the disk rate calibrated inside the throttled cgroup to the baseline's.
+factor k is the ratio of the disk rate calibrated inside the throttled cgroup to the baseline's."""
 
-Needs the full pipeline: the baseline capture's attribution comes from mwinv.correlator.attribution
-once it exists; until then the test is skipped, unless MWINV_MODEL_HELPER_CAPTURE=1 asks for the test
-helper's own attribution (tests/model_capture.py)."""
-
-import importlib.util
-import os
 import sys
 import time
 from pathlib import Path
@@ -17,23 +11,18 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from model_capture import calibrate_disk_in_cgroup, make_capture_from_run, tracefs_usable  # noqa: E402
+from model_capture import calibrate_disk_in_cgroup, make_capture_from_run, statement_ids, tracefs_usable  # noqa: E402
 
 from mwinv.cgroup import Cgroup, block_device_of, drop_page_cache  # noqa: E402
 from mwinv.correlator.model import predict  # noqa: E402
 from mwinv.workloads import tpch  # noqa: E402
 
-HAVE_PIPELINE = importlib.util.find_spec("mwinv.correlator.attribution") is not None
-USE_HELPER = os.environ.get("MWINV_MODEL_HELPER_CAPTURE") == "1"
 THROTTLE_BPS = 8 * 2**20
 MAX_ERROR = 0.30  # prediction vs measurement, relative
 MAX_FOREIGN_RUN_QUEUE = 0.20  # above this the machine is shared too heavily for a timing check
 
 pytestmark = [
     pytest.mark.kernel, pytest.mark.slow,
-    pytest.mark.skipif(not (HAVE_PIPELINE or USE_HELPER),
-                       reason="needs the full pipeline (mwinv.correlator.attribution is not importable yet); "
-                              "MWINV_MODEL_HELPER_CAPTURE=1 runs it on the test helper's capture"),
     pytest.mark.skipif(tracefs_usable() is not None, reason=f"capture: {tracefs_usable()}"),
     pytest.mark.skipif(not Path("/sys/fs/cgroup/cpu/tasks").exists() or not Path("/sys/fs/cgroup/blkio/tasks").exists(),
                        reason="cgroup v1 cpu and blkio controllers are not mounted"),
@@ -46,9 +35,7 @@ DISK_QUERY = ("cold-scan", "SELECT count(*), sum(l_quantity) FROM lineitem")
 def test_predictions_checked_by_running(tpch_pg, tmp_path):
     def cold(label):
         if label.startswith("cold"):
-            drop_page_cache()
-            tpch_pg.restart()
-            drop_page_cache()
+            drop_page_cache()  # (lineitem is read through a ring buffer: see the tpch_pg fixture)
 
     cap = make_capture_from_run(tpch_pg, [CPU_QUERY, DISK_QUERY], tmp_path / "baseline", before_each=cold)
     st, at, io = cap.read("statement"), cap.read("statement_attribution"), cap.read("statement_io")
@@ -67,8 +54,8 @@ def test_predictions_checked_by_running(tpch_pg, tmp_path):
     pred = {(r["statement_id"], r["what_if"]): r
             for r in predict(st, at, io, cal, factors={"cpu": (0.5,), "disk_rate": (k_disk,)}).to_pylist()}
 
-    checks = [(1, "cpu", CPU_QUERY, Cgroup("mwinv-test-whatif-cpu", cpu_fraction=0.5)),
-              (2, "disk_rate", DISK_QUERY, io_cgroup)]
+    checks = [(statement_ids(cap, CPU_QUERY[1])[0], "cpu", CPU_QUERY, Cgroup("mwinv-test-whatif-cpu", cpu_fraction=0.5)),
+              (statement_ids(cap, DISK_QUERY[1])[0], "disk_rate", DISK_QUERY, io_cgroup)]
     errors = {}
     for sid, what_if, (label, sql), cg in checks:
         cold(label)

@@ -260,6 +260,17 @@ find_active(QueryDesc *query_desc)
 	return NULL;
 }
 
+/* Leave the planner's nesting level; its time waits for the execution record of the same query. */
+static void
+planning_done(int64 query_id, int64 start_ns)
+{
+	nesting_level--;
+	pending_plan.query_id = query_id;
+	pending_plan.level = nesting_level;
+	pending_plan.start_ns = start_ns;
+	pending_plan.plan_ns = mwinv_monotonic_ns() - start_ns;
+}
+
 static PlannedStmt *
 mwinv_planner(Query *parse, const char *query_string, int cursorOptions, ParamListInfo boundParams)
 {
@@ -285,21 +296,13 @@ mwinv_planner(Query *parse, const char *query_string, int cursorOptions, ParamLi
 	PG_CATCH();
 	{
 		/* an error while planning (e.g. 1/0 folded as a constant) still makes a record */
-		nesting_level--;
-		pending_plan.query_id = parse->queryId;
-		pending_plan.level = nesting_level;
-		pending_plan.start_ns = start_ns;
-		pending_plan.plan_ns = mwinv_monotonic_ns() - start_ns;
+		planning_done((int64) parse->queryId, start_ns);
 		end_statement(begin_statement(NULL, (int64) parse->queryId, query_string, parse->stmt_location,
 									  parse->stmt_len, false, false), true, 0);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	nesting_level--;
-	pending_plan.query_id = parse->queryId;
-	pending_plan.level = nesting_level;
-	pending_plan.start_ns = start_ns;
-	pending_plan.plan_ns = mwinv_monotonic_ns() - start_ns;
+	planning_done((int64) parse->queryId, start_ns);
 	return result;
 }
 

@@ -39,8 +39,10 @@ def postmaster_of(data_dir: str | os.PathLike | None = None, conninfo: str | Non
     if conninfo:
         import psycopg
 
+        from mwinv.dbplugins.postgresql import connect_untracked
+
         try:
-            with psycopg.connect(conninfo, autocommit=True) as conn:
+            with connect_untracked(conninfo) as conn:
                 backend = conn.execute("select pg_backend_pid()").fetchone()[0]
                 data = conn.execute("show data_directory").fetchone()[0]
         except psycopg.Error as exc:
@@ -78,7 +80,7 @@ def _statement_drainer(conninfo: str | None, capture: Capture, node: str):
     import psycopg
 
     try:
-        with psycopg.connect(conninfo, autocommit=True) as conn:
+        with mod.connect_untracked(conninfo) as conn:   # the capture's own queries are no workload
             if not mod.extension_available(conn):
                 return None, "extension mwinv not available in the server"
     except psycopg.Error as exc:

@@ -20,11 +20,14 @@ from mwinv.correlator.load import CaptureDB
 NETWORK_SYSCALLS = (7, 23, 42, 43, 44, 45, 46, 47, 271, 288)
 # futex (POSIX semaphores: LWLock waits) and SysV semop.
 LOCK_SYSCALLS = (202, 65, 220)
+READ_SYSCALLS = (0, 17, 19, 295)  # read, pread64, readv, preadv
 FILE_IO_SYSCALLS = (0, 1, 17, 18, 19, 20, 74, 75, 295, 296, 187)
 NET_RX_SYSCALLS = (45, 47)
 NET_TX_SYSCALLS = (44, 46)
 
 # Recorded as pg_lock_wait_start_<n> etc., one uprobe per probe site.
+# Points a task emits itself: it is on a CPU at that instant (evidence of a switch-in the trace lacks).
+SELF_EVIDENCE = "('enter', 'exit', 'lock_start', 'lock_done', 'io_start')"
 LOCK_START_EVENT_RE = "^pg_(lw)?lock_wait_start"
 LOCK_DONE_EVENT_RE = "^pg_(lw)?lock_wait_done"
 
@@ -38,16 +41,19 @@ def _in(values) -> str:
 
 
 def build_disk_requests(db: CaptureDB) -> None:
-    """disk_request: one row per block I/O a DBMS task submitted, with its sequential flag and, where
-    the request's completion is known, its completion time.
+    """disk_request: one row per disk I/O a DBMS task caused, with its sequential flag and, where the
+    request's completion is known, its completion time.
 
-    Ownership comes from block_bio_queue (the submitting task's context, also for its readahead) when
-    the capture has it; block_rq_issue can run in a kworker (blk-throttle dispatch, plug flushes) and
-    completions run in interrupt context, so issue/complete pairs only serve to time requests."""
+    Reads come from the pages the task added to the page cache inside a read syscall (its own context,
+    also for readahead and when blk-throttle dispatches the bios from a kworker), grouped into runs of
+    adjacent pages; the stride between runs of one file decides sequential or random. Writes, and the
+    reads of tasks that add no pages (O_DIRECT, as InnoDB does), come from block_bio_queue (the
+    submitting task's context) or else block_rq_issue; block_rq_issue can run in a kworker and
+    completions in interrupts, so issue/complete pairs only serve to time requests."""
     has_bio = db.sql("SELECT count(*) FROM kernel_event WHERE event = 'block_bio_queue'").fetchone()[0] > 0
     source = "block_bio_queue" if has_bio else "block_rq_issue"
     db.con.execute(f"""
-        CREATE OR REPLACE TABLE disk_request AS
+        CREATE OR REPLACE TABLE block_request AS
         WITH issue AS (
             SELECT node, ts_ns, pid, dev, sector, nr_bytes, rwbs,
                    row_number() OVER (PARTITION BY node, dev, sector ORDER BY ts_ns) AS k
@@ -55,15 +61,43 @@ def build_disk_requests(db: CaptureDB) -> None:
         done AS (
             SELECT node, ts_ns, dev, sector,
                    row_number() OVER (PARTITION BY node, dev, sector ORDER BY ts_ns) AS k
-            FROM kernel_event WHERE event = 'block_rq_complete' AND NOT {has_bio}),
-        paired AS (
-            SELECT i.node, i.pid, i.dev, i.sector, i.nr_bytes, i.rwbs, i.ts_ns AS issue_ns,
-                   d.ts_ns AS complete_ns
-            FROM issue i LEFT JOIN done d ON d.node = i.node AND d.dev = i.dev AND d.sector = i.sector
-                 AND d.k = i.k AND d.ts_ns >= i.ts_ns),
+            FROM kernel_event WHERE event = 'block_rq_complete' AND NOT {has_bio})
+        SELECT i.node, i.pid, i.dev, NULL::BIGINT AS ino, i.sector, i.nr_bytes, i.rwbs, i.ts_ns AS issue_ns,
+               d.ts_ns AS complete_ns
+        FROM issue i LEFT JOIN done d ON d.node = i.node AND d.dev = i.dev AND d.sector = i.sector
+             AND d.k = i.k AND d.ts_ns >= i.ts_ns""")
+    db.con.execute(rf"""
+        CREATE OR REPLACE TABLE page_read AS
+        WITH added AS (
+            SELECT node, ts_ns, pid, dev, CAST(regexp_extract(fields, 'ino=(\d+)', 1) AS BIGINT) AS ino,
+                   sector, nr_bytes
+            FROM kernel_event WHERE event = 'mm_filemap_add_to_page_cache'),
+        calls AS (
+            SELECT node, pid, ts_ns, syscall_nr, starts_with(event, 'sys_enter') AS is_enter
+            FROM kernel_event WHERE starts_with(event, 'sys_enter') OR starts_with(event, 'sys_exit')),
+        in_read AS (
+            SELECT a.*, c.ts_ns AS call_ns FROM added a
+            ASOF JOIN calls c ON a.node = c.node AND a.pid = c.pid AND a.ts_ns >= c.ts_ns
+            WHERE c.is_enter AND c.syscall_nr IN {_in(READ_SYSCALLS)}),
+        marked AS (
+            SELECT *, CASE WHEN lag(call_ns) OVER w = call_ns AND lag(ino) OVER w = ino AND lag(dev) OVER w = dev
+                                AND lag(sector + nr_bytes // 512) OVER w = sector THEN 0 ELSE 1 END AS new_run
+            FROM in_read WINDOW w AS (PARTITION BY node, pid ORDER BY ts_ns)),
+        runs AS (SELECT *, sum(new_run) OVER (PARTITION BY node, pid ORDER BY ts_ns) AS run FROM marked)
+        SELECT node, pid, dev, ino, min(sector) AS sector, sum(nr_bytes) AS nr_bytes, 'R' AS rwbs,
+               min(ts_ns) AS issue_ns, NULL::BIGINT AS complete_ns
+        FROM runs GROUP BY node, pid, dev, ino, run""")
+    db.con.execute(f"""
+        CREATE OR REPLACE TABLE disk_request AS
+        WITH requests AS (
+            SELECT * FROM page_read
+            UNION ALL
+            SELECT b.* FROM block_request b
+            WHERE b.rwbs NOT LIKE '%R%' OR NOT EXISTS (
+                SELECT 1 FROM page_read p WHERE p.node = b.node AND p.pid = b.pid)),
         strided AS (
             SELECT *, sector - lag(sector + nr_bytes // 512) OVER w AS stride_sectors
-            FROM paired WINDOW w AS (PARTITION BY node, pid, dev ORDER BY issue_ns))
+            FROM requests WINDOW w AS (PARTITION BY node, pid, dev, ino ORDER BY issue_ns))
         SELECT *, coalesce(abs(stride_sectors) <= {SEQ_GAP_SECTORS}, false) AS sequential FROM strided""")
 
 
@@ -145,7 +179,7 @@ def build_points(db: CaptureDB) -> None:
 
 def build_segments(db: CaptureDB) -> None:
     """segment: stretches between consecutive points of one pid with the state carried forward."""
-    db.con.execute("""
+    db.con.execute(f"""
         CREATE OR REPLACE TABLE segment AS
         WITH s1 AS (
             SELECT *,
@@ -155,15 +189,20 @@ def build_segments(db: CaptureDB) -> None:
             FROM point WINDOW w AS (PARTITION BY node, pid ORDER BY ts, ord ROWS UNBOUNDED PRECEDING)),
         s2 AS (
             SELECT *,
-                CASE kind WHEN 'on' THEN 'running'
-                          WHEN 'off' THEN CASE WHEN info LIKE 'R%' THEN 'runnable' ELSE 'sleeping' END
-                          WHEN 'wake' THEN CASE WHEN last_onoff = 'on' THEN 'running' ELSE 'runnable' END
+                CASE WHEN kind = 'on' OR kind IN {SELF_EVIDENCE} THEN 'running'
+                     WHEN kind = 'off' THEN CASE WHEN info LIKE 'R%' THEN 'runnable' ELSE 'sleeping' END
+                     WHEN kind = 'wake' THEN CASE WHEN last_onoff = 'on' THEN 'running' ELSE 'runnable' END
                 END AS cpu_event_state,
-                CASE WHEN kind IN ('on', 'off') THEN kind END AS onoff
+                CASE WHEN kind IN ('on', 'off') THEN kind END AS onoff,
+                CASE WHEN kind IN ('on', 'off') THEN kind WHEN kind IN {SELF_EVIDENCE} THEN 'self' END AS evidence
             FROM s1)
         SELECT node, pid, ts, kind, nr, ret, io_seq, io_rand,
             lead(ts) OVER w2 AS ts_end,
             last_value(cpu_event_state IGNORE NULLS) OVER w AS cpu_state,
+            -- what ends a runnable stretch: a recorded switch-in confirms the wait for a CPU; an event the
+            -- task emitted itself, or a switch-out, means the switch-in was not recorded (see docs)
+            first_value(evidence IGNORE NULLS) OVER (PARTITION BY node, pid ORDER BY ts, ord
+                ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS next_evidence,
             -- before the first scheduler event: running if that event switches the task out
             first_value(onoff IGNORE NULLS) OVER (PARTITION BY node, pid ORDER BY ts, ord
                 ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS next_onoff,
@@ -186,7 +225,8 @@ def _component_sql() -> str:
     return f"""
         CASE
           WHEN cpu_state = 'running' OR (cpu_state IS NULL AND next_onoff = 'off') THEN 'cpu'
-          WHEN cpu_state = 'runnable' THEN 'run_queue'
+          WHEN cpu_state = 'runnable' AND next_evidence = 'on' THEN 'run_queue'
+          WHEN cpu_state = 'runnable' THEN 'cpu_or_queue'
           WHEN cpu_state IS NULL THEN 'not_allocated'
           WHEN in_lock = 1 THEN 'lock_wait'
           WHEN io_rand_inflight > 0 THEN 'disk_random'
@@ -234,6 +274,7 @@ def attribute(db: CaptureDB, progress=None) -> pa.Table:
             SELECT s.node, s.statement_id, s.query_id, s.pid, s.leader_pid,
                    s.parent_statement_id, s.end_ns - s.start_ns AS wall_ns,
                    coalesce(s.cpu_user_ns, 0) AS u, coalesce(s.cpu_sys_ns, 0) AS k,
+                   s.cpu_user_ns IS NOT NULL AS has_rusage,
                    (tr.node IS NOT NULL AND s.start_ns >= tr.lo AND s.end_ns <= tr.hi) AS traced
             FROM statement_clean s LEFT JOIN trace_range_or_empty tr USING (node)
             WHERE coalesce(s.nesting_level, 0) = 0),
@@ -241,14 +282,30 @@ def attribute(db: CaptureDB, progress=None) -> pa.Table:
             SELECT b.*, c.component, c.ns FROM base b
             JOIN seg_component c USING (node, statement_id) WHERE b.traced),
         io AS (SELECT node, statement_id, seq_reqs, random_reqs FROM statement_io),
+        -- the statement's rusage is exact for its CPU total, the scheduler places it in time: on-CPU
+        -- stretches plus runnable ones whose switch-in was not recorded, up to the rusage total; the
+        -- rest waited for a CPU (without rusage, all of it counts as CPU)
+        cpu AS (
+            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, u, k, has_rusage,
+                   coalesce(sum(ns) FILTER (WHERE component = 'cpu'), 0) AS running,
+                   coalesce(sum(ns) FILTER (WHERE component = 'cpu_or_queue'), 0) AS unconfirmed
+            FROM comp GROUP BY ALL),
+        cpu_total AS (
+            SELECT *, CASE WHEN has_rusage THEN least(u + k, running + unconfirmed)
+                           ELSE running + unconfirmed END AS cpu_ns
+            FROM cpu),
         split AS (
             SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'cpu_user' AS component,
-                   CASE WHEN u + k > 0 THEN floor(ns * u / (u + k)) ELSE ns END AS ns
-            FROM comp WHERE component = 'cpu'
+                   CASE WHEN u + k > 0 THEN floor(cpu_ns * u / (u + k)) ELSE cpu_ns END AS ns
+            FROM cpu_total
             UNION ALL
             SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'cpu_sys',
-                   CASE WHEN u + k > 0 THEN ns - floor(ns * u / (u + k)) ELSE 0 END
-            FROM comp WHERE component = 'cpu'
+                   CASE WHEN u + k > 0 THEN cpu_ns - floor(cpu_ns * u / (u + k)) ELSE 0 END
+            FROM cpu_total
+            UNION ALL
+            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'run_queue',
+                   running + unconfirmed - cpu_ns
+            FROM cpu_total
             UNION ALL
             SELECT c.node, c.statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'disk_seq',
                    CASE WHEN io.seq_reqs + io.random_reqs > 0
@@ -261,7 +318,7 @@ def attribute(db: CaptureDB, progress=None) -> pa.Table:
             FROM comp c JOIN io USING (node, statement_id) WHERE component = 'disk_unknown'
             UNION ALL
             SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, component, ns
-            FROM comp WHERE component NOT IN ('cpu', 'disk_unknown')
+            FROM comp WHERE component NOT IN ('cpu', 'cpu_or_queue', 'disk_unknown')
             UNION ALL
             -- statements outside the trace: the extension's rusage is all that is known
             SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'cpu_user',

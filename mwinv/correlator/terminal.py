@@ -56,7 +56,8 @@ def top_table(rows: list[StatementSummary], title: str) -> Table:
     table.add_column("where the time went")
     table.add_column("top kernel functions", max_width=36, overflow="fold")
     for i, s in enumerate(rows, 1):
-        text = " ".join(s.text.split())[:200] or f"query_id {s.query_id}"
+        text = " ".join(s.text.split()) or f"query_id {s.query_id}"
+        text = text if len(text) <= 90 else text[:89] + "…"  # --format json/csv carry the whole text
         where = Text.assemble(breakdown_bar(s.components), "\n", _shares(s))
         if s.from_workers_ns:
             where.append(f"\n+ parallel workers {s.from_workers_ns / 1e9:.2f} s")

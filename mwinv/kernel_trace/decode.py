@@ -245,6 +245,13 @@ def decode_chunk(state: DecodeState, buf: np.ndarray, cpu: int, ts: np.ndarray, 
             elif "nr_sector" in F:
                 put("nr_bytes", sel, _gather(buf, o, F["nr_sector"]).astype(np.int64) * 512)
             rwbs[sel] = _strings(buf, o, F["rwbs"]).astype(object)
+        elif name == "mm_filemap_add_to_page_cache" and "index" in F:
+            # a file page entering the page cache: sector = file offset / 512, fields = the inode
+            dev[sel] = _dev_text(_gather(buf, o, F["s_dev"]))
+            put("sector", sel, _gather(buf, o, F["index"]).astype(np.int64) * 8)
+            order = _gather(buf, o, F["order"]).astype(np.int64) if "order" in F else 0
+            put("nr_bytes", sel, np.left_shift(np.int64(4096), order) * np.ones(len(o), np.int64))
+            fields_txt[sel] = np.array([f"ino={v}" for v in _gather(buf, o, F["i_ino"]).tolist()], dtype=object)
         elif fmt.system == "raw_syscalls" or (fmt.system == "syscalls" and "__syscall_nr" in F):
             nr = F.get("id") or F.get("__syscall_nr")
             put("syscall_nr", sel, _gather(buf, o, nr).astype(np.int32))

@@ -29,7 +29,10 @@ SCHED_EVENTS = ["sched:sched_switch", "sched:sched_wakeup", "sched:sched_wakeup_
                 "sched:sched_process_fork", "sched:sched_process_exit"]
 # block_bio_queue runs in the submitting task's context (the backend, also for its readahead), where
 # block_rq_issue may run in a kworker (blk-throttle dispatch, plugging) and completions in interrupts.
-BLOCK_EVENTS = ["block:block_bio_queue", "block:block_rq_issue", "block:block_rq_complete"]
+# Pages a task brings into the page cache are added in its own context even when blk-throttle
+# dispatches the bios later from a kworker: the reliable owner (and file offset) of every read.
+BLOCK_EVENTS = ["block:block_bio_queue", "block:block_rq_issue", "block:block_rq_complete",
+                "filemap:mm_filemap_add_to_page_cache"]
 # The syscalls a DBMS waits in (all raw_syscalls cost 26 % of pgbench TPS here: only these).
 WAIT_SYSCALLS = ["pread64", "pwrite64", "read", "write", "preadv", "pwritev", "fsync", "fdatasync",
                  "sync_file_range", "recvfrom", "sendto", "recvmsg", "sendmsg", "epoll_wait",
@@ -242,6 +245,12 @@ class KernelRecorder:
             info = proc_info(p)
             if info:
                 self.procs[p] = info
+        # a child read right after its fork still shows the postmaster's command line: read it again
+        # once it has set its process title (that title names its role)
+        root = self.procs.get(self.follow_pid, {}).get("cmdline")
+        for p, info in list(self.procs.items()):
+            if p != self.follow_pid and root and info["cmdline"] == root:
+                self.procs[p] = proc_info(p) or info
         live_new = [p for p in new if p in self.procs]
         if live_new:
             try:

@@ -25,6 +25,8 @@ _RAW_SYS = re.compile(r"NR (?P<nr>-?\d+)(?: = (?P<ret>-?\d+))?")
 _STACK = re.compile(r"^\s*=>\s*(?P<func>\S+)")
 
 _FREE_TEXT = ("print", "bprint", "bputs")
+_PAGE_CACHE_ADD = re.compile(r"dev (?P<maj>\d+):(?P<min>\d+) ino (?P<ino>[0-9a-f]+) pfn=\S+ ofs=(?P<ofs>\d+)"
+                             r"(?: order=(?P<order>\d+))?")
 _INT_COLS = ("prev_pid", "next_pid", "target_pid", "sector", "nr_bytes", "syscall_nr", "syscall_ret", "stack_id")
 _STR_COLS = ("prev_state", "dev", "rwbs", "fields")
 
@@ -79,6 +81,12 @@ def _fields_of(event: str, rest: str, row: dict, state: DecodeState) -> None:
             row["dev"], row["rwbs"], row["sector"] = kv.get("dev"), kv.get("rwbs"), _s64(_int(kv["sector"]))
             row["nr_bytes"] = _int(kv.get("bytes")) or (_int(kv.get("nr_sector")) or 0) * 512
         return
+    if event == "mm_filemap_add_to_page_cache":
+        m = _PAGE_CACHE_ADD.search(rest)
+        if m:
+            row["dev"], row["fields"] = f"{m['maj']},{m['min']}", f"ino={int(m['ino'], 16)}"
+            row["sector"], row["nr_bytes"] = int(m["ofs"]) // 512, 4096 << int(m["order"] or 0)
+            return
     if event in ("sock_recv_length", "sock_send_length"):
         m = re.search(r"length = (-?\d+)", rest)
         n = int(m.group(1)) if m else _int(kv.get("ret"))
