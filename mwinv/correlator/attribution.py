@@ -108,9 +108,9 @@ def build_file_reads(db: CaptureDB) -> None:
         CREATE OR REPLACE TABLE file_read AS
         WITH r AS (
             SELECT node, pid, ts_ns, syscall_nr,
-                   TRY_CAST(regexp_extract(fields, 'fd=(\d+)', 1) AS BIGINT) AS fd,
-                   TRY_CAST(regexp_extract(fields, 'pos=(\d+)', 1) AS BIGINT) AS pos,
-                   coalesce(TRY_CAST(regexp_extract(fields, '(count|vlen)=(\d+)', 2) AS BIGINT), 8192) AS len
+                   TRY_CAST(regexp_extract(fields, '\bfd=(\d+)', 1) AS BIGINT) AS fd,
+                   TRY_CAST(regexp_extract(fields, '\bpos=(\d+)', 1) AS BIGINT) AS pos,
+                   coalesce(TRY_CAST(regexp_extract(fields, '\b(count|vlen)=(\d+)', 2) AS BIGINT), 8192) AS len
             FROM kernel_event WHERE event IN ('sys_enter_pread64', 'sys_enter_preadv'))
         SELECT node, pid, ts_ns, syscall_nr,
                coalesce(abs(pos - lag(pos + len) OVER (PARTITION BY node, pid, fd ORDER BY ts_ns))
