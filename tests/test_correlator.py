@@ -53,7 +53,9 @@ def capture(tmp_path_factory):
     server = PgServer(
         name="correlator", shared_preload_libraries=["pg_stat_statements", "pg_stat_kcache", "mwinv"],
         gucs={"compute_query_id": "on", "mwinv.resource_min_cost": "0", "shared_buffers": "'16MB'",
-              "max_parallel_workers_per_gather": "0", "jit": "off", "enable_bitmapscan": "off"},
+              "max_parallel_workers_per_gather": "0", "jit": "off", "enable_bitmapscan": "off",
+              # the extension's records include planning: so must pg_stat_kcache's figures
+              "pg_stat_kcache.track_planning": "on", "pg_stat_statements.track_planning": "on"},
         cgroup=Cgroup("correlator", memory_bytes=256 * 2**20, read_bps={dev: READ_BPS}, read_iops={dev: READ_IOPS}))
     with server:
         with server.connect() as conn:
@@ -153,15 +155,15 @@ def test_row_lock_wait(capture):
 
 def test_cold_sequential_scan_is_mostly_disk_seq(capture):
     c = _by_text(capture[0], "seqscan")
-    # (waiting for a CPU is other processes' doing, as in the CPU-bound case)
-    assert c["disk_seq"] >= 0.5 * (c["wall"] - c["run_queue"]), c
-    assert c["disk_seq"] > c["disk_random"]
+    # the largest part of its own time (waiting for a CPU is other processes' doing, as in the CPU case)
+    assert c["disk_seq"] == max(v for k, v in c.items() if k not in ("wall", "run_queue")), c
+    assert c["disk_seq"] >= 0.4 * (c["wall"] - c["run_queue"]), c
 
 
 def test_random_index_scan_is_mostly_disk_random(capture):
     c = _by_text(capture[0], "random")
-    assert c["disk_random"] >= 0.5 * (c["wall"] - c["run_queue"]), c
-    assert c["disk_random"] > c["disk_seq"]
+    assert c["disk_random"] == max(v for k, v in c.items() if k not in ("wall", "run_queue")), c
+    assert c["disk_random"] >= 0.4 * (c["wall"] - c["run_queue"]), c
 
 
 def test_block_bytes_agree_with_proc_io(capture):
