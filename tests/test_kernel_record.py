@@ -86,7 +86,8 @@ def test_capture_of_tpch_queries(tpch_pg, tmp_path):
     backend = {p["pid"] for p in procs if p["role"] == "backend"}
     switches = pc.filter(ev, pc.equal(ev["event"], "sched_switch")).to_pylist()
     for r in runs:
-        assert any(s["next_pid"] in backend and r.start_ns <= s["ts_ns"] <= r.end_ns for s in switches)
+        # (switch-outs: this kernel's pid filter drops many switch-ins, see docs/attribution.md)
+        assert any(backend & {s["next_pid"], s["prev_pid"]} and r.start_ns <= s["ts_ns"] <= r.end_ns for s in switches)
     stacks = c.read("kernel_stack").to_pylist()
     assert any(s["frames"][:1] == ["__schedule"] for s in stacks)
     assert c.read("node_sample").num_rows > 0 and c.read("process_sample").num_rows > 0
@@ -106,7 +107,7 @@ def test_sigterm_restores_state_and_keeps_the_capture(tmp_path):
                                  "--interval", "0.1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         wait_for(lambda: len(our_instances()) > len(before))
         wait_for(lambda: (out / "kernel").exists())
-        time.sleep(1)
+        time.sleep(3)   # a few 1 s samples before the signal
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 130 and "Traceback" not in err
