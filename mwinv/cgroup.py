@@ -94,6 +94,11 @@ class Cgroup:
         for p in self._created:
             (p / "cgroup.procs").write_text(str(pid))
 
+    def release_pid(self, pid: int) -> None:
+        """Move pid back to the root group of each controller (to run it alternately capped and not)."""
+        for ctl in self.controllers():
+            (CGROUP_V1_ROOT / ctl / "cgroup.procs").write_text(str(pid))
+
     def remove(self) -> None:
         for p in self._created:
             for _ in range(20):
