@@ -48,6 +48,8 @@ static struct
 	int			level;
 	int64		start_ns;
 	int64		plan_ns;
+	bool		has_res;		/* res_start taken when planning began */
+	MwinvResources res_start;
 } pending_plan;
 
 /* query ids whose text this backend has already stored (cleared when texts are reset) */
@@ -195,18 +197,23 @@ begin_statement(QueryDesc *query_desc, int64 query_id, const char *source, int l
 
 	rec->start_ns = mwinv_monotonic_ns();
 	rec->plan_ns = -1;
-	if (pending_plan.query_id != 0 && pending_plan.query_id == query_id && pending_plan.level == nesting_level)
-	{
-		/* planned just before: the execution starts where its planning started */
-		rec->plan_ns = pending_plan.plan_ns;
-		rec->start_ns = pending_plan.start_ns;
-	}
-	pending_plan.query_id = 0;
-	rec->start_wall_ns = mwinv_wall_ns_from_monotonic(rec->start_ns);
-
 	rec->has_resources = measure;
 	if (measure)
 		mwinv_resources_read(&a->res_start);
+	if (pending_plan.query_id != 0 && pending_plan.query_id == query_id && pending_plan.level == nesting_level)
+	{
+		/*
+		 * Planned just before: the execution starts where its planning started, and so does its CPU
+		 * (planning a first statement in a fresh backend, catalogs not yet cached, can take longer
+		 * than executing it).  /proc/self/io stays from now: planning reads catalogs only.
+		 */
+		rec->plan_ns = pending_plan.plan_ns;
+		rec->start_ns = pending_plan.start_ns;
+		if (measure && pending_plan.has_res)
+			mwinv_resources_keep_io(&a->res_start, &pending_plan.res_start);
+	}
+	pending_plan.query_id = 0;
+	rec->start_wall_ns = mwinv_wall_ns_from_monotonic(rec->start_ns);
 	if (query_id != 0)
 		remember_text(query_id, source, location, len);
 
@@ -262,13 +269,16 @@ find_active(QueryDesc *query_desc)
 
 /* Leave the planner's nesting level; its time waits for the execution record of the same query. */
 static void
-planning_done(int64 query_id, int64 start_ns)
+planning_done(int64 query_id, int64 start_ns, const MwinvResources *res_start)
 {
 	nesting_level--;
 	pending_plan.query_id = query_id;
 	pending_plan.level = nesting_level;
 	pending_plan.start_ns = start_ns;
 	pending_plan.plan_ns = mwinv_monotonic_ns() - start_ns;
+	pending_plan.has_res = res_start != NULL;
+	if (res_start != NULL)
+		pending_plan.res_start = *res_start;
 }
 
 static PlannedStmt *
@@ -276,6 +286,8 @@ mwinv_planner(Query *parse, const char *query_string, int cursorOptions, ParamLi
 {
 	PlannedStmt *result;
 	int64		start_ns;
+	MwinvResources res_start;
+	bool		measure = mwinv_resource_min_cost >= 0;
 
 	if (!mwinv_track_planning || !tracked_at(nesting_level) || IsParallelWorker())
 	{
@@ -284,6 +296,9 @@ mwinv_planner(Query *parse, const char *query_string, int cursorOptions, ParamLi
 		return standard_planner(parse, query_string, cursorOptions, boundParams);
 	}
 
+	/* the plan's cost is not known yet: CPU counters (one cheap getrusage) for every planned statement */
+	if (measure)
+		mwinv_resources_read_cpu(&res_start);
 	start_ns = mwinv_monotonic_ns();
 	nesting_level++;
 	PG_TRY();
@@ -296,13 +311,13 @@ mwinv_planner(Query *parse, const char *query_string, int cursorOptions, ParamLi
 	PG_CATCH();
 	{
 		/* an error while planning (e.g. 1/0 folded as a constant) still makes a record */
-		planning_done((int64) parse->queryId, start_ns);
+		planning_done((int64) parse->queryId, start_ns, NULL);
 		end_statement(begin_statement(NULL, (int64) parse->queryId, query_string, parse->stmt_location,
 									  parse->stmt_len, false, false), true, 0);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	planning_done((int64) parse->queryId, start_ns);
+	planning_done((int64) parse->queryId, start_ns, measure ? &res_start : NULL);
 	return result;
 }
 

@@ -4,7 +4,8 @@
  * Costs measured on the project's VM (2 vCPU, see README.md): clock_gettime via vDSO ~20 ns,
  * getrusage(RUSAGE_THREAD) ~150 ns, getrusage(RUSAGE_SELF) ~2 us, pread of /proc/self/io ~4 us.
  * So clocks are read for every statement, rusage and /proc/self/io only for statements whose
- * plan cost reaches mwinv.resource_min_cost.
+ * plan cost reaches mwinv.resource_min_cost, plus one getrusage when planning starts (the cost is
+ * not known yet, and a statement's CPU includes its planning, as pg_stat_kcache's does).
  */
 
 #include "mwinv.h"
@@ -94,6 +95,14 @@ read_proc_io(MwinvResources *r)
 void
 mwinv_resources_read(MwinvResources *r)
 {
+	mwinv_resources_read_cpu(r);
+	read_proc_io(r);
+}
+
+/* getrusage only (no /proc/self/io): read_bytes/write_bytes are left unset */
+void
+mwinv_resources_read_cpu(MwinvResources *r)
+{
 	struct rusage ru;
 
 	/* RUSAGE_THREAD: backends are single-threaded, and RUSAGE_SELF costs ~15x more here */
@@ -106,7 +115,18 @@ mwinv_resources_read(MwinvResources *r)
 	r->oublock = ru.ru_oublock;
 	r->nvcsw = ru.ru_nvcsw;
 	r->nivcsw = ru.ru_nivcsw;
-	read_proc_io(r);
+}
+
+/* r's getrusage counters from an earlier snapshot, its /proc/self/io ones kept */
+void
+mwinv_resources_keep_io(MwinvResources *r, const MwinvResources *earlier)
+{
+	int64		read_bytes = r->read_bytes;
+	int64		write_bytes = r->write_bytes;
+
+	*r = *earlier;
+	r->read_bytes = read_bytes;
+	r->write_bytes = write_bytes;
 }
 
 void

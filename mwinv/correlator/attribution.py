@@ -9,8 +9,10 @@ number of events; no interval join of statements against events is needed."""
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
+from mwinv.capture.columns import coded_strings, int_array
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS
 from mwinv.correlator.load import CaptureDB
 
@@ -27,7 +29,7 @@ NET_TX_SYSCALLS = (44, 46)
 
 # Recorded as pg_lock_wait_start_<n> etc., one uprobe per probe site.
 # Points a task emits itself: it is on a CPU at that instant (evidence of a switch-in the trace lacks).
-SELF_EVIDENCE = "('enter', 'exit', 'lock_start', 'lock_done', 'io_start')"
+SELF_EVIDENCE_KINDS = ("enter", "exit", "lock_start", "lock_done", "io_start")
 LOCK_START_EVENT_RE = "^pg_(lw)?lock_wait_start"
 LOCK_DONE_EVENT_RE = "^pg_(lw)?lock_wait_done"
 
@@ -177,48 +179,129 @@ def build_points(db: CaptureDB) -> None:
         ) p JOIN dbms_pid USING (node, pid)""")
 
 
+def _forward(valid: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Per row, the index of the last row at or before it in its pid's stretch where `valid`, or -1
+    (SQL's last_value(... IGNORE NULLS) OVER (ROWS UNBOUNDED PRECEDING), as one vectorised pass)."""
+    idx = np.maximum.accumulate(np.where(valid, np.arange(len(valid)), -1))
+    return np.where(idx >= start, idx, -1)
+
+
+def _backward(valid: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per row, the index of the first row at or after it in its pid's stretch where `valid`, or -1."""
+    n = len(valid)
+    idx = np.minimum.accumulate(np.where(valid, np.arange(n), n)[::-1])[::-1]
+    return np.where(idx <= end, idx, -1)
+
+
+def _carried(values: np.ndarray, idx: np.ndarray, null=-1) -> np.ndarray:
+    return np.where(idx >= 0, values[np.maximum(idx, 0)], null)
+
+
 def build_segments(db: CaptureDB) -> None:
-    """segment: stretches between consecutive points of one pid with the state carried forward."""
-    db.con.execute(f"""
-        CREATE OR REPLACE TABLE segment AS
-        WITH s1 AS (
-            SELECT *,
-                -- the last on/off decides whether a wakeup makes the task runnable or changes nothing
-                last_value(CASE kind WHEN 'on' THEN 'on' WHEN 'off' THEN 'off' END IGNORE NULLS) OVER w
-                    AS last_onoff
-            FROM point WINDOW w AS (PARTITION BY node, pid ORDER BY ts, ord ROWS UNBOUNDED PRECEDING)),
-        s2 AS (
-            SELECT *,
-                CASE WHEN kind = 'on' OR kind IN {SELF_EVIDENCE} THEN 'running'
-                     WHEN kind = 'off' THEN CASE WHEN info LIKE 'R%' THEN 'runnable' ELSE 'sleeping' END
-                     WHEN kind = 'wake' THEN CASE WHEN last_onoff = 'on' THEN 'running' ELSE 'runnable' END
-                END AS cpu_event_state,
-                CASE WHEN kind IN ('on', 'off') THEN kind END AS onoff,
-                CASE WHEN kind IN ('on', 'off') THEN kind WHEN kind IN {SELF_EVIDENCE} THEN 'self' END AS evidence
-            FROM s1)
-        SELECT node, pid, ts, kind, nr, ret, io_seq, io_rand,
-            lead(ts) OVER w2 AS ts_end,
-            last_value(cpu_event_state IGNORE NULLS) OVER w AS cpu_state,
-            -- what ends a runnable stretch: a recorded switch-in confirms the wait for a CPU; an event the
-            -- task emitted itself, or a switch-out, means the switch-in was not recorded (see docs)
-            first_value(evidence IGNORE NULLS) OVER (PARTITION BY node, pid ORDER BY ts, ord
-                ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS next_evidence,
-            -- before the first scheduler event: running if that event switches the task out
-            first_value(onoff IGNORE NULLS) OVER (PARTITION BY node, pid ORDER BY ts, ord
-                ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS next_onoff,
-            last_value(CASE WHEN kind = 'off' THEN info END IGNORE NULLS) OVER w AS sleep_state,
-            last_value(CASE WHEN kind = 'off' THEN coalesce(stack_id, -1) END IGNORE NULLS) OVER w AS off_stack,
-            last_value(CASE kind WHEN 'enter' THEN nr WHEN 'exit' THEN -1 END IGNORE NULLS) OVER w AS syscall,
-            last_value(CASE kind WHEN 'enter' THEN coalesce(info, '') WHEN 'exit' THEN '' END IGNORE NULLS)
-                OVER w AS file_pattern,
-            last_value(CASE WHEN kind = 'io_start' THEN nr END IGNORE NULLS) OVER w AS last_io_kind,
-            last_value(CASE kind WHEN 'lock_start' THEN 1 WHEN 'lock_done' THEN 0 END IGNORE NULLS) OVER w AS in_lock,
-            sum(io_seq) OVER w AS io_seq_inflight,
-            sum(io_rand) OVER w AS io_rand_inflight,
-            last_value(CASE kind WHEN 'stmt_start' THEN sid WHEN 'stmt_end' THEN -1 END IGNORE NULLS) OVER w AS sid
-        FROM s2
-        WINDOW w AS (PARTITION BY node, pid ORDER BY ts, ord ROWS UNBOUNDED PRECEDING),
-               w2 AS (PARTITION BY node, pid ORDER BY ts, ord)""")
+    """segment: stretches between consecutive points of one pid with the state carried forward.
+
+    The points are sorted once by (node, pid, ts, ord); every carried state is then a forward (or
+    backward) fill within a pid's rows, done with running maxima of row indices in numpy: the same
+    results as window functions over the stream, without one sort per window."""
+    import pyarrow.compute as pc
+
+    t = db.sql("SELECT node, pid, ts, ord, kind, info, stack_id, nr, ret, sid, io_seq, io_rand "
+               "FROM point ORDER BY node, pid, ts, ord").to_arrow_table()
+    n = t.num_rows
+
+    def codes(col: str) -> tuple[np.ndarray, list[str]]:
+        enc = pc.dictionary_encode(t[col]).combine_chunks()
+        return (enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32),
+                enc.dictionary.to_pylist())
+
+    def ints(col: str, null: int = -1) -> np.ndarray:
+        return t[col].fill_null(null).to_numpy().astype(np.int64)
+
+    node_c, _ = codes("node")
+    pid, ts = ints("pid"), ints("ts")
+    kind_c, kinds = codes("kind")
+    info_c, infos = codes("info")
+
+    def is_kind(*names: str) -> np.ndarray:
+        wanted = [kinds.index(k) for k in names if k in kinds]
+        return np.isin(kind_c, wanted) if wanted else np.zeros(n, bool)
+
+    new_group = np.ones(n, bool)
+    new_group[1:] = (pid[1:] != pid[:-1]) | (node_c[1:] != node_c[:-1])
+    start = np.maximum.accumulate(np.where(new_group, np.arange(n), 0))
+    last = np.empty(n, bool)
+    last[:-1], last[-1:] = new_group[1:], True
+    end = np.minimum.accumulate(np.where(last, np.arange(n), n)[::-1])[::-1]
+
+    on, off, wake = is_kind("on"), is_kind("off"), is_kind("wake")
+    enter, exit_ = is_kind("enter"), is_kind("exit")
+    self_evidence = is_kind(*SELF_EVIDENCE_KINDS)
+    runnable_info = np.array([v.startswith("R") for v in infos] + [False], bool)[info_c]
+    last_onoff_on = _carried(on.astype(np.int8), _forward(on | off, start), 0) == 1
+    # CPU state an event implies: 0 running, 1 runnable, 2 sleeping, -1 none
+    event_state = np.full(n, -1, np.int8)
+    event_state[wake] = np.where(last_onoff_on[wake], 0, 1)
+    event_state[off] = np.where(runnable_info[off], 1, 2)
+    event_state[on | self_evidence] = 0
+    # evidence: 0 on, 1 off, 2 the task's own event
+    evidence = np.full(n, -1, np.int8)
+    evidence[self_evidence], evidence[off], evidence[on] = 2, 1, 0
+    onoff = np.where(on, 0, np.where(off, 1, -1)).astype(np.int8)
+
+    following = np.full(n, -1, np.int64)
+    has_next = ~last
+    following[:-1] = np.where(has_next[:-1], np.arange(1, n), -1)
+    nxt_ev = _backward(evidence >= 0, end)
+    next_evidence = np.where(following >= 0, _carried(nxt_ev, following), -1)
+    next_evidence = _carried(evidence, next_evidence)
+    nr = ints("nr")
+    nr_valid = t["nr"].is_valid().to_numpy(zero_copy_only=False)
+    io_start = is_kind("io_start")
+    syscall = _carried(np.where(enter, nr, -1), _forward(enter | exit_, start))
+    file_idx = _forward(enter | exit_, start)
+    file_c = np.where(enter, info_c, -2)  # -2: '' (an exit, or an entry without a pattern)
+    file_c = np.where(enter & (info_c < 0), -2, file_c)
+    sid_src = np.where(is_kind("stmt_start"), ints("sid"), -1)
+    lock_start = is_kind("lock_start")
+    io_seq, io_rand = ints("io_seq", 0), ints("io_rand", 0)
+
+    def group_cumsum(v: np.ndarray) -> np.ndarray:
+        c = np.cumsum(v)
+        return c - (c[start] - v[start])
+
+    ts_end = np.where(has_next, np.append(ts[1:], 0), 0)
+    file_carry = _carried(file_c, file_idx, -3)
+    labels = {
+        "cpu_state": (_carried(event_state, _forward(event_state >= 0, start)), ["running", "runnable", "sleeping"]),
+        "next_evidence": (next_evidence, ["on", "off", "self"]),
+        "next_onoff": (_carried(onoff, _backward(onoff >= 0, end)), ["on", "off"]),
+        "sleep_state": (_carried(info_c, _forward(off & (info_c >= 0), start)), infos),
+        "file_pattern": (np.where(file_carry == -2, len(infos), file_carry), infos + [""]),
+    }
+    columns = {
+        "node": t["node"], "pid": t["pid"], "ts": t["ts"], "kind": t["kind"], "nr": t["nr"], "ret": t["ret"],
+        "io_seq": t["io_seq"], "io_rand": t["io_rand"],
+        "ts_end": int_array(ts_end, has_next),
+        "off_stack": _nullable(_carried(ints("stack_id"), _forward(off, start), -2)),
+        "syscall": _nullable(np.where(syscall == -1, np.where(_forward(enter | exit_, start) >= 0, -1, -2), syscall)),
+        "last_io_kind": _nullable(_carried(nr, _forward(io_start & nr_valid, start), -2)),
+        "in_lock": _nullable(_carried(lock_start.astype(np.int64), _forward(lock_start | is_kind("lock_done"), start),
+                                      -2)),
+        "io_seq_inflight": int_array(group_cumsum(io_seq)),
+        "io_rand_inflight": int_array(group_cumsum(io_rand)),
+        "sid": _nullable(np.where(_forward(is_kind("stmt_start", "stmt_end"), start) >= 0,
+                                  _carried(sid_src, _forward(is_kind("stmt_start", "stmt_end"), start)), -2)),
+    }
+    for name, (c, names) in labels.items():
+        columns[name] = coded_strings(c, names)
+    db.con.register("segment_arrow", pa.table(columns))
+    db.con.execute("CREATE OR REPLACE TABLE segment AS SELECT * FROM segment_arrow")
+    db.con.unregister("segment_arrow")
+
+
+def _nullable(values: np.ndarray) -> pa.Array:
+    """-2 marks null (-1 is a value: 'no syscall', 'no statement', 'no stack')."""
+    return int_array(values.astype(np.int64), values != -2)
 
 
 def _component_sql() -> str:

@@ -7,12 +7,12 @@ options/stacktrace right after the event they belong to) become `stack_id`s of t
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
+from mwinv.capture.columns import coded_strings, int_array, string_array
 from mwinv.capture.tables import SCHEMAS
 from mwinv.kernel_trace.formats import EventFormat, Field, state_bits, state_text
 
@@ -34,11 +34,20 @@ class Kallsyms:
         self.names_sorted: list[str] = []
 
     def _build(self) -> None:
-        pairs = re.findall(rb"^([0-9a-f]+) [tTwW] (\S+)", self.text, re.M)
-        addrs = np.array([int(a, 16) for a, _ in pairs], np.uint64)
+        # "<address> <type> <name>[\t[module]]": the addresses of one file have one width, so they
+        # are converted from hex all at once
+        lines = [ln for ln in self.text.split(b"\n") if ln.count(b" ") >= 2]
+        width = lines[0].index(b" ") if lines else 0
+        text = [ln for ln in lines if ln[width + 1:width + 2] in (b"t", b"T", b"w", b"W")]
+        digits = np.frombuffer(b"".join(ln[:width] for ln in text), np.uint8).reshape(-1, width) if text else \
+            np.zeros((0, width), np.uint8)
+        nibbles = np.where(digits >= ord("a"), digits - ord("a") + 10, digits - ord("0")).astype(np.uint64)
+        addrs = np.zeros(len(text), np.uint64)
+        for col in range(width):
+            addrs = (addrs << np.uint64(4)) | nibbles[:, col]
         order = np.argsort(addrs, kind="stable")
         self.addrs = addrs[order]
-        self.names_sorted = [pairs[i][1].decode(errors="replace") for i in order.tolist()]
+        self.names_sorted = [text[i][width + 3:].split(b"\t", 1)[0].decode(errors="replace") for i in order.tolist()]
 
     def names(self, addrs: list[int]) -> list[str]:
         """The function of each address (one vectorised lookup per stack)."""
@@ -85,9 +94,13 @@ class DecodeState:
         return sid
 
     def stack_frames(self) -> pa.Table:
-        return pa.table({"node": [self.node] * len(self.stacks), "stack_id": pa.array(list(self.stacks), pa.int64()),
-                         "frames": pa.array([list(f) for f in self.stacks.values()], pa.list_(pa.string()))},
-                        schema=SCHEMAS["kernel_stack"])
+        n = len(self.stacks)
+        offsets = np.zeros(n + 1, np.int32)
+        np.cumsum([len(f) for f in self.stacks.values()], out=offsets[1:])
+        frames = pa.ListArray.from_arrays(int_array(offsets), string_array([fn for f in self.stacks.values() for fn in f]))
+        return pa.Table.from_arrays([coded_strings(np.zeros(n, np.int32), [self.node]),
+                                     int_array(np.fromiter(self.stacks, np.int64, n)), frames],
+                                    schema=SCHEMAS["kernel_stack"])
 
 
 _TRACING_FRAMES = ("trace_event_raw_event_", "__traceiter_", "trace_event_buffer_", "event_triggers_",
@@ -101,18 +114,6 @@ def without_tracing_frames(frames) -> list[str]:
     while i < len(frames) - 1 and frames[i].startswith(_TRACING_FRAMES):
         i += 1
     return frames[i:]
-
-
-_ARROW_TYPES = {np.dtype(np.int64): pa.int64(), np.dtype(np.int32): pa.int32()}
-
-
-def _arrow(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
-    """numpy -> Arrow without a copy through Python objects (pa.array() would import pandas)."""
-    values = np.ascontiguousarray(values)
-    bitmap = None
-    if valid is not None and not valid.all():
-        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(_ARROW_TYPES[values.dtype], len(values), [bitmap, pa.py_buffer(values)])
 
 
 def _gather(buf: np.ndarray, off: np.ndarray, f: Field) -> np.ndarray:
@@ -159,10 +160,32 @@ def _fields_text(buf: np.ndarray, off: np.ndarray, length: np.ndarray, fmt: Even
     return [" ".join(parts) for parts in zip(*columns)] if columns else [""] * len(off)
 
 
-def _dev_text(dev: np.ndarray) -> np.ndarray:
-    uniq, inv = np.unique(dev, return_inverse=True)
-    names = np.array([f"{int(d) >> 20},{int(d) & 0xFFFFF}" for d in uniq], dtype=object)
-    return names[inv]
+def _dev_text(dev: int) -> str:
+    return f"{dev >> 20},{dev & 0xFFFFF}"
+
+
+class _StringColumn:
+    """A string column of a chunk as codes into a list of values: per-record Python objects would
+    cost more than the rest of the decoding."""
+
+    def __init__(self, n: int):
+        self.codes = np.full(n, -1, np.int32)
+        self.values: list[str] = []
+
+    def put(self, sel: np.ndarray, values: list[str], inverse: np.ndarray | None = None) -> None:
+        """values[i] for record sel[i], or values[inverse[i]] when inverse is given."""
+        base = len(self.values)
+        self.values.extend(values)
+        self.codes[sel] = base + (inverse if inverse is not None else np.arange(len(sel)))
+
+    def put_coded(self, sel: np.ndarray, keys: np.ndarray, text) -> None:
+        """text(key) for each record's key, computed once per distinct key."""
+        uniq, inv = np.unique(keys, return_inverse=True)
+        self.put(sel, [text(int(v)) for v in uniq.tolist()], inv.ravel())
+
+    def arrow(self, rows: np.ndarray) -> pa.Array:
+        codes = self.codes[rows]
+        return coded_strings(codes, self.values)
 
 
 def decode_chunk(state: DecodeState, buf: np.ndarray, cpu: int, ts: np.ndarray, off: np.ndarray,
@@ -191,10 +214,7 @@ def decode_chunk(state: DecodeState, buf: np.ndarray, cpu: int, ts: np.ndarray, 
     masks = {k: np.zeros(n, bool) for k in cols}
     event_idx = np.zeros(n, np.int32)      # into event_names (a dictionary column, cast to string)
     event_names: list[str] = []
-    prev_state = np.full(n, None, dtype=object)
-    dev = np.full(n, None, dtype=object)
-    rwbs = np.full(n, None, dtype=object)
-    fields_txt = np.full(n, None, dtype=object)
+    prev_state, dev, rwbs, fields_txt = (_StringColumn(n) for _ in range(4))
 
     def put(col: str, sel: np.ndarray, values: np.ndarray) -> None:
         cols[col][sel] = values
@@ -215,17 +235,16 @@ def decode_chunk(state: DecodeState, buf: np.ndarray, cpu: int, ts: np.ndarray, 
         if name == "sched_switch":
             put("prev_pid", sel, _gather(buf, o, F["prev_pid"]))
             put("next_pid", sel, _gather(buf, o, F["next_pid"]))
-            st = _gather(buf, o, F["prev_state"]).astype(np.int64)
-            uniq, inv = np.unique(st, return_inverse=True)
-            prev_state[sel] = np.array([state_text(int(v), state.state_bits) for v in uniq], dtype=object)[inv]
-            _note_comms(state, _gather(buf, o, F["prev_pid"]), _strings(buf, o, F["prev_comm"]))
-            _note_comms(state, _gather(buf, o, F["next_pid"]), _strings(buf, o, F["next_comm"]))
+            prev_state.put_coded(sel, _gather(buf, o, F["prev_state"]).astype(np.int64),
+                                 lambda v: state_text(v, state.state_bits))
+            _note_comms(state, buf, o, _gather(buf, o, F["prev_pid"]), F["prev_comm"])
+            _note_comms(state, buf, o, _gather(buf, o, F["next_pid"]), F["next_comm"])
         elif name in ("sched_wakeup", "sched_wakeup_new", "sched_waking", "sched_process_exit",
                       "sched_process_free", "sched_migrate_task") and "pid" in F:
             tp = _gather(buf, o, F["pid"])
             put("target_pid", sel, tp)
             if "comm" in F:
-                _note_comms(state, tp, _strings(buf, o, F["comm"], length[sel]))
+                _note_comms(state, buf, o, tp, F["comm"], length[sel])
             if name == "sched_process_exit":
                 for p, tt in zip(tp.tolist(), ts[sel].tolist()):
                     state.exits[p] = tt
@@ -233,63 +252,64 @@ def decode_chunk(state: DecodeState, buf: np.ndarray, cpu: int, ts: np.ndarray, 
             child = _gather(buf, o, F["child_pid"])
             parent = _gather(buf, o, F["parent_pid"])
             put("target_pid", sel, child)
-            _note_comms(state, child, _strings(buf, o, F["child_comm"], length[sel]))
+            _note_comms(state, buf, o, child, F["child_comm"], length[sel])
             for c, p, tt in zip(child.tolist(), parent.tolist(), ts[sel].tolist()):
                 state.forks[c] = p
                 state.first_ts.setdefault(c, tt)
         elif name.startswith(("block_rq", "block_bio")) and "sector" in F:
-            dev[sel] = _dev_text(_gather(buf, o, F["dev"]))
+            dev.put_coded(sel, _gather(buf, o, F["dev"]), _dev_text)
             put("sector", sel, _gather(buf, o, F["sector"]).astype(np.int64))
             if "bytes" in F:
                 put("nr_bytes", sel, _gather(buf, o, F["bytes"]).astype(np.int64))
             elif "nr_sector" in F:
                 put("nr_bytes", sel, _gather(buf, o, F["nr_sector"]).astype(np.int64) * 512)
-            rwbs[sel] = _strings(buf, o, F["rwbs"]).astype(object)
+            rwbs.put(sel, _strings(buf, o, F["rwbs"]).tolist())
         elif name == "mm_filemap_add_to_page_cache" and "index" in F:
             # a file page entering the page cache: sector = file offset / 512, fields = the inode
-            dev[sel] = _dev_text(_gather(buf, o, F["s_dev"]))
+            dev.put_coded(sel, _gather(buf, o, F["s_dev"]), _dev_text)
             put("sector", sel, _gather(buf, o, F["index"]).astype(np.int64) * 8)
             order = _gather(buf, o, F["order"]).astype(np.int64) if "order" in F else 0
             put("nr_bytes", sel, np.left_shift(np.int64(4096), order) * np.ones(len(o), np.int64))
-            fields_txt[sel] = np.array([f"ino={v}" for v in _gather(buf, o, F["i_ino"]).tolist()], dtype=object)
+            fields_txt.put(sel, [f"ino={v}" for v in _gather(buf, o, F["i_ino"]).tolist()])
         elif fmt.system == "raw_syscalls" or (fmt.system == "syscalls" and "__syscall_nr" in F):
             nr = F.get("id") or F.get("__syscall_nr")
             put("syscall_nr", sel, _gather(buf, o, nr).astype(np.int32))
             if "ret" in F:
                 put("syscall_ret", sel, _gather(buf, o, F["ret"]).astype(np.int64))
             elif name.startswith("sys_enter"):
-                fields_txt[sel] = _fields_text(buf, o, length[sel], fmt)
+                fields_txt.put(sel, _fields_text(buf, o, length[sel], fmt))
         else:
             if name in ("sock_recv_length", "sock_send_length") and "ret" in F:
                 put("nr_bytes", sel, np.maximum(_gather(buf, o, F["ret"]), 0).astype(np.int64))
-            fields_txt[sel] = _fields_text(buf, o, length[sel], fmt)
+            fields_txt.put(sel, _fields_text(buf, o, length[sel], fmt))
 
     k = np.flatnonzero(keep)
     state.events += len(k)
     nk = len(k)
     arrays = {
-        "node": pa.DictionaryArray.from_arrays(_arrow(np.zeros(nk, np.int32)), pa.array([state.node]))
-                  .cast(pa.string()),
-        "ts_ns": _arrow(ts[k]),
-        "cpu": _arrow(np.full(nk, cpu, np.int32)),
-        "pid": _arrow(pids[k].astype(np.int32)),
-        "event": pa.DictionaryArray.from_arrays(_arrow(event_idx[k]), pa.array(event_names, pa.string()))
-                   .cast(pa.string()),
-        # object arrays go through lists: pyarrow would import pandas for them
-        "prev_state": pa.array(prev_state[k].tolist(), pa.string()),
-        "dev": pa.array(dev[k].tolist(), pa.string()),
-        "rwbs": pa.array(rwbs[k].tolist(), pa.string()),
-        "stack_id": _arrow(stack_id[k], stack_id[k] >= 0),
-        "fields": pa.array(fields_txt[k].tolist(), pa.string()),
+        "node": coded_strings(np.zeros(nk, np.int32), [state.node]),
+        "ts_ns": int_array(ts[k]),
+        "cpu": int_array(np.full(nk, cpu, np.int32)),
+        "pid": int_array(pids[k].astype(np.int32)),
+        "event": coded_strings(event_idx[k], event_names),
+        "prev_state": prev_state.arrow(k),
+        "dev": dev.arrow(k),
+        "rwbs": rwbs.arrow(k),
+        "stack_id": int_array(stack_id[k], stack_id[k] >= 0),
+        "fields": fields_txt.arrow(k),
     }
     for col, values in cols.items():
-        arrays[col] = _arrow(values[k], masks[col][k])
+        arrays[col] = int_array(values[k], masks[col][k])
     return pa.RecordBatch.from_pydict({name: arrays[name] for name in KERNEL_EVENT.names}, schema=KERNEL_EVENT)
 
 
-def _note_comms(state: DecodeState, pids: np.ndarray, comms: np.ndarray) -> None:
-    # a pid keeps its comm (until an exec): the first name seen per distinct pid is enough
+def _note_comms(state: DecodeState, buf: np.ndarray, off: np.ndarray, pids: np.ndarray, f: Field,
+                length: np.ndarray | None = None) -> None:
+    # a pid keeps its comm (until an exec): the first name seen per new pid is enough, and only those
+    # records' strings are decoded
     uniq, first = np.unique(pids, return_index=True)
-    for p, i in zip(uniq.tolist(), first.tolist()):
-        if p and p not in state.comms:
-            state.comms[p] = str(comms[i])
+    new = np.array([bool(p) and p not in state.comms for p in uniq.tolist()], bool)
+    if new.any():
+        idx = first[new]
+        names = _strings(buf, off[idx], f, length[idx] if length is not None else None)
+        state.comms.update(zip(uniq[new].tolist(), names.tolist()))
