@@ -33,6 +33,11 @@ SELF_EVIDENCE_KINDS = ("enter", "exit", "lock_start", "lock_done", "io_start")
 LOCK_START_EVENT_RE = "^pg_(lw)?lock_wait_start"
 LOCK_DONE_EVENT_RE = "^pg_(lw)?lock_wait_done"
 
+# The extension's per-thread rusage advances when the scheduler updates the task's runtime (each tick,
+# 4 ms at HZ 250, and each switch): it can be a tick short at either end, which only statements much
+# longer than a tick can ignore. Shorter ones take their CPU total from the scheduler events alone.
+RUSAGE_MIN_WALL_NS = 50_000_000
+
 # A request is sequential when it starts within this many sectors after the previous request of the
 # same pid on the same device ends (seed 000: sequential accesses show a stride of ~2 blocks).
 SEQ_GAP_SECTORS = 256
@@ -294,9 +299,8 @@ def build_segments(db: CaptureDB) -> None:
     }
     for name, (c, names) in labels.items():
         columns[name] = coded_strings(c, names)
-    db.con.register("segment_arrow", pa.table(columns))
-    db.con.execute("CREATE OR REPLACE TABLE segment AS SELECT * FROM segment_arrow")
-    db.con.unregister("segment_arrow")
+    # scanned in place by the queries that follow (copying it into a DuckDB table cost as much as building it)
+    db.con.register("segment", pa.table(columns))
 
 
 def _nullable(values: np.ndarray) -> pa.Array:
@@ -351,7 +355,7 @@ def attribute(db: CaptureDB, progress=None) -> pa.Table:
     # Split the generic components: cpu by the statement's own user/sys rusage ratio, and disk waits
     # whose requests were issued by another task by the statement's own seq/random request mix
     # (floor for one part, the rest for the other, so the parts sum to the whole in integer ns).
-    db.con.execute("""
+    db.con.execute(f"""
         CREATE OR REPLACE TABLE own_attribution AS
         WITH base AS (
             SELECT s.node, s.statement_id, s.query_id, s.pid, s.leader_pid,
@@ -367,14 +371,14 @@ def attribute(db: CaptureDB, progress=None) -> pa.Table:
         io AS (SELECT node, statement_id, seq_reqs, random_reqs FROM statement_io),
         -- the statement's rusage is exact for its CPU total, the scheduler places it in time: on-CPU
         -- stretches plus runnable ones whose switch-in was not recorded, up to the rusage total; the
-        -- rest waited for a CPU (without rusage, all of it counts as CPU)
+        -- rest waited for a CPU (without rusage, or for a statement too short for it, all of it is CPU)
         cpu AS (
             SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, u, k, has_rusage,
                    coalesce(sum(ns) FILTER (WHERE component = 'cpu'), 0) AS running,
                    coalesce(sum(ns) FILTER (WHERE component = 'cpu_or_queue'), 0) AS unconfirmed
             FROM comp GROUP BY ALL),
         cpu_total AS (
-            SELECT *, CASE WHEN has_rusage THEN least(u + k, running + unconfirmed)
+            SELECT *, CASE WHEN has_rusage AND wall_ns >= {RUSAGE_MIN_WALL_NS} THEN least(u + k, running + unconfirmed)
                            ELSE running + unconfirmed END AS cpu_ns
             FROM cpu),
         split AS (
