@@ -76,6 +76,8 @@ def capture(tmp_path_factory):
         with KernelCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo(),
                            stacks=True) as cap:
             with server.connect() as c1, server.connect(autocommit=False) as c2:
+                # a fresh backend's first statement loads its catalog caches (CPU that is not pg_sleep's)
+                c1.execute("select count(*) from pg_proc where proname = 'pg_sleep'")
                 c1.execute(STATEMENTS["sleep"])
                 c1.execute(STATEMENTS["cpu"])
                 c2.execute("update lockme set v = v where id = 1")  # holds the row lock for 2 s

@@ -18,7 +18,7 @@ from model_capture import make_capture_from_run, sql_key, tracefs_usable  # noqa
 from mwinv.capture.tables import Capture  # noqa: E402
 from mwinv.cgroup import Cgroup, drop_page_cache  # noqa: E402
 from mwinv.correlator.classify import classify  # noqa: E402
-from mwinv.correlator.model import estimate, mean_abs_error  # noqa: E402
+from mwinv.correlator.model import MIN_TIMED_NS, estimate, mean_abs_error  # noqa: E402
 from mwinv.correlator.report import render_report  # noqa: E402
 from mwinv.correlator.svg import COMPONENT_COLORS  # noqa: E402
 from mwinv.workloads import tpch  # noqa: E402
@@ -199,17 +199,18 @@ def test_report_says_what_is_missing(captures, tmp_path):
 
 
 def test_model_accuracy_on_real_run(captures):
-    """Seed 000's claim: mean |error| <= 10 % for statements whose allocated share is >= 85 %."""
+    """Seed 000's claim: mean |error| <= 10 % for statements whose allocated share is >= 85 % (of 50 ms or
+    more: shorter ones are timed to the scheduler tick)."""
     before, _ = captures
     st, at, io = before.read("statement"), before.read("statement_attribution"), before.read("statement_io")
     est = estimate(st, at, io, before.manifest()["calibration"])
-    mae, n = mean_abs_error(est)
+    mae, n = mean_abs_error(est, min_measured_ns=MIN_TIMED_NS)
     rows = est.to_pylist()
     print("model on the real run:", [(r["statement_id"], r["measured_ns"] // 10**6, r["estimated_ns"] // 10**6,
                                      round(r["allocated_share"], 2), round(r["error"], 3)) for r in rows])
     if n == 0:
         rq = {r["statement_id"]: r["ns"] for r in at.to_pylist() if r["component"] == "run_queue"}
-        pytest.skip(f"no statement reached 85 % allocated (machine busy: run-queue ms {[v // 10**6 for v in rq.values()]})")
+        pytest.skip(f"no statement of >= 50 ms reached 85 % allocated (machine busy: run-queue ms {[v // 10**6 for v in rq.values()]})")
     print(f"mean |error| {100 * mae:.1f} % over {n} statements")
     assert mae <= 0.10
     # the pg_sleep statement is the dbms-internal kind: almost nothing allocated

@@ -23,7 +23,7 @@ from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS, Capture
 from mwinv.correlator import svg
 from mwinv.correlator.advice import Advice, advise
 from mwinv.correlator.classify import classify
-from mwinv.correlator.model import WHAT_IFS, estimate, mean_abs_error, predict
+from mwinv.correlator.model import MIN_TIMED_NS, WHAT_IFS, estimate, mean_abs_error, predict
 from mwinv.errors import MwinvError
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -249,9 +249,9 @@ def section_summary(data: ReportData) -> Section:
              ("statements", f"{n:,}"), ("total statement time", f"{total / 1e9:,.3f} s"),
              ("classes", ", ".join(f"{k} {v}" for k, v in sorted(classes.items(), key=lambda kv: -kv[1])) or "-")]
     if data.estimates is not None:
-        mae, k = mean_abs_error(data.estimates)
-        items.append(("model error", f"{100 * mae:.1f} % mean |error| over {k} statements with ≥ 85 % allocated"
-                      if mae is not None else "no statement has ≥ 85 % of its time allocated"))
+        mae, k = mean_abs_error(data.estimates, min_measured_ns=MIN_TIMED_NS)
+        items.append(("model error", f"{100 * mae:.1f} % mean |error| over {k} statements of ≥ 50 ms with ≥ 85 % allocated"
+                      if mae is not None else "no statement of ≥ 50 ms has ≥ 85 % of its time allocated"))
     cal = m.get("calibration")
     if cal:
         d = cal["disk"]
@@ -371,10 +371,10 @@ def section_model(data: ReportData) -> Section:
              _ms(r["t_net_ns"]), _ms(r["estimated_ns"]), _ms(r["measured_ns"]),
              f"{100 * (r['allocated_share'] or 0):.0f}%",
              f"{100 * r['error']:+.1f}%" if r["error"] is not None else "-"] for r in ests]
-    mae, k = mean_abs_error(data.estimates)
-    note = (f"Mean |error| {100 * mae:.1f} % over {k} statements with ≥ 85 % of their time allocated to CPU, "
+    mae, k = mean_abs_error(data.estimates, min_measured_ns=MIN_TIMED_NS)
+    note = (f"Mean |error| {100 * mae:.1f} % over {k} statements of ≥ 50 ms with ≥ 85 % of their time allocated to CPU, "
             "disk or network (seed 000 claims < 10 %)." if mae is not None else
-            "No statement has ≥ 85 % of its time allocated; the error is not meaningful.")
+            "No statement of ≥ 50 ms has ≥ 85 % of its time allocated; the error is not meaningful.")
     h, md = _table(["statement", "query_id", "t_cpu ms", "t_seq ms", "t_no_seq ms", "t_net ms", "estimate ms",
                     "measured ms", "allocated", "error"], rows)
     return Section("Model accuracy (seed 000, Table 1)", f"<p>{escape(note)}</p>" + h, note + "\n\n" + md)
