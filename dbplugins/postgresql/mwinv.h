@@ -50,7 +50,7 @@ extern int64 mwinv_monotonic_ns(void);
 extern int64 mwinv_wall_ns_from_monotonic(int64 mono_ns);
 extern void mwinv_resources_read(MwinvResources *r);
 extern void mwinv_resources_read_cpu(MwinvResources *r);
-extern void mwinv_resources_keep_io(MwinvResources *r, const MwinvResources *earlier);
+extern void mwinv_resources_read_io(MwinvResources *r);
 extern void mwinv_resources_delta(MwinvResources *end, const MwinvResources *start);
 
 /* ---- one record in the ring (mwinv_ring.c) */

@@ -157,6 +157,7 @@ begin_statement(QueryDesc *query_desc, int64 query_id, const char *source, int l
 {
 	MwinvActive *a;
 	MwinvRecord *rec;
+	bool		res_from_plan = false;
 
 	if (exit_callback_pid != MyProcPid)
 	{
@@ -198,20 +199,24 @@ begin_statement(QueryDesc *query_desc, int64 query_id, const char *source, int l
 	rec->start_ns = mwinv_monotonic_ns();
 	rec->plan_ns = -1;
 	rec->has_resources = measure;
-	if (measure)
-		mwinv_resources_read(&a->res_start);
 	if (pending_plan.query_id != 0 && pending_plan.query_id == query_id && pending_plan.level == nesting_level)
 	{
 		/*
 		 * Planned just before: the execution starts where its planning started, and so does its CPU
 		 * (planning a first statement in a fresh backend, catalogs not yet cached, can take longer
-		 * than executing it).  /proc/self/io stays from now: planning reads catalogs only.
+		 * than executing it).  /proc/self/io starts from now: planning reads catalogs only.
 		 */
 		rec->plan_ns = pending_plan.plan_ns;
 		rec->start_ns = pending_plan.start_ns;
-		if (measure && pending_plan.has_res)
-			mwinv_resources_keep_io(&a->res_start, &pending_plan.res_start);
+		res_from_plan = measure && pending_plan.has_res;
+		if (res_from_plan)
+		{
+			a->res_start = pending_plan.res_start;
+			mwinv_resources_read_io(&a->res_start);
+		}
 	}
+	if (measure && !res_from_plan)
+		mwinv_resources_read(&a->res_start);
 	pending_plan.query_id = 0;
 	rec->start_wall_ns = mwinv_wall_ns_from_monotonic(rec->start_ns);
 	if (query_id != 0)

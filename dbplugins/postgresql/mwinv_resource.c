@@ -64,8 +64,8 @@ parse_io_field(const char *buf, const char *name)
 	return p ? strtoll(p + strlen(name), NULL, 10) : -1;
 }
 
-static void
-read_proc_io(MwinvResources *r)
+void
+mwinv_resources_read_io(MwinvResources *r)
 {
 	char		buf[512];
 	ssize_t		n;
@@ -96,7 +96,7 @@ void
 mwinv_resources_read(MwinvResources *r)
 {
 	mwinv_resources_read_cpu(r);
-	read_proc_io(r);
+	mwinv_resources_read_io(r);
 }
 
 /* getrusage only (no /proc/self/io): read_bytes/write_bytes are left unset */
@@ -115,18 +115,6 @@ mwinv_resources_read_cpu(MwinvResources *r)
 	r->oublock = ru.ru_oublock;
 	r->nvcsw = ru.ru_nvcsw;
 	r->nivcsw = ru.ru_nivcsw;
-}
-
-/* r's getrusage counters from an earlier snapshot, its /proc/self/io ones kept */
-void
-mwinv_resources_keep_io(MwinvResources *r, const MwinvResources *earlier)
-{
-	int64		read_bytes = r->read_bytes;
-	int64		write_bytes = r->write_bytes;
-
-	*r = *earlier;
-	r->read_bytes = read_bytes;
-	r->write_bytes = write_bytes;
 }
 
 void

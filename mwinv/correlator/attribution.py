@@ -261,12 +261,8 @@ def build_segments(db: CaptureDB) -> None:
     next_evidence = _carried(evidence, next_evidence)
     nr = ints("nr")
     nr_valid = t["nr"].is_valid().to_numpy(zero_copy_only=False)
-    io_start = is_kind("io_start")
-    syscall = _carried(np.where(enter, nr, -1), _forward(enter | exit_, start))
-    file_idx = _forward(enter | exit_, start)
-    file_c = np.where(enter, info_c, -2)  # -2: '' (an exit, or an entry without a pattern)
-    file_c = np.where(enter & (info_c < 0), -2, file_c)
-    sid_src = np.where(is_kind("stmt_start"), ints("sid"), -1)
+    call = _forward(enter | exit_, start)            # the last syscall entry or exit
+    stmt = _forward(is_kind("stmt_start", "stmt_end"), start)
     lock_start = is_kind("lock_start")
     io_seq, io_rand = ints("io_seq", 0), ints("io_rand", 0)
 
@@ -275,27 +271,27 @@ def build_segments(db: CaptureDB) -> None:
         return c - (c[start] - v[start])
 
     ts_end = np.where(has_next, np.append(ts[1:], 0), 0)
-    file_carry = _carried(file_c, file_idx, -3)
+    # an entry's access pattern ('seq'/'rand' from file_read), '' after an exit or a plain entry
+    file_c = np.where(enter & (info_c >= 0), info_c, len(infos))
     labels = {
         "cpu_state": (_carried(event_state, _forward(event_state >= 0, start)), ["running", "runnable", "sleeping"]),
         "next_evidence": (next_evidence, ["on", "off", "self"]),
         "next_onoff": (_carried(onoff, _backward(onoff >= 0, end)), ["on", "off"]),
         "sleep_state": (_carried(info_c, _forward(off & (info_c >= 0), start)), infos),
-        "file_pattern": (np.where(file_carry == -2, len(infos), file_carry), infos + [""]),
+        "file_pattern": (_carried(file_c, call), infos + [""]),
     }
     columns = {
         "node": t["node"], "pid": t["pid"], "ts": t["ts"], "kind": t["kind"], "nr": t["nr"], "ret": t["ret"],
         "io_seq": t["io_seq"], "io_rand": t["io_rand"],
         "ts_end": int_array(ts_end, has_next),
         "off_stack": _nullable(_carried(ints("stack_id"), _forward(off, start), -2)),
-        "syscall": _nullable(np.where(syscall == -1, np.where(_forward(enter | exit_, start) >= 0, -1, -2), syscall)),
-        "last_io_kind": _nullable(_carried(nr, _forward(io_start & nr_valid, start), -2)),
+        "syscall": _nullable(_carried(np.where(enter, nr, -1), call, -2)),
+        "last_io_kind": _nullable(_carried(nr, _forward(is_kind("io_start") & nr_valid, start), -2)),
         "in_lock": _nullable(_carried(lock_start.astype(np.int64), _forward(lock_start | is_kind("lock_done"), start),
                                       -2)),
         "io_seq_inflight": int_array(group_cumsum(io_seq)),
         "io_rand_inflight": int_array(group_cumsum(io_rand)),
-        "sid": _nullable(np.where(_forward(is_kind("stmt_start", "stmt_end"), start) >= 0,
-                                  _carried(sid_src, _forward(is_kind("stmt_start", "stmt_end"), start)), -2)),
+        "sid": _nullable(_carried(np.where(is_kind("stmt_start"), ints("sid"), -1), stmt, -2)),
     }
     for name, (c, names) in labels.items():
         columns[name] = coded_strings(c, names)

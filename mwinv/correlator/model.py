@@ -22,6 +22,7 @@ import duckdb
 import pyarrow as pa
 
 from mwinv.capture.tables import SCHEMAS
+from mwinv.correlator.attribution import RUSAGE_MIN_WALL_NS
 from mwinv.errors import MwinvError
 
 MODEL_COMPONENTS = ("t_cpu", "t_seq", "t_no_seq", "t_net")
@@ -206,7 +207,7 @@ def predict(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table 
 
 # Statements shorter than this are left out of the accuracy figure: their CPU is known to a 4 ms
 # scheduler tick, so a 5 ms statement's error says more about the clock than about the model.
-MIN_TIMED_NS = 50_000_000
+MIN_TIMED_NS = RUSAGE_MIN_WALL_NS
 
 
 def mean_abs_error(estimates: pa.Table, min_allocated: float = 0.85,
