@@ -77,9 +77,16 @@ def capture(tmp_path_factory):
                            stacks=True) as cap:
             with server.connect() as c1, server.connect(autocommit=False) as c2:
                 # a fresh backend's first statement loads its catalog caches (CPU that is not pg_sleep's)
-                c1.execute("select count(*) from pg_proc where proname = 'pg_sleep'")
-                c1.execute(STATEMENTS["sleep"])
-                c1.execute(STATEMENTS["cpu"])
+                backend = c1.execute("select pg_backend_pid() from pg_proc where proname = 'pg_sleep'").fetchone()[0]
+                on_cpu = {}   # the backend's on-CPU time (schedstat) around each statement, seen from the client
+
+                def timed(key):
+                    before = _on_cpu_ns(backend)
+                    c1.execute(STATEMENTS[key])
+                    on_cpu[key] = _on_cpu_ns(backend) - before
+
+                timed("sleep")
+                timed("cpu")
                 c2.execute("update lockme set v = v where id = 1")  # holds the row lock for 2 s
                 released = {}
 
@@ -96,15 +103,15 @@ def capture(tmp_path_factory):
                 # the lock is released while the blocker's COMMIT runs: between these two times
                 blocked_s = (released["from"] - blocked_from, released["to"] - blocked_from)
                 drop_page_cache()
-                c1.execute(STATEMENTS["seqscan"])
+                timed("seqscan")
                 drop_page_cache()
-                c1.execute(STATEMENTS["random"])
+                timed("random")
                 kcache = dict(c1.execute("""
                     SELECT query, (plan_user_time + plan_system_time + exec_user_time + exec_system_time) * 1e9
                     FROM pg_stat_kcache_detail WHERE top""").fetchall())
         assert not cap.summary.get("errors"), cap.summary
         db = correlate(out)
-        yield db, kcache, blocked_s
+        yield db, kcache, blocked_s, on_cpu
 
 
 def test_components_sum_to_wall_time(capture):
@@ -120,7 +127,8 @@ def test_sleep_is_non_cpu_time_without_disk(capture):
     c = _by_text(capture[0], "sleep")
     assert c["other_wait"] >= 0.9e9
     assert c["disk_seq"] + c["disk_random"] == 0
-    assert c["cpu_user"] + c["cpu_sys"] < 0.1e9
+    # no more CPU than the backend used around it (a busy machine can stretch that beyond 0.1 s)
+    assert c["cpu_user"] + c["cpu_sys"] <= max(0.1e9, 1.05 * capture[3]["sleep"])
 
 
 def test_cpu_bound_statement_is_cpu(capture):
@@ -132,18 +140,25 @@ def test_cpu_bound_statement_is_cpu(capture):
 
 
 def test_cpu_agrees_with_pg_stat_kcache(capture):
-    db, kcache, _ = capture
+    db, kcache, _, on_cpu = capture
     checked = 0
     for key in ("cpu", "seqscan", "random"):
         c = _by_text(db, key)
         rusage = next((v for q, v in kcache.items() if q.strip() == STATEMENTS[key]), None)
-        if rusage is None or c["wall"] < 100e6:
+        if rusage is None or c["wall"] < 100e6 or rusage < 100e6:
             continue
         ours = c["cpu_user"] + c["cpu_sys"]
-        if rusage > 100e6:
-            assert abs(ours - rusage) <= 0.05 * rusage, (key, ours, rusage)
-            checked += 1
+        # nested windows: pg_stat_kcache's hooks run inside ours (mwinv is loaded last, so its hooks
+        # are outermost) and ours inside the client's round trip. Between them lie only the other
+        # extensions' bookkeeping and the protocol's work, which a loaded machine can stretch.
+        assert 0.95 * rusage <= ours <= 1.05 * on_cpu[key], (key, rusage, ours, on_cpu[key])
+        checked += 1
     assert checked >= 1
+
+
+def _on_cpu_ns(pid: int) -> int:
+    with open(f"/proc/{pid}/schedstat") as f:
+        return int(f.read().split()[0])
 
 
 def test_row_lock_wait(capture):

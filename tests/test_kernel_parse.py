@@ -94,6 +94,13 @@ def test_pg_trace_binary_equals_trace_cmd_report(tmp_path):
     # processes: roles from the recorder's /proc snapshot, backends forked during the run
     roles = {r["pid"]: r["role"] for r in binary.read("process").to_pylist()}
     assert {"postmaster", "checkpointer", "walwriter", "backend"} <= set(roles.values())
+    # a backend read only before it set its process title (it shows the postmaster's command line)
+    procs = json.loads((GOLDEN / "pg_tpch_q6_q3.procs.json").read_text())
+    procs["12139"]["cmdline"] = procs["12014"]["cmdline"]
+    (tmp_path / "untitled.procs.json").write_text(json.dumps(procs))
+    _, untitled = parsed(dat, tmp_path, "untitled", procs_file=tmp_path / "untitled.procs.json")
+    roles = {r["pid"]: r["role"] for r in untitled.read("process").to_pylist()}
+    assert roles[12139] == "backend" and roles[12014] == "postmaster"
 
 
 def test_lisa_raw_ftrace_text(tmp_path):

@@ -145,6 +145,7 @@ class KernelCapture:
                     skipped["kernel_trace"] = str(exc)
             if self.sample:
                 self.sampler = Sampler(self.capture, self.node, self._pids_now, self.sample_interval_s).start()
+                self.progress(f"sampling every {self.sample_interval_s:g} s")
             if self.statements:
                 self.drainer, why = _statement_drainer(self.conninfo, self.capture, self.node)
                 if self.drainer:

@@ -1,9 +1,14 @@
 """Shared plumbing of the click layers: one-line errors and clean exits on signals."""
 
+import contextlib
+import re
 import signal
 import sys
+import time
+from typing import Callable, Iterator
 
 import click
+from rich.console import Console
 
 from mwinv.errors import MwinvError
 
@@ -16,6 +21,26 @@ def _raise_interrupt(signum, frame):
 def install_signal_handlers() -> None:
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
         signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
+@contextlib.contextmanager
+def status_line(console: Console, first: str) -> Iterator[Callable[[str], None]]:
+    """A live status line on a terminal; elsewhere (logs, pipes) one printed line per new step, and
+    a counter's line at most every 5 s."""
+    if console.is_terminal:
+        with console.status(first) as status:
+            yield status.update
+        return
+    last = {"shape": None, "at": 0.0}
+
+    def update(text: str) -> None:
+        shape, now = re.sub(r"[\d,.]+", "#", text), time.monotonic()
+        if shape != last["shape"] or now - last["at"] >= 5:
+            console.print(text, highlight=False, soft_wrap=True)
+            last.update(shape=shape, at=now)
+
+    update(first)
+    yield update
 
 
 def run_main(command: click.Command, prog: str) -> None:

@@ -16,7 +16,7 @@ import sys
 import click
 from rich.console import Console
 
-from mwinv.cli.common import run_main
+from mwinv.cli.common import run_main, status_line
 from mwinv.errors import MwinvError
 
 
@@ -50,7 +50,7 @@ def cli(capture_dir, postmaster_pid, data_dir, conninfo, interval_s, duration, n
     sampler = Sampler(cap, node, pids, interval_s).start()
     rc = None
     try:
-        with console.status("sampling"):
+        with status_line(console, f"sampling every {interval_s:g} s"):
             rc = wait_for_end(duration, list(command) or None)
     finally:
         stats = sampler.stop()

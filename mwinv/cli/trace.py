@@ -19,7 +19,7 @@ import time
 import click
 from rich.console import Console
 
-from mwinv.cli.common import run_main
+from mwinv.cli.common import run_main, status_line
 from mwinv.errors import MwinvError
 
 
@@ -58,11 +58,11 @@ def capture(capture_dir, postmaster_pid, data_dir, conninfo, duration, stacks, p
         postmaster_pid = postmaster_of(data_dir=data_dir, conninfo=conninfo)
     if duration is None and not command:
         console.print("capturing until Ctrl-C (or give --duration / -- command)")
-    with console.status("capturing") as status:
+    with status_line(console, "capturing") as status:
         summary = record_capture(capture_dir, postmaster_pid=postmaster_pid, conninfo=conninfo, duration_s=duration,
                                  command=list(command) or None, stacks=stacks, sample_interval_s=sample_interval_s,
                                  trace=not no_trace, page_faults=page_faults, node=node,
-                                 progress=lambda s: status.update(s))
+                                 progress=status)
     _print_summary(console, capture_dir, summary)
     rc = summary.get("command_rc")
     if rc:
@@ -106,9 +106,9 @@ def parse(trace, capture_dir, node, procs) -> None:
     if not cap.manifest_path.exists():
         cap.create()
     t0 = time.monotonic()
-    with console.status("parsing") as status:
+    with status_line(console, "parsing") as status:
         res = parse_trace(trace, cap, node=node, procs_file=procs,
-                          progress=lambda n: status.update(f"parsing: {n:,} events"))
+                          progress=lambda n: status(f"parsing: {n:,} events"))
     dt = time.monotonic() - t0
     console.print(f"{res.events:,} events ({res.events / dt / 1e6:.2f} M/s), {res.stacks} stacks, "
                   f"{res.processes} processes, {res.lost_events} lost, clock {res.clock} -> {capture_dir}")

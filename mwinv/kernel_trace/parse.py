@@ -96,9 +96,14 @@ def process_rows(state: DecodeState, procs: dict[int, dict] | None) -> pa.Table:
     for pid in pids:
         p = procs.get(pid, {})
         cmd = p.get("cmdline", "")
+        role = postgres_role(cmd) if cmd else None
+        parent = procs.get(p.get("ppid"), {})
+        if role == "postmaster" and parent.get("cmdline") == cmd:
+            # a child seen only before it set its process title: the server's other processes start
+            # with it, so one forked during a capture is a connection's backend
+            role = "backend"
         rows.append({"node": state.node, "pid": pid, "ppid": p.get("ppid", state.forks.get(pid)),
-                     "comm": p.get("comm") or state.comms.get(pid),
-                     "role": postgres_role(cmd) if cmd else None,
+                     "comm": p.get("comm") or state.comms.get(pid), "role": role,
                      "start_ns": state.first_ts.get(pid, p.get("start_ns")), "end_ns": state.exits.get(pid)})
     return pa.Table.from_pylist(rows, schema=SCHEMAS["process"])
 

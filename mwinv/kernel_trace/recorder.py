@@ -243,14 +243,11 @@ class KernelRecorder:
         new = sorted(p for p in pids if p not in self.procs)
         root = self.procs.get(self.follow_pid, {}).get("cmdline")
         for p in new:
-            info = proc_info(p)
-            if info and root and p != self.follow_pid and info["cmdline"] == root:
-                time.sleep(0.01)  # just forked: its process title (its role) follows within milliseconds
-                info = proc_info(p) or info
-            if info:
+            if info := proc_info(p):
                 self.procs[p] = info
         # a child read right after its fork still shows the postmaster's command line: read it again
-        # once it has set its process title (that title names its role)
+        # once it has set its process title (that title names its role; see parse.process_rows for
+        # one that exits first)
         for p, info in list(self.procs.items()):
             if p != self.follow_pid and root and info["cmdline"] == root:
                 self.procs[p] = proc_info(p) or info
