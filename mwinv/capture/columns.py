@@ -6,23 +6,49 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-_ARROW_TYPES = {np.dtype(np.int64): pa.int64(), np.dtype(np.int32): pa.int32()}
+_ARROW_TYPES = {np.dtype(np.int64): pa.int64(), np.dtype(np.int32): pa.int32(), np.dtype(np.float64): pa.float64()}
+_NUMPY_TYPES = {pa.int64(): np.int64, pa.int32(): np.int32, pa.float64(): np.float64}
+
+
+def _bitmap(valid: np.ndarray | None):
+    if valid is None or valid.all():
+        return None
+    return pa.py_buffer(np.packbits(valid, bitorder="little"))
 
 
 def int_array(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
-    """An integer column, null where `valid` is False."""
+    """An integer (or float64) column, null where `valid` is False."""
     values = np.ascontiguousarray(values)
-    bitmap = None
-    if valid is not None and not valid.all():
-        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(_ARROW_TYPES[values.dtype], len(values), [bitmap, pa.py_buffer(values)])
+    return pa.Array.from_buffers(_ARROW_TYPES[values.dtype], len(values), [_bitmap(valid), pa.py_buffer(values)])
 
 
-def string_array(values: list[str]) -> pa.Array:
-    encoded = [v.encode("utf-8", "replace") for v in values]
+def string_array(values: list[str], valid: np.ndarray | None = None) -> pa.Array:
+    """A string column, null where `valid` is False (those values are ignored)."""
+    encoded = [v.encode("utf-8", "replace") if v is not None else b"" for v in values]
     offsets = np.zeros(len(encoded) + 1, np.int32)
     np.cumsum([len(e) for e in encoded], out=offsets[1:])
-    return pa.StringArray.from_buffers(len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded)))
+    return pa.StringArray.from_buffers(len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded)),
+                                       _bitmap(valid))
+
+
+def table_from_rows(rows: list[dict], schema: pa.Schema) -> pa.Table:
+    """pa.Table.from_pylist(rows, schema) without the pandas import it triggers (for the flat types)."""
+    columns = []
+    for f in schema:
+        values = [r.get(f.name) for r in rows]
+        valid = np.fromiter((v is not None for v in values), bool, len(values))
+        if pa.types.is_string(f.type):
+            columns.append(string_array(values, valid))
+        elif f.type in _NUMPY_TYPES:
+            dtype = _NUMPY_TYPES[f.type]
+            columns.append(int_array(np.fromiter((v or 0 for v in values), dtype, len(values)), valid))
+        elif pa.types.is_boolean(f.type):
+            bits = pa.py_buffer(np.packbits(np.fromiter((bool(v) for v in values), bool, len(values)),
+                                            bitorder="little"))
+            columns.append(pa.Array.from_buffers(pa.bool_(), len(values), [_bitmap(valid), bits]))
+        else:
+            columns.append(pa.array(values, f.type))
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def coded_strings(codes: np.ndarray, values: list[str]) -> pa.Array:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from mwinv.capture.columns import table_from_rows
 from mwinv.errors import MwinvError
 
 i32, i64, f64, s, b = pa.int32(), pa.int64(), pa.float64(), pa.string(), pa.bool_()
@@ -157,7 +158,7 @@ class Capture:
         """Write one part of `table` (typed by SCHEMAS); parts are never rewritten."""
         schema = SCHEMAS[table]
         if isinstance(data, list):
-            data = pa.Table.from_pylist(data, schema=schema)
+            data = table_from_rows(data, schema)
         elif isinstance(data, dict):
             data = pa.Table.from_pydict(data, schema=schema)
         else:

@@ -17,6 +17,7 @@ from mwinv.capture.tables import SCHEMAS
 from mwinv.kernel_trace.formats import EventFormat, Field, state_bits, state_text
 
 KERNEL_EVENT = SCHEMAS["kernel_event"]
+PID_MAX_LIMIT = 4 * 1024 * 1024   # the kernel's upper bound of pid_max (64-bit)
 
 
 def stack_id_of(key: bytes) -> int:
@@ -31,30 +32,51 @@ class Kallsyms:
     def __init__(self, text: bytes):
         self.text = text
         self.addrs: np.ndarray | None = None
-        self.names_sorted: list[str] = []
+        self._name_at: np.ndarray | None = None    # byte offset of each sorted symbol's name
+        self._names: dict[int, str] = {}
 
     def _build(self) -> None:
-        # "<address> <type> <name>[\t[module]]": the addresses of one file have one width, so they
-        # are converted from hex all at once
-        lines = [ln for ln in self.text.split(b"\n") if ln.count(b" ") >= 2]
-        width = lines[0].index(b" ") if lines else 0
-        text = [ln for ln in lines if ln[width + 1:width + 2] in (b"t", b"T", b"w", b"W")]
-        digits = np.frombuffer(b"".join(ln[:width] for ln in text), np.uint8).reshape(-1, width) if text else \
-            np.zeros((0, width), np.uint8)
+        # "<address> <type> <name>[\t[module]]": the addresses of one file have one width, so the
+        # lines are split, filtered and converted from hex as arrays; a name is decoded when a stack
+        # needs it (a stack trace names a few thousand of the ~200,000 symbols)
+        buf = np.frombuffer(self.text, np.uint8)
+        ends = np.flatnonzero(buf == ord("\n"))
+        if len(buf) and buf[-1] != ord("\n"):
+            ends = np.append(ends, len(buf))
+        starts = np.concatenate(([0], ends[:-1] + 1)).astype(np.int64)
+        first_space = self.text.find(b" ")
+        width = first_space if first_space > 0 else 0
+        ok = (ends - starts > width + 3) & (starts + width + 3 < len(buf))
+        starts = starts[ok]
+        if width and len(starts):
+            spaced = (buf[starts + width] == ord(" ")) & (buf[starts + width + 2] == ord(" "))
+            starts = starts[spaced & np.isin(buf[starts + width + 1], np.frombuffer(b"tTwW", np.uint8))]
+        else:
+            starts = starts[:0]
+        digits = buf[starts[:, None] + np.arange(width)]
         nibbles = np.where(digits >= ord("a"), digits - ord("a") + 10, digits - ord("0")).astype(np.uint64)
-        addrs = np.zeros(len(text), np.uint64)
+        addrs = np.zeros(len(starts), np.uint64)
         for col in range(width):
             addrs = (addrs << np.uint64(4)) | nibbles[:, col]
         order = np.argsort(addrs, kind="stable")
         self.addrs = addrs[order]
-        self.names_sorted = [text[i][width + 3:].split(b"\t", 1)[0].decode(errors="replace") for i in order.tolist()]
+        self._name_at = starts[order] + width + 3
+
+    def _name(self, i: int) -> str:
+        name = self._names.get(i)
+        if name is None:
+            at = int(self._name_at[i])
+            end = self.text.find(b"\n", at)
+            name = self.text[at:end if end >= 0 else len(self.text)].split(b"\t", 1)[0].decode(errors="replace")
+            self._names[i] = name
+        return name
 
     def names(self, addrs: list[int]) -> list[str]:
         """The function of each address (one vectorised lookup per stack)."""
         if self.addrs is None:
             self._build()
         idx = np.searchsorted(self.addrs, np.array(addrs, np.uint64), side="right") - 1
-        return [self.names_sorted[i] if i >= 0 else f"0x{a:x}" for i, a in zip(idx.tolist(), addrs)]
+        return [self._name(i) if i >= 0 else f"0x{a:x}" for i, a in zip(idx.tolist(), addrs)]
 
 
 @dataclass
@@ -66,6 +88,8 @@ class DecodeState:
     stacks: dict[int, tuple[str, ...]] = field(default_factory=dict)   # stack_id -> function names
     raw_stack_ids: dict[bytes, int] = field(default_factory=dict)     # raw addresses -> stack_id
     comms: dict[int, str] = field(default_factory=dict)
+    # pids whose comm is known, as a bitmap: the per-chunk check of every record's pid stays in numpy
+    comm_known: np.ndarray = field(default_factory=lambda: np.zeros(PID_MAX_LIMIT + 1, bool))
     forks: dict[int, int] = field(default_factory=dict)                 # child -> parent
     first_ts: dict[int, int] = field(default_factory=dict)
     exits: dict[int, int] = field(default_factory=dict)
@@ -307,9 +331,15 @@ def _note_comms(state: DecodeState, buf: np.ndarray, off: np.ndarray, pids: np.n
                 length: np.ndarray | None = None) -> None:
     # a pid keeps its comm (until an exec): the first name seen per new pid is enough, and only those
     # records' strings are decoded
-    uniq, first = np.unique(pids, return_index=True)
-    new = np.array([bool(p) and p not in state.comms for p in uniq.tolist()], bool)
+    pids = pids.astype(np.int64)
+    unseen = np.flatnonzero((pids > 0) & (pids <= PID_MAX_LIMIT))
+    unseen = unseen[~state.comm_known[pids[unseen]]]
+    if not len(unseen):
+        return
+    uniq, first = np.unique(pids[unseen], return_index=True)
+    state.comm_known[uniq] = True
+    new = np.array([p not in state.comms for p in uniq.tolist()], bool)
     if new.any():
-        idx = first[new]
+        idx = unseen[first[new]]
         names = _strings(buf, off[idx], f, length[idx] if length is not None else None)
         state.comms.update(zip(uniq[new].tolist(), names.tolist()))

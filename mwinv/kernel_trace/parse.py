@@ -13,6 +13,7 @@ from typing import Callable, Iterator
 import numpy as np
 import pyarrow as pa
 
+from mwinv.capture.columns import table_from_rows
 from mwinv.capture.tables import SCHEMAS, Capture, node_name
 from mwinv.errors import MwinvError
 from mwinv.kernel_trace.decode import DecodeState, Kallsyms, decode_chunk
@@ -105,7 +106,7 @@ def process_rows(state: DecodeState, procs: dict[int, dict] | None) -> pa.Table:
         rows.append({"node": state.node, "pid": pid, "ppid": p.get("ppid", state.forks.get(pid)),
                      "comm": p.get("comm") or state.comms.get(pid), "role": role,
                      "start_ns": state.first_ts.get(pid, p.get("start_ns")), "end_ns": state.exits.get(pid)})
-    return pa.Table.from_pylist(rows, schema=SCHEMAS["process"])
+    return table_from_rows(rows, SCHEMAS["process"])
 
 
 def parse_trace(path: str | os.PathLike, capture: Capture, node: str | None = None,

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mwinv.capture.columns import table_from_rows
 from mwinv.capture.tables import SCHEMAS, Capture
 
 TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
@@ -251,4 +252,4 @@ def block_sequentiality(kernel_event: pa.Table, node: str, interval_ns: int) -> 
                          "read_bytes": int(nbytes[m & is_read].sum()), "write_bytes": int(nbytes[m & is_write].sum()),
                          "seq_reqs": int(seq[m].sum()), "nonseq_reqs": int((~seq[m]).sum()),
                          "avg_stride_sectors": float(stride[m].mean()), "seq_source": "block_events"})
-    return pa.Table.from_pylist(rows, schema=SCHEMAS["node_sample"])
+    return table_from_rows(rows, SCHEMAS["node_sample"])
