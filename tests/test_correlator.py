@@ -139,7 +139,7 @@ def test_cpu_bound_statement_is_cpu(capture):
     assert c["not_allocated"] <= 0.05 * c["wall"]
 
 
-def test_cpu_agrees_with_pg_stat_kcache(capture):
+def test_cpu_lies_between_pg_stat_kcache_and_schedstat(capture):
     db, kcache, _, on_cpu = capture
     checked = 0
     for key in ("cpu", "seqscan", "random"):
@@ -165,9 +165,11 @@ def test_row_lock_wait(capture):
     c = _by_text(capture[0], "lock")
     lo, hi = (s * 1e9 for s in capture[2])
     assert lo >= 1.9e9
-    # the wait starts once the statement reached the row (a little after it was sent) and ends while
-    # the blocker commits
-    assert 0.9 * lo <= c["lock_wait"] <= hi, (c, lo, hi)
+    # the wait starts once the statement reached the row (after the CPU, and the wait for a CPU, that
+    # getting there took: long on a loaded machine) and ends while the blocker commits
+    before_wait = c["cpu_user"] + c["cpu_sys"] + c["run_queue"]
+    assert 0.9 * lo - before_wait <= c["lock_wait"] <= hi, (c, lo, hi)
+    assert c["lock_wait"] == max(v for k, v in c.items() if k != "wall"), c
 
 
 def test_cold_sequential_scan_is_mostly_disk_seq(capture):

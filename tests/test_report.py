@@ -211,18 +211,15 @@ def test_model_accuracy_on_real_run(captures):
     rows = est.to_pylist()
     print("model on the real run:", [(r["statement_id"], r["measured_ns"] // 10**6, r["estimated_ns"] // 10**6,
                                      round(r["allocated_share"], 2), round(r["error"], 3)) for r in rows])
-    if n == 0:
-        rq = {r["statement_id"]: r["ns"] for r in at.to_pylist() if r["component"] == "run_queue"}
-        pytest.skip(f"no statement of >= 50 ms reached 85 % allocated (machine busy: run-queue ms {[v // 10**6 for v in rq.values()]})")
-    print(f"mean |error| {100 * mae:.1f} % over {n} statements")
-    if n < MIN_STATEMENTS_FOR_MEAN:
-        # one 51 ms statement at +182 % (its calibration taken in a slow spell of this VM) is not a mean
-        pytest.skip(f"too few statements to average: {n} of >= 50 ms reached 85 % allocated "
-                    f"(mean |error| {100 * mae:.1f} %)")
-    assert mae <= 0.10
     # the pg_sleep statement is the dbms-internal kind: almost nothing allocated
     sleep = [r for r in rows if r["measured_ns"] >= 250e6 and r["allocated_share"] < 0.2]
     assert sleep
+    if n < MIN_STATEMENTS_FOR_MEAN:   # one or two statements are not a mean (one was +182 % in a CI run)
+        rq = {r["statement_id"]: r["ns"] // 10**6 for r in at.to_pylist() if r["component"] == "run_queue"}
+        pytest.skip(f"too few statements to average: {n} of >= 50 ms reached 85 % allocated "
+                    f"(mean |error| {'-' if mae is None else f'{100 * mae:.1f} %'}; run-queue ms {list(rq.values())})")
+    print(f"mean |error| {100 * mae:.1f} % over {n} statements")
+    assert mae <= 0.10
 
 
 def test_derived_tables_are_written(captures, tmp_path):

@@ -250,8 +250,8 @@ def section_summary(data: ReportData) -> Section:
              ("classes", ", ".join(f"{k} {v}" for k, v in sorted(classes.items(), key=lambda kv: -kv[1])) or "-")]
     if data.estimates is not None:
         mae, k = mean_abs_error(data.estimates, min_measured_ns=MIN_TIMED_NS)
-        items.append(("model error", f"{100 * mae:.1f} % mean |error| over {k} statements of ≥ 50 ms with ≥ 85 % allocated"
-                      if mae is not None else "no statement of ≥ 50 ms has ≥ 85 % of its time allocated"))
+        items.append(("model error", f"{100 * mae:.1f} % mean |error| over {k} statements of ≥ {MIN_TIMED_NS // 10**6} ms with ≥ 85 % allocated"
+                      if mae is not None else f"no statement of ≥ {MIN_TIMED_NS // 10**6} ms has ≥ 85 % of its time allocated"))
     cal = m.get("calibration")
     if cal:
         d = cal["disk"]
@@ -372,9 +372,9 @@ def section_model(data: ReportData) -> Section:
              f"{100 * (r['allocated_share'] or 0):.0f}%",
              f"{100 * r['error']:+.1f}%" if r["error"] is not None else "-"] for r in ests]
     mae, k = mean_abs_error(data.estimates, min_measured_ns=MIN_TIMED_NS)
-    note = (f"Mean |error| {100 * mae:.1f} % over {k} statements of ≥ 50 ms with ≥ 85 % of their time allocated to CPU, "
+    note = (f"Mean |error| {100 * mae:.1f} % over {k} statements of ≥ {MIN_TIMED_NS // 10**6} ms with ≥ 85 % of their time allocated to CPU, "
             "disk or network (seed 000 claims < 10 %)." if mae is not None else
-            "No statement of ≥ 50 ms has ≥ 85 % of its time allocated; the error is not meaningful.")
+            f"No statement of ≥ {MIN_TIMED_NS // 10**6} ms has ≥ 85 % of its time allocated; the error is not meaningful.")
     h, md = _table(["statement", "query_id", "t_cpu ms", "t_seq ms", "t_no_seq ms", "t_net ms", "estimate ms",
                     "measured ms", "allocated", "error"], rows)
     return Section("Model accuracy (seed 000, Table 1)", f"<p>{escape(note)}</p>" + h, note + "\n\n" + md)
