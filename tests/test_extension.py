@@ -53,26 +53,32 @@ def _drain_rows(conn) -> list[dict]:
     return [dict(zip(names, r)) for r in cur.fetchall()]
 
 
-def _proc_cpu_ns(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = int(fields[11]) + int(fields[12])  # utime + stime
-    return ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+def _on_cpu_ns(pid: int) -> int:
+    """A task's on-CPU time in ns (schedstat: exact, where /proc/pid/stat counts ticks)."""
+    with open(f"/proc/{pid}/schedstat") as f:
+        return int(f.read().split()[0])
 
 
 def test_cpu_bound_statement_matches_backend_cpu(server):
     admin = _admin(server)
-    admin.execute("SELECT mwinv_reset()")
     with server.connect() as conn:
         pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
-        before = _proc_cpu_ns(pid)
+        # a warm-up of the same shape: the measured statement's parsing finds the catalog caches
+        # warm, so the backend's CPU around it is the statement's (cold parsing is outside a
+        # statement's hooks and took > 100 ms on a loaded machine)
+        conn.execute("SELECT sum(i * 2) FROM generate_series(1, 1000) i")
+        admin.execute("SELECT mwinv_reset()")
+        before = _on_cpu_ns(pid)
         conn.execute("SELECT sum(i * 2) FROM generate_series(1, 3000000) i")
-        after = _proc_cpu_ns(pid)
+        after = _on_cpu_ns(pid)
     rows = [r for r in _drain_rows(admin) if r["pid"] == pid and r["cpu_user_ns"] is not None]
     assert len(rows) == 1, rows
     recorded = rows[0]["cpu_user_ns"] + rows[0]["cpu_sys_ns"]
     measured = after - before
     assert measured > 300_000_000, "statement too short to compare"
-    assert abs(recorded - measured) <= 0.05 * measured, (recorded, measured)
+    # getrusage of the running thread may lag its schedstat by up to a tick at either end
+    tick = 2 * 1_000_000_000 // 100
+    assert abs(recorded - measured) <= 0.05 * measured + tick, (recorded, measured)
     assert rows[0]["end_ns"] - rows[0]["start_ns"] >= recorded * 0.9
 
 

@@ -75,6 +75,17 @@ def descendants(root_pid: int) -> list[int]:
     return out
 
 
+def children(pid: int) -> list[int]:
+    """The live children of pid's threads (/proc/pid/task/*/children), [] if it is gone."""
+    out: list[int] = []
+    try:
+        for task in os.scandir(f"/proc/{pid}/task"):
+            out.extend(int(c) for c in Path(task.path, "children").read_text().split())
+    except OSError:
+        pass
+    return out
+
+
 def proc_info(pid: int) -> dict | None:
     """comm, ppid, cmdline and start time (ns since boot) of a live pid."""
     try:
@@ -94,7 +105,8 @@ class RecorderConfig:
     stacks: bool = False                 # kernel stacks on wait events + CPU hot spots
     buffer_kb: int = 8192                # per CPU
     poll_interval_s: float = 0.2
-    follow_interval_s: float = 1.0
+    follow_interval_s: float = 1.0       # full /proc scan for the DBMS's descendants
+    children_interval_s: float = 0.05    # the postmaster's direct children (a short connection's backend)
     perf_freq_hz: int = 99
     statement_probes: bool = True        # uprobes on mwinv.so's statement__start/done if present
 
@@ -235,11 +247,13 @@ class KernelRecorder:
         return out
 
     # ------------------------------------------------------------ running
-    def _follow(self) -> None:
-        """Add new DBMS processes to set_event_pid (event-fork catches most; this catches the rest)."""
+    def _follow(self, full: bool = True) -> None:
+        """Read new DBMS processes from /proc and add them to set_event_pid (event-fork catches
+        most; this catches the rest). full: all descendants, else the followed pid's children only
+        (one small file: cheap enough to read often, so a backend living < 1 s is still read)."""
         pids = set(self.pids)
         if self.follow_pid:
-            pids.update(descendants(self.follow_pid))
+            pids.update(descendants(self.follow_pid) if full else children(self.follow_pid))
         new = sorted(p for p in pids if p not in self.procs)
         root = self.procs.get(self.follow_pid, {}).get("cmdline")
         for p in new:
@@ -260,9 +274,13 @@ class KernelRecorder:
                     raise
 
     def _follow_loop(self) -> None:
-        while not self._stop.wait(self.cfg.follow_interval_s):
+        last_full = time.monotonic()
+        while not self._stop.wait(self.cfg.children_interval_s):
+            full = time.monotonic() - last_full >= self.cfg.follow_interval_s
+            if full:
+                last_full = time.monotonic()
             try:
-                self._follow()
+                self._follow(full)
             except Exception as exc:   # keep recording; report at stop
                 self._errors.append(f"following pids: {exc}")
 
@@ -308,6 +326,10 @@ class KernelRecorder:
             self._stop.set()
             for t in self._threads:
                 t.join(30)
+            try:
+                self._follow()     # processes that started since the last pass
+            except Exception as exc:
+                self._errors.append(f"following pids: {exc}")
         finally:
             self._teardown()
         trace = self.out / "trace.dat"
