@@ -29,9 +29,7 @@ NET_TX_SYSCALLS = (44, 46)
 
 # Recorded as pg_lock_wait_start_<n> etc., one uprobe per probe site.
 # Points a task emits itself: it is on a CPU at that instant (evidence of a switch-in the trace lacks).
-SELF_EVIDENCE_KINDS = ("enter", "exit", "lock_start", "lock_done", "io_start")
-LOCK_START_EVENT_RE = "^pg_(lw)?lock_wait_start"
-LOCK_DONE_EVENT_RE = "^pg_(lw)?lock_wait_done"
+SELF_EVIDENCE_KINDS = ("enter", "exit", "lock_start", "lock_done", "lwlock_start", "lwlock_done", "io_start")
 
 # The extension's per-thread rusage advances when the scheduler updates the task's runtime (each tick,
 # 4 ms at HZ 250, and each switch): it can be a tick short at either end, which only statements much
@@ -139,8 +137,12 @@ def build_points(db: CaptureDB) -> None:
                      WHEN event IN ('sys_enter_pread64', 'sys_enter_preadv') THEN NULL
                      WHEN event = 'sys_enter' OR event LIKE 'sys\_enter\_%' ESCAPE '\' THEN 'enter'
                      WHEN event = 'sys_exit' OR event LIKE 'sys\_exit\_%' ESCAPE '\' THEN 'exit'
-                     WHEN regexp_matches(event, '{LOCK_START_EVENT_RE}') THEN 'lock_start'
-                     WHEN regexp_matches(event, '{LOCK_DONE_EVENT_RE}') THEN 'lock_done'
+                     -- heavyweight and LWLock waits apart: the deadlock check a heavyweight wait runs
+                     -- after deadlock_timeout can wait for an LWLock, whose end is not the row lock's
+                     WHEN starts_with(event, 'pg_lock_wait_start') THEN 'lock_start'
+                     WHEN starts_with(event, 'pg_lock_wait_done') THEN 'lock_done'
+                     WHEN starts_with(event, 'pg_lwlock_wait_start') THEN 'lwlock_start'
+                     WHEN starts_with(event, 'pg_lwlock_wait_done') THEN 'lwlock_done'
                 END AS k
             FROM kernel_event),
         kernel_point AS (
@@ -149,7 +151,8 @@ def build_points(db: CaptureDB) -> None:
                         ELSE pid END AS pid,
                    ts_ns AS ts,
                    CASE WHEN half = 2 THEN 2 ELSE CASE k WHEN 'switch' THEN 1 WHEN 'wake' THEN 3 WHEN 'enter' THEN 4
-                                                         WHEN 'lock_start' THEN 5 ELSE 0 END END AS ord,
+                                                         WHEN 'lock_start' THEN 5 WHEN 'lwlock_start' THEN 5
+                                                         ELSE 0 END END AS ord,
                    CASE WHEN half = 2 THEN 'on' WHEN k = 'switch' THEN 'off' ELSE k END AS kind,
                    CASE WHEN half = 1 AND k = 'switch' THEN prev_state END AS info,
                    CASE WHEN half = 1 AND k = 'switch' THEN stack_id END AS stack_id,
@@ -263,7 +266,12 @@ def build_segments(db: CaptureDB) -> None:
     nr_valid = t["nr"].is_valid().to_numpy(zero_copy_only=False)
     call = _forward(enter | exit_, start)            # the last syscall entry or exit
     stmt = _forward(is_kind("stmt_start", "stmt_end"), start)
-    lock_start = is_kind("lock_start")
+
+    def waiting(start_kind: str, done_kind: str) -> np.ndarray:
+        started = is_kind(start_kind)
+        return _carried(started, _forward(started | is_kind(done_kind), start), False)
+
+    in_lock = waiting("lock_start", "lock_done") | waiting("lwlock_start", "lwlock_done")
     io_seq, io_rand = ints("io_seq", 0), ints("io_rand", 0)
 
     def group_cumsum(v: np.ndarray) -> np.ndarray:
@@ -287,8 +295,7 @@ def build_segments(db: CaptureDB) -> None:
         "off_stack": _nullable(_carried(ints("stack_id"), _forward(off, start), -2)),
         "syscall": _nullable(_carried(np.where(enter, nr, -1), call, -2)),
         "last_io_kind": _nullable(_carried(nr, _forward(is_kind("io_start") & nr_valid, start), -2)),
-        "in_lock": _nullable(_carried(lock_start.astype(np.int64), _forward(lock_start | is_kind("lock_done"), start),
-                                      -2)),
+        "in_lock": int_array(in_lock.astype(np.int64)),
         "io_seq_inflight": int_array(group_cumsum(io_seq)),
         "io_rand_inflight": int_array(group_cumsum(io_rand)),
         "sid": _nullable(_carried(np.where(is_kind("stmt_start"), ints("sid"), -1), stmt, -2)),
