@@ -63,6 +63,7 @@ def test_capture_of_tpch_queries(tpch_pg, tmp_path):
                        stacks=True, sample_interval_s=0.2, node="db1") as cap:
         inside = our_instances()
         runs = runner.run_queries(tpch_pg, [1, 6])
+        time.sleep(0.6)   # warm queries can take < 0.2 s: at least three sampling intervals
     t1 = time.monotonic_ns()
     assert len(inside) == len(before) + 1 and our_instances() == before     # ours, and removed
     assert not [u for pid, u in our_uprobes(TRACEFS_CANDIDATES[0]) if pid == os.getpid()]
