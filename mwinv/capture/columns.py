@@ -52,6 +52,9 @@ def table_from_rows(rows: list[dict], schema: pa.Schema) -> pa.Table:
 
 
 def coded_strings(codes: np.ndarray, values: list[str]) -> pa.Array:
-    """values[code] per row, null where code < 0."""
+    """values[code] per row, null where code < 0, as a dictionary column (written to Parquet and
+    scanned by DuckDB as it is; Capture.read gives plain strings)."""
     codes = codes.astype(np.int32, copy=False)
-    return string_array(values).take(int_array(codes, codes >= 0))
+    indices = int_array(codes, codes >= 0)
+    return pa.DictionaryArray.from_buffers(pa.dictionary(pa.int32(), pa.string()), len(codes), indices.buffers(),
+                                           string_array(values))

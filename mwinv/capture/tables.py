@@ -103,6 +103,19 @@ ATTRIBUTION_COMPONENTS = ("cpu_user", "cpu_sys", "disk_seq", "disk_random", "net
                           "run_queue", "other_wait", "not_allocated")
 
 
+def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`data`'s columns in `schema`'s order and types, except that a dictionary-encoded string column
+    stays encoded (Parquet stores it as strings with its dictionary; casting would copy every value)."""
+    columns, fields = [], []
+    for f in schema:
+        col = data[f.name]
+        if col.type != f.type and not (pa.types.is_dictionary(col.type) and col.type.value_type == f.type == pa.string()):
+            col = col.cast(f.type)
+        columns.append(col)
+        fields.append(pa.field(f.name, col.type))
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+
 def node_name() -> str:
     return os.environ.get("MWINV_NODE", socket.gethostname())
 
@@ -162,7 +175,7 @@ class Capture:
         elif isinstance(data, dict):
             data = pa.Table.from_pydict(data, schema=schema)
         else:
-            data = data.select(schema.names).cast(schema)
+            data = conform(data, schema)
         d = self.table_dir(table)
         d.mkdir(parents=True, exist_ok=True)
         prefix = node or node_name()

@@ -13,6 +13,11 @@ from rich.console import Console
 from mwinv.errors import MwinvError
 
 
+def progress_console() -> Console:
+    """stderr, for progress and summary lines: never wrapped (a log or a script reads them whole)."""
+    return Console(stderr=True, soft_wrap=True)
+
+
 def _raise_interrupt(signum, frame):
     # SIGTERM unwinds like Ctrl-C so every `finally` (servers, tracing state) runs.
     raise KeyboardInterrupt(signal.Signals(signum).name)

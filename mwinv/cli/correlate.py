@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from rich.console import Console
 
-from mwinv.cli.common import run_main
+from mwinv.cli.common import progress_console, run_main
 from mwinv.correlator import terminal
 from mwinv.correlator.pipeline import RANK_BY, correlate, top_statements
 
@@ -38,7 +38,7 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline) -> None:
     """
     if baseline and not report_dir:
         raise click.UsageError("--baseline needs --report DIR")
-    err = Console(stderr=True)
+    err = progress_console()
     db = correlate(capture, progress=(lambda s: err.log(s)) if fmt == "table" else None)
     for w in db.warnings:
         err.print(f"[yellow]warning:[/] {w}")

@@ -14,9 +14,8 @@ from __future__ import annotations
 import sys
 
 import click
-from rich.console import Console
 
-from mwinv.cli.common import run_main, status_line
+from mwinv.cli.common import progress_console, run_main, status_line
 from mwinv.errors import MwinvError
 
 
@@ -46,7 +45,7 @@ def cli(capture_dir, postmaster_pid, data_dir, conninfo, interval_s, duration, n
     cap = Capture(capture_dir).create()
     cap.update_manifest(nodes={node: {"clock": "mono", "sample_interval_s": interval_s}})
     pids = (lambda: descendants(postmaster_pid)) if postmaster_pid else None
-    console = Console(stderr=True)
+    console = progress_console()
     sampler = Sampler(cap, node, pids, interval_s).start()
     rc = None
     try:

@@ -19,7 +19,7 @@ import time
 import click
 from rich.console import Console
 
-from mwinv.cli.common import run_main, status_line
+from mwinv.cli.common import progress_console, run_main, status_line
 from mwinv.errors import MwinvError
 
 
@@ -53,7 +53,7 @@ def capture(capture_dir, postmaster_pid, data_dir, conninfo, duration, stacks, p
     """
     from mwinv.capture.run import postmaster_of, record_capture
 
-    console = Console(stderr=True)
+    console = progress_console()
     if postmaster_pid is None:
         postmaster_pid = postmaster_of(data_dir=data_dir, conninfo=conninfo)
     if duration is None and not command:
@@ -101,7 +101,7 @@ def parse(trace, capture_dir, node, procs) -> None:
     from mwinv.capture.tables import Capture
     from mwinv.kernel_trace.parse import parse_trace
 
-    console = Console(stderr=True)
+    console = progress_console()
     cap = Capture(capture_dir)
     if not cap.manifest_path.exists():
         cap.create()

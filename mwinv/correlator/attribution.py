@@ -111,12 +111,16 @@ def build_file_reads(db: CaptureDB) -> None:
     per (pid, fd): decides seq vs random for disk waits whose block requests are not the task's own."""
     db.con.execute(rf"""
         CREATE OR REPLACE TABLE file_read AS
-        WITH r AS (
+        WITH m AS (
+            -- one match per row for the three fields (in the format's order: fd, buf, count, pos)
             SELECT node, pid, ts_ns, syscall_nr,
-                   TRY_CAST(regexp_extract(fields, '\bfd=(\d+)', 1) AS BIGINT) AS fd,
-                   TRY_CAST(regexp_extract(fields, '\bpos=(\d+)', 1) AS BIGINT) AS pos,
-                   coalesce(TRY_CAST(regexp_extract(fields, '\b(count|vlen)=(\d+)', 2) AS BIGINT), 8192) AS len
-            FROM kernel_event WHERE event IN ('sys_enter_pread64', 'sys_enter_preadv'))
+                   regexp_extract(fields, '\bfd=(\d+)\b.*\b(?:count|vlen)=(\d+)\b.*\bpos=(\d+)',
+                                  ['fd', 'len', 'pos']) AS f
+            FROM kernel_event WHERE event IN ('sys_enter_pread64', 'sys_enter_preadv')),
+        r AS (
+            SELECT node, pid, ts_ns, syscall_nr, TRY_CAST(f.fd AS BIGINT) AS fd, TRY_CAST(f.pos AS BIGINT) AS pos,
+                   coalesce(TRY_CAST(f.len AS BIGINT), 8192) AS len
+            FROM m)
         SELECT node, pid, ts_ns, syscall_nr,
                coalesce(abs(pos - lag(pos + len) OVER (PARTITION BY node, pid, fd ORDER BY ts_ns))
                         <= {SEQ_GAP_SECTORS * 512}, false) AS sequential

@@ -15,6 +15,7 @@ import pyarrow as pa
 from mwinv.capture.columns import coded_strings, int_array, string_array
 from mwinv.capture.tables import SCHEMAS
 from mwinv.kernel_trace.formats import EventFormat, Field, state_bits, state_text
+from mwinv.kernel_trace.ringwalk import decode_records
 
 KERNEL_EVENT = SCHEMAS["kernel_event"]
 PID_MAX_LIMIT = 4 * 1024 * 1024   # the kernel's upper bound of pid_max (64-bit)
@@ -86,7 +87,7 @@ class DecodeState:
     formats: dict[int, EventFormat]
     kallsyms: Kallsyms | None = None
     stacks: dict[int, tuple[str, ...]] = field(default_factory=dict)   # stack_id -> function names
-    raw_stack_ids: dict[bytes, int] = field(default_factory=dict)     # raw addresses -> stack_id
+    raw_stack_ids: dict[int, int] = field(default_factory=dict)       # hash of raw addresses -> stack_id
     comms: dict[int, str] = field(default_factory=dict)
     # pids whose comm is known, as a bitmap: the per-chunk check of every record's pid stays in numpy
     comm_known: np.ndarray = field(default_factory=lambda: np.zeros(PID_MAX_LIMIT + 1, bool))
@@ -95,6 +96,7 @@ class DecodeState:
     exits: dict[int, int] = field(default_factory=dict)
     events: int = 0
     lost: int = 0
+    spec: np.ndarray | None = None      # ring_decode's field table, built on first use
 
     def __post_init__(self):
         self.stack_type = next((i for i, f in self.formats.items() if f.name == "kernel_stack"), -1)
@@ -102,15 +104,11 @@ class DecodeState:
         self.state_bits = state_bits(sw.print_fmt if sw else "")
 
     def stack_id(self, raw: bytes) -> int:
-        """The id of a raw stack (addresses): symbolised once, identified by its function names,
-        so the same stack has the same id in binary and text traces and in perf samples."""
-        sid = self.raw_stack_ids.get(raw)
-        if sid is None:
-            addrs = np.frombuffer(raw, "<u8").tolist()
-            names = without_tracing_frames(self.kallsyms.names(addrs) if self.kallsyms else [f"0x{a:x}" for a in addrs])
-            sid = self.stack_id_of_names(names)
-            self.raw_stack_ids[raw] = sid
-        return sid
+        """The id of a raw stack (addresses), identified by its function names, so the same stack
+        has the same id in binary and text traces and in perf samples."""
+        addrs = np.frombuffer(raw, "<u8").tolist()
+        return self.stack_id_of_names(
+            without_tracing_frames(self.kallsyms.names(addrs) if self.kallsyms else [f"0x{a:x}" for a in addrs]))
 
     def stack_id_of_names(self, names: list[str]) -> int:
         sid = stack_id_of("\n".join(names).encode())
@@ -124,7 +122,7 @@ class DecodeState:
         frames = pa.ListArray.from_arrays(int_array(offsets), string_array([fn for f in self.stacks.values() for fn in f]))
         return pa.Table.from_arrays([coded_strings(np.zeros(n, np.int32), [self.node]),
                                      int_array(np.fromiter(self.stacks, np.int64, n)), frames],
-                                    schema=SCHEMAS["kernel_stack"])
+                                    names=SCHEMAS["kernel_stack"].names)
 
 
 _TRACING_FRAMES = ("trace_event_raw_event_", "__traceiter_", "trace_event_buffer_", "event_triggers_",
@@ -169,19 +167,23 @@ def _data_loc_string(buf: np.ndarray, o: int, f: Field, end: int) -> str:
 def _fields_text(buf: np.ndarray, off: np.ndarray, length: np.ndarray, fmt: EventFormat) -> list[str]:
     """`name=value ...` of the non-common fields of every record (for event types without columns);
     each field is gathered for all records at once."""
-    columns = []
+    columns, names = [], []
     for f in fmt.fields.values():
         if fmt.common(f):
             continue
+        names.append(f.name)
         if f.is_data_loc or f.is_string:
-            values = _strings(buf, off, f, length).tolist()
+            columns.append(_strings(buf, off, f, length).tolist())
         elif f.size in (1, 2, 4, 8) and f.array_len == 1:
-            values = _gather(buf, off, f).tolist()
+            columns.append(_gather(buf, off, f).tolist())
         else:
             idx = (off + f.offset)[:, None] + np.arange(f.size)
-            values = [bytes(r).hex() for r in buf[idx]]
-        columns.append([f"{f.name}={v}" for v in values])
-    return [" ".join(parts) for parts in zip(*columns)] if columns else [""] * len(off)
+            columns.append([bytes(r).hex() for r in buf[idx]])
+    if not columns:
+        return [""] * len(off)
+    # one format call per record (its fields are syscall arguments: most records of a trace)
+    template = " ".join(f"{name}={{}}" for name in names).format
+    return [template(*values) for values in zip(*columns)]
 
 
 def _dev_text(dev: int) -> str:
@@ -208,123 +210,178 @@ class _StringColumn:
         self.put(sel, [text(int(v)) for v in uniq.tolist()], inv.ravel())
 
     def arrow(self, rows: np.ndarray) -> pa.Array:
-        codes = self.codes[rows]
-        return coded_strings(codes, self.values)
+        return coded_strings(self.codes[rows], self.values)
+
+
+# kernel_event's integer-valued columns, in the order of ringwalk.c's ring_decode output; prev_state,
+# dev and rwbs are decoded as integers there and become text once per distinct value here
+DECODED = ("prev_pid", "next_pid", "target_pid", "sector", "nr_bytes", "syscall_nr", "syscall_ret",
+           "prev_state", "dev", "rwbs")
+_COL = {name: i for i, name in enumerate(DECODED)}
+_WAKE_EVENTS = ("sched_wakeup", "sched_wakeup_new", "sched_waking", "sched_process_exit", "sched_process_free",
+                "sched_migrate_task")
+
+
+def _is_syscall(fmt: EventFormat) -> bool:
+    return fmt.system == "raw_syscalls" or (fmt.system == "syscalls" and "__syscall_nr" in fmt.fields)
+
+
+def column_fields(fmt: EventFormat) -> dict[str, tuple[Field, int]]:
+    """Which field of `fmt` fills which kernel_event column, with a left shift of its value."""
+    F, name = fmt.fields, fmt.name
+    out: dict[str, tuple[Field, int]] = {}
+    if name == "sched_switch":
+        out = {"prev_pid": (F["prev_pid"], 0), "next_pid": (F["next_pid"], 0), "prev_state": (F["prev_state"], 0)}
+    elif name in _WAKE_EVENTS and "pid" in F:
+        out = {"target_pid": (F["pid"], 0)}
+    elif name == "sched_process_fork":
+        out = {"target_pid": (F["child_pid"], 0)}
+    elif name.startswith(("block_rq", "block_bio")) and "sector" in F:
+        out = {"dev": (F["dev"], 0), "sector": (F["sector"], 0)}
+        if "bytes" in F:
+            out["nr_bytes"] = (F["bytes"], 0)
+        elif "nr_sector" in F:
+            out["nr_bytes"] = (F["nr_sector"], 9)
+        if "rwbs" in F and F["rwbs"].size == 8:
+            out["rwbs"] = (F["rwbs"], 0)
+    elif name == "mm_filemap_add_to_page_cache" and "index" in F:
+        # a file page entering the page cache: sector = file offset / 512
+        out = {"dev": (F["s_dev"], 0), "sector": (F["index"], 3)}
+    elif _is_syscall(fmt):
+        out = {"syscall_nr": (F.get("id") or F["__syscall_nr"], 0)}
+        if "ret" in F:
+            out["syscall_ret"] = (F["ret"], 0)
+    elif name in ("sock_recv_length", "sock_send_length") and "ret" in F:
+        out = {"nr_bytes": (F["ret"], 0)}
+    return out
+
+
+def decode_spec(formats: dict[int, EventFormat]) -> np.ndarray:
+    """ring_decode's table: per event type and column, (offset, size, signed, shift)."""
+    spec = np.full((max(formats, default=0) + 1, len(DECODED), 4), -1, np.int32)
+    for t, fmt in formats.items():
+        for col, (f, shift) in column_fields(fmt).items():
+            if f.size in (1, 2, 4, 8):
+                spec[t, _COL[col]] = (f.offset, f.size, int(f.signed), shift)
+    return spec
+
+
+def _text_codes(values: np.ndarray, valid: np.ndarray, text) -> pa.Array:
+    """A dictionary column of text(value) per valid row, each distinct value turned to text once."""
+    codes = np.full(len(values), -1, np.int32)
+    uniq, inv = np.unique(values[valid], return_inverse=True)
+    codes[valid] = inv.ravel()
+    return coded_strings(codes, [text(v) for v in uniq.tolist()])
+
+
+def _rwbs_text(raw: int) -> str:
+    return raw.to_bytes(8, "little", signed=True).split(b"\0", 1)[0].decode(errors="replace")
 
 
 def decode_chunk(state: DecodeState, buf: np.ndarray, cpu: int, ts: np.ndarray, off: np.ndarray,
                  length: np.ndarray) -> pa.RecordBatch:
-    """Decode the records of one walked chunk (one CPU, time-ordered) into a kernel_event batch."""
+    """Decode the records of one walked chunk (one CPU, time-ordered) into a kernel_event batch: the
+    columns in one C pass, then per event type only what needs Python (comms, forks, text fields)."""
+    if state.spec is None:
+        state.spec = decode_spec(state.formats)
     n = len(ts)
-    types = _gather(buf, off, Field("common_type", 0, 2, False, False, False, 1)).astype(np.int32)
-    pids = _gather(buf, off, Field("common_pid", 4, 4, True, False, False, 1))
+    stack_fmt = state.formats.get(state.stack_type)
+    depth_off = stack_fmt.fields["size"].offset if stack_fmt and "size" in stack_fmt.fields else 8
+    addr_off = stack_fmt.fields["caller"].offset if stack_fmt and "caller" in stack_fmt.fields else 16
+    d = decode_records(buf, off, length, state.spec, state.stack_type, depth_off, addr_off)
+    types, pids, cols, valid = d.types, d.pids, d.cols, d.valid
     stack_id = np.full(n, -1, np.int64)
-    is_stack = types == state.stack_type
-    if is_stack.any():
-        for i in np.flatnonzero(is_stack):
-            if i == 0 or is_stack[i - 1]:
-                continue   # its event was in the previous chunk (rare): the link is lost
-            o, ln = int(off[i]), int(length[i])
-            depth = int(buf[o + 8:o + 12].view("<i4")[0])
-            depth = max(0, min(depth, (ln - 16) // 8))
-            stack_id[i - 1] = state.stack_id(buf[o + 16:o + 16 + 8 * depth].tobytes())
-    keep = ~is_stack
-    cols = {
-        "prev_pid": np.full(n, -1, np.int32), "next_pid": np.full(n, -1, np.int32),
-        "target_pid": np.full(n, -1, np.int32), "sector": np.full(n, -1, np.int64),
-        "nr_bytes": np.full(n, -1, np.int64), "syscall_nr": np.full(n, -1, np.int32),
-        "syscall_ret": np.zeros(n, np.int64),
-    }
-    masks = {k: np.zeros(n, bool) for k in cols}
-    event_idx = np.zeros(n, np.int32)      # into event_names (a dictionary column, cast to string)
+    has_stack = d.stack_off >= 0
+    if has_stack.any():
+        uniq, first, inv = np.unique(d.stack_hash[has_stack], return_index=True, return_inverse=True)
+        at = d.stack_off[has_stack][first]
+        sids = []
+        for h, o in zip(uniq.tolist(), at.tolist()):
+            sid = state.raw_stack_ids.get(h)
+            if sid is None:
+                depth = int(buf[o + depth_off:o + depth_off + 4].view("<i4")[0])
+                room = (int(length[np.searchsorted(off, o)]) - addr_off) // 8
+                raw = buf[o + addr_off:o + addr_off + 8 * max(0, min(depth, room))].tobytes()
+                sid = state.raw_stack_ids[h] = state.stack_id(raw)
+            sids.append(sid)
+        stack_id[has_stack] = np.array(sids, np.int64)[inv.ravel()]
+    keep = types != state.stack_type
+    event_idx = np.zeros(n, np.int32)      # into event_names
     event_names: list[str] = []
-    prev_state, dev, rwbs, fields_txt = (_StringColumn(n) for _ in range(4))
-
-    def put(col: str, sel: np.ndarray, values: np.ndarray) -> None:
-        cols[col][sel] = values
-        masks[col][sel] = True
-
-    for t in np.unique(types[keep]):
-        sel = np.flatnonzero((types == t) & keep)
-        fmt = state.formats.get(int(t))
-        if fmt is None:
-            event_idx[sel] = len(event_names)
-            event_names.append(f"unknown_{int(t)}")
+    fields_txt = _StringColumn(n)
+    rwbs_text = _StringColumn(n)
+    # the records of each type, from one stable sort (not one scan of the chunk per type)
+    order = np.argsort(types, kind="stable")
+    bounds_t, bounds = np.unique(types[order], return_index=True)
+    bounds = np.append(bounds, n)
+    for j, t in enumerate(bounds_t.tolist()):
+        if t == state.stack_type:
             continue
+        sel = order[bounds[j]:bounds[j + 1]]
         event_idx[sel] = len(event_names)
+        fmt = state.formats.get(t)
+        if fmt is None:
+            event_names.append(f"unknown_{t}")
+            continue
         event_names.append(fmt.name)
-        o = off[sel]
-        F = fmt.fields
-        name = fmt.name
+        o, F, name = off[sel], fmt.fields, fmt.name
         if name == "sched_switch":
-            put("prev_pid", sel, _gather(buf, o, F["prev_pid"]))
-            put("next_pid", sel, _gather(buf, o, F["next_pid"]))
-            prev_state.put_coded(sel, _gather(buf, o, F["prev_state"]).astype(np.int64),
-                                 lambda v: state_text(v, state.state_bits))
-            _note_comms(state, buf, o, _gather(buf, o, F["prev_pid"]), F["prev_comm"])
-            _note_comms(state, buf, o, _gather(buf, o, F["next_pid"]), F["next_comm"])
-        elif name in ("sched_wakeup", "sched_wakeup_new", "sched_waking", "sched_process_exit",
-                      "sched_process_free", "sched_migrate_task") and "pid" in F:
-            tp = _gather(buf, o, F["pid"])
-            put("target_pid", sel, tp)
+            _note_comms(state, buf, o, cols[_COL["prev_pid"]][sel], F["prev_comm"])
+            _note_comms(state, buf, o, cols[_COL["next_pid"]][sel], F["next_comm"])
+        elif name in _WAKE_EVENTS and "pid" in F:
+            tp = cols[_COL["target_pid"]][sel]
             if "comm" in F:
                 _note_comms(state, buf, o, tp, F["comm"], length[sel])
             if name == "sched_process_exit":
-                for p, tt in zip(tp.tolist(), ts[sel].tolist()):
-                    state.exits[p] = tt
+                state.exits.update(zip(tp.tolist(), ts[sel].tolist()))
         elif name == "sched_process_fork":
-            child = _gather(buf, o, F["child_pid"])
-            parent = _gather(buf, o, F["parent_pid"])
-            put("target_pid", sel, child)
+            child = cols[_COL["target_pid"]][sel]
             _note_comms(state, buf, o, child, F["child_comm"], length[sel])
-            for c, p, tt in zip(child.tolist(), parent.tolist(), ts[sel].tolist()):
+            for c, p, tt in zip(child.tolist(), _gather(buf, o, F["parent_pid"]).tolist(), ts[sel].tolist()):
                 state.forks[c] = p
                 state.first_ts.setdefault(c, tt)
         elif name.startswith(("block_rq", "block_bio")) and "sector" in F:
-            dev.put_coded(sel, _gather(buf, o, F["dev"]), _dev_text)
-            put("sector", sel, _gather(buf, o, F["sector"]).astype(np.int64))
-            if "bytes" in F:
-                put("nr_bytes", sel, _gather(buf, o, F["bytes"]).astype(np.int64))
-            elif "nr_sector" in F:
-                put("nr_bytes", sel, _gather(buf, o, F["nr_sector"]).astype(np.int64) * 512)
-            rwbs.put(sel, _strings(buf, o, F["rwbs"]).tolist())
+            if "rwbs" in F and F["rwbs"].size != 8:
+                rwbs_text.put(sel, _strings(buf, o, F["rwbs"]).tolist())
         elif name == "mm_filemap_add_to_page_cache" and "index" in F:
-            # a file page entering the page cache: sector = file offset / 512, fields = the inode
-            dev.put_coded(sel, _gather(buf, o, F["s_dev"]), _dev_text)
-            put("sector", sel, _gather(buf, o, F["index"]).astype(np.int64) * 8)
-            order = _gather(buf, o, F["order"]).astype(np.int64) if "order" in F else 0
-            put("nr_bytes", sel, np.left_shift(np.int64(4096), order) * np.ones(len(o), np.int64))
+            order_ = _gather(buf, o, F["order"]).astype(np.int64) if "order" in F else np.zeros(len(o), np.int64)
+            cols[_COL["nr_bytes"]][sel] = np.left_shift(np.int64(4096), order_)
+            valid[_COL["nr_bytes"]][sel] = True
             fields_txt.put(sel, [f"ino={v}" for v in _gather(buf, o, F["i_ino"]).tolist()])
-        elif fmt.system == "raw_syscalls" or (fmt.system == "syscalls" and "__syscall_nr" in F):
-            nr = F.get("id") or F.get("__syscall_nr")
-            put("syscall_nr", sel, _gather(buf, o, nr).astype(np.int32))
-            if "ret" in F:
-                put("syscall_ret", sel, _gather(buf, o, F["ret"]).astype(np.int64))
-            elif name.startswith("sys_enter"):
+        elif _is_syscall(fmt):
+            if "ret" not in F and name.startswith("sys_enter"):
                 fields_txt.put(sel, _fields_text(buf, o, length[sel], fmt))
         else:
             if name in ("sock_recv_length", "sock_send_length") and "ret" in F:
-                put("nr_bytes", sel, np.maximum(_gather(buf, o, F["ret"]), 0).astype(np.int64))
+                cols[_COL["nr_bytes"]][sel] = np.maximum(cols[_COL["nr_bytes"]][sel], 0)
             fields_txt.put(sel, _fields_text(buf, o, length[sel], fmt))
 
     k = np.flatnonzero(keep)
     state.events += len(k)
     nk = len(k)
+
+    def column(name: str) -> tuple[np.ndarray, np.ndarray]:
+        return cols[_COL[name]][k], valid[_COL[name]][k]
+
+    rwbs, rwbs_ok = column("rwbs")
     arrays = {
         "node": coded_strings(np.zeros(nk, np.int32), [state.node]),
         "ts_ns": int_array(ts[k]),
         "cpu": int_array(np.full(nk, cpu, np.int32)),
-        "pid": int_array(pids[k].astype(np.int32)),
+        "pid": int_array(pids[k]),
         "event": coded_strings(event_idx[k], event_names),
-        "prev_state": prev_state.arrow(k),
-        "dev": dev.arrow(k),
-        "rwbs": rwbs.arrow(k),
+        "prev_state": _text_codes(*column("prev_state"), lambda v: state_text(v, state.state_bits)),
+        "dev": _text_codes(*column("dev"), _dev_text),
+        "rwbs": _text_codes(rwbs, rwbs_ok, _rwbs_text) if rwbs_ok.any() else rwbs_text.arrow(k),
         "stack_id": int_array(stack_id[k], stack_id[k] >= 0),
         "fields": fields_txt.arrow(k),
     }
-    for col, values in cols.items():
-        arrays[col] = int_array(values[k], masks[col][k])
-    return pa.RecordBatch.from_pydict({name: arrays[name] for name in KERNEL_EVENT.names}, schema=KERNEL_EVENT)
+    for name in ("prev_pid", "next_pid", "target_pid", "syscall_nr"):
+        values, ok = column(name)
+        arrays[name] = int_array(values.astype(np.int32), ok)
+    for name in ("sector", "nr_bytes", "syscall_ret"):
+        arrays[name] = int_array(*column(name))
+    return pa.RecordBatch.from_arrays([arrays[name] for name in KERNEL_EVENT.names], names=KERNEL_EVENT.names)
 
 
 def _note_comms(state: DecodeState, buf: np.ndarray, off: np.ndarray, pids: np.ndarray, f: Field,

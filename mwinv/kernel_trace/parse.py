@@ -124,7 +124,8 @@ def parse_trace(path: str | os.PathLike, capture: Capture, node: str | None = No
     def flush():
         nonlocal rows
         if pending:
-            capture.write_part("kernel_event", pa.Table.from_batches(pending), node=node)
+            # one dictionary per string column and part: Parquet keeps one per column chunk
+            capture.write_part("kernel_event", pa.Table.from_batches(pending).unify_dictionaries(), node=node)
             pending.clear()
             rows = 0
 

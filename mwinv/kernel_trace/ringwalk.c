@@ -1,6 +1,6 @@
 /* Walk ftrace ring-buffer pages (the per-CPU data of trace.dat / trace_pipe_raw) and list the
- * records: absolute timestamp, payload offset and payload length. Python decodes the fields with
- * numpy from these offsets; only this sequential walk needs C to reach millions of events/s.
+ * records: absolute timestamp, payload offset and payload length. ring_decode (below) then reads
+ * the fields that become columns; Python only handles per event type what needs strings.
  *
  * Returns the number of records written, or -(1 + byte offset) of the first corrupt header.
  * *pages_done gets the number of whole pages walked (so the caller can resume after a stop). */
@@ -72,4 +72,71 @@ int64_t ring_walk(const uint8_t *buf, int64_t nbytes, int64_t page_size, int64_t
         *pages_done += 1;
     }
     return n;
+}
+
+/* Decode the fields that become kernel_event columns, for every record of a walk, in one pass.
+ *
+ * spec[type * SPEC_COLS * 4 ...]: per event type and output column, (offset, size, signed, shift);
+ * offset < 0 means the type has no such field. A column's value is the field shifted left by
+ * `shift` (nr_sector -> bytes, page index -> sectors). Column values go to cols[col * n + i] and
+ * valid[col * n + i]. Records of type stack_type (options/stacktrace, written right after their
+ * event) are not decoded: the event before gets the stack's 64-bit FNV-1a hash (stack_hash) and the
+ * stack record's offset (stack_off), so each distinct stack is symbolised once by the caller. */
+#define SPEC_COLS 10
+
+void ring_decode(const uint8_t *buf, const int64_t *off, const int32_t *len, int64_t n,
+                 const int32_t *spec, int64_t max_type, int64_t stack_type,
+                 int64_t stack_depth_off, int64_t stack_addr_off,
+                 int32_t *types, int32_t *pids, int64_t *cols, uint8_t *valid,
+                 uint64_t *stack_hash, int64_t *stack_off)
+{
+    memset(valid, 0, (size_t)(n * SPEC_COLS));
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *rec = buf + off[i];
+        uint16_t type;
+        int32_t pid;
+        memcpy(&type, rec, 2);
+        memcpy(&pid, rec + 4, 4);
+        types[i] = type;
+        pids[i] = pid;
+        stack_off[i] = -1;
+        stack_hash[i] = 0;
+        if (type == stack_type) {
+            if (i == 0 || types[i - 1] == stack_type)
+                continue;   /* its event was in the previous chunk (rare): the link is lost */
+            int32_t depth;
+            memcpy(&depth, rec + stack_depth_off, 4);
+            int64_t room = (len[i] - stack_addr_off) / 8;
+            if (depth < 0) depth = 0;
+            if (depth > room) depth = (int32_t)room;
+            uint64_t h = 1469598103934665603ull;
+            const uint8_t *a = rec + stack_addr_off;
+            for (int64_t b = 0; b < (int64_t)depth * 8; b++) {
+                h ^= a[b];
+                h *= 1099511628211ull;
+            }
+            stack_hash[i - 1] = h ^ (uint64_t)depth;
+            stack_off[i - 1] = off[i];
+            continue;
+        }
+        if (type > max_type)
+            continue;
+        const int32_t *s = spec + (int64_t)type * SPEC_COLS * 4;
+        for (int c = 0; c < SPEC_COLS; c++, s += 4) {
+            int32_t fo = s[0], size = s[1], sgn = s[2], shift = s[3];
+            if (fo < 0 || fo + size > len[i])
+                continue;
+            const uint8_t *p = rec + fo;
+            int64_t v;
+            switch (size) {
+            case 1: v = sgn ? (int64_t)(int8_t)p[0] : (int64_t)p[0]; break;
+            case 2: { uint16_t x; memcpy(&x, p, 2); v = sgn ? (int64_t)(int16_t)x : (int64_t)x; break; }
+            case 4: { uint32_t x; memcpy(&x, p, 4); v = sgn ? (int64_t)(int32_t)x : (int64_t)x; break; }
+            case 8: { uint64_t x; memcpy(&x, p, 8); v = (int64_t)x; break; }
+            default: continue;
+            }
+            cols[c * n + i] = v << shift;
+            valid[c * n + i] = 1;
+        }
+    }
 }

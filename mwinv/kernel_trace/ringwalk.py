@@ -1,4 +1,5 @@
-"""The C walk over ftrace ring-buffer pages, compiled on first use (gcc) and called via ctypes."""
+"""The C walk over ftrace ring-buffer pages and its one-pass field decoder, compiled on first use
+(gcc) and called via ctypes."""
 
 from __future__ import annotations
 
@@ -43,6 +44,9 @@ def _load():
     lib.ring_walk.restype = ctypes.c_int64
     lib.ring_walk.argtypes = [p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                               p, p, p, ctypes.c_int64, p, p]
+    lib.ring_decode.restype = None
+    lib.ring_decode.argtypes = [p, p, p, ctypes.c_int64, p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                ctypes.c_int64, p, p, p, p, p, p]
     _lib = lib
     return lib
 
@@ -78,3 +82,32 @@ def walk_pages(buf: np.ndarray, page_size: int, data_off: int = 16, commit_size:
             return RingWalk(w.ts, w.off, w.length, w.pages, w.lost, bad)
         return RingWalk(ts[:0], off[:0], length[:0], 0, 0, bad)
     return RingWalk(ts[:n], off[:n], length[:n], int(pages[0]), int(lost[0]), None)
+
+
+class Decoded:
+    """ring_decode's output for n records: type and pid of each; per decoded column (rows of `cols`
+    and `valid`) its value and whether the record's type has that field; per record the hash and the
+    offset of the kernel stack recorded right after it (offset -1: none)."""
+
+    def __init__(self, n: int, ncols: int):
+        self.types = np.empty(n, np.int32)
+        self.pids = np.empty(n, np.int32)
+        self.cols = np.zeros((ncols, n), np.int64)
+        self.valid = np.empty((ncols, n), bool)
+        self.stack_hash = np.empty(n, np.uint64)
+        self.stack_off = np.empty(n, np.int64)
+
+
+def decode_records(buf: np.ndarray, off: np.ndarray, length: np.ndarray, spec: np.ndarray, stack_type: int,
+                   stack_depth_off: int, stack_addr_off: int) -> Decoded:
+    """Decode the records a walk found (spec: per type and column, (offset, size, signed, shift))."""
+    lib = _load()
+    n = len(off)
+    spec = np.ascontiguousarray(spec, np.int32)
+    off = np.ascontiguousarray(off, np.int64)
+    length = np.ascontiguousarray(length, np.int32)
+    d = Decoded(n, spec.shape[1])
+    lib.ring_decode(buf.ctypes.data, off.ctypes.data, length.ctypes.data, n, spec.ctypes.data, spec.shape[0] - 1,
+                    stack_type, stack_depth_off, stack_addr_off, d.types.ctypes.data, d.pids.ctypes.data,
+                    d.cols.ctypes.data, d.valid.ctypes.data, d.stack_hash.ctypes.data, d.stack_off.ctypes.data)
+    return d
