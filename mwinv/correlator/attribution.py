@@ -215,21 +215,26 @@ def build_segments(db: CaptureDB) -> None:
     The points are sorted once by (node, pid, ts, ord); every carried state is then a forward (or
     backward) fill within a pid's rows, done with running maxima of row indices in numpy: the same
     results as window functions over the stream, without one sort per window."""
-    import pyarrow.compute as pc
-
-    t = db.sql("SELECT node, pid, ts, ord, kind, info, stack_id, nr, ret, sid, io_seq, io_rand "
-               "FROM point ORDER BY node, pid, ts, ord").to_arrow_table()
+    # text columns come out of DuckDB as enums, i.e. Arrow dictionaries whose indices are the codes,
+    # and integer columns without nulls: no Arrow compute pass over the sorted stream
+    enums = {col: _enum(db, col) for col in ("node", "kind", "info")}
+    t = db.sql(f"""
+        SELECT node::{enums['node']} AS node, pid, ts, ord, kind::{enums['kind']} AS kind,
+               info::{enums['info']} AS info, coalesce(stack_id, -1) AS stack_id, nr, coalesce(nr, -1) AS nr_or_none,
+               ret, coalesce(sid, -1) AS sid, coalesce(io_seq, 0) AS io_seq, coalesce(io_rand, 0) AS io_rand
+        FROM point ORDER BY node, pid, ts, ord""").to_arrow_table()
     n = t.num_rows
 
     def codes(col: str) -> tuple[np.ndarray, list[str]]:
-        enc = pc.dictionary_encode(t[col]).combine_chunks()
-        return (enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32),
-                enc.dictionary.to_pylist())
+        if not pa.types.is_dictionary(t[col].type):   # no values at all
+            return np.full(n, -1, np.int32), []
+        arr = t[col].combine_chunks() if t[col].num_chunks != 1 else t[col].chunk(0)
+        return _dictionary_codes(arr), arr.dictionary.to_pylist()
 
-    def ints(col: str, null: int = -1) -> np.ndarray:
-        return t[col].fill_null(null).to_numpy().astype(np.int64)
+    def ints(col: str) -> np.ndarray:
+        return t[col].to_numpy().astype(np.int64)
 
-    node_c, _ = codes("node")
+    node_c, node_names = codes("node")
     pid, ts = ints("pid"), ints("ts")
     kind_c, kinds = codes("kind")
     info_c, infos = codes("info")
@@ -266,8 +271,8 @@ def build_segments(db: CaptureDB) -> None:
     nxt_ev = _backward(evidence >= 0, end)
     next_evidence = np.where(following >= 0, _carried(nxt_ev, following), -1)
     next_evidence = _carried(evidence, next_evidence)
-    nr = ints("nr")
-    nr_valid = t["nr"].is_valid().to_numpy(zero_copy_only=False)
+    nr = ints("nr_or_none")
+    nr_valid = nr >= 0   # syscall numbers and request kinds (1, 2) are never negative
     call = _forward(enter | exit_, start)            # the last syscall entry or exit
     stmt = _forward(is_kind("stmt_start", "stmt_end"), start)
 
@@ -276,7 +281,7 @@ def build_segments(db: CaptureDB) -> None:
         return _carried(started, _forward(started | is_kind(done_kind), start), False)
 
     in_lock = waiting("lock_start", "lock_done") | waiting("lwlock_start", "lwlock_done")
-    io_seq, io_rand = ints("io_seq", 0), ints("io_rand", 0)
+    io_seq, io_rand = ints("io_seq"), ints("io_rand")
 
     def group_cumsum(v: np.ndarray) -> np.ndarray:
         c = np.cumsum(v)
@@ -293,7 +298,8 @@ def build_segments(db: CaptureDB) -> None:
         "file_pattern": (_carried(file_c, call), infos + [""]),
     }
     columns = {
-        "node": t["node"], "pid": t["pid"], "ts": t["ts"], "kind": t["kind"], "nr": t["nr"], "ret": t["ret"],
+        "node": coded_strings(node_c, node_names), "pid": t["pid"], "ts": t["ts"], "kind": coded_strings(kind_c, kinds),
+        "nr": t["nr"], "ret": t["ret"],
         "io_seq": t["io_seq"], "io_rand": t["io_rand"],
         "ts_end": int_array(ts_end, has_next),
         "off_stack": _nullable(_carried(ints("stack_id"), _forward(off, start), -2)),
@@ -308,6 +314,25 @@ def build_segments(db: CaptureDB) -> None:
         columns[name] = coded_strings(c, names)
     # scanned in place by the queries that follow (copying it into a DuckDB table cost as much as building it)
     db.con.register("segment", pa.table(columns))
+
+
+def _enum(db: CaptureDB, col: str) -> str:
+    """An ENUM type of the point table's distinct values of `col`."""
+    values = [v for (v,) in db.sql(f"SELECT DISTINCT {col} FROM point WHERE {col} IS NOT NULL").fetchall()]
+    return "ENUM(" + ", ".join("'" + v.replace("'", "''") + "'" for v in sorted(values)) + ")" if values else "VARCHAR"
+
+
+def _dictionary_codes(arr: pa.DictionaryArray) -> np.ndarray:
+    """The indices of a dictionary array as int32, -1 where null (read from its buffers)."""
+    idx = arr.indices
+    kind = "u" if pa.types.is_unsigned_integer(idx.type) else "i"
+    codes = np.frombuffer(idx.buffers()[1], f"{kind}{idx.type.bit_width // 8}")
+    codes = codes[idx.offset:idx.offset + len(idx)].astype(np.int32)
+    validity = idx.buffers()[0]
+    if validity is not None:
+        bits = np.unpackbits(np.frombuffer(validity, np.uint8), bitorder="little")
+        codes[~bits[idx.offset:idx.offset + len(idx)].astype(bool)] = -1
+    return codes
 
 
 def _nullable(values: np.ndarray) -> pa.Array:
