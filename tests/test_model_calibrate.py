@@ -69,7 +69,8 @@ def test_link_rate_follows_tbf_on_a_veth(tmp_path):
     # 16 Mbit/s = 2 MB/s at most; what one TCP stream gets through tbf on this VM depends on the burst
     # and on timer load (measured 0.96-1.4 MB/s): the calibration reports what a connection really gets
     assert 0.3 * 2e6 <= shaped["rate_bps"] <= 1.1 * 2e6, shaped
-    assert unshaped["rate_bps"] > 5 * shaped["rate_bps"]
+    # without the shaper one stream gets well past the shaper's 2 MB/s (8.5 MB/s over this VM's veth in a slow CI run)
+    assert unshaped["rate_bps"] > 2 * 2e6 and unshaped["rate_bps"] > 2.5 * shaped["rate_bps"], (unshaped, shaped)
     assert 0 < unshaped["latency_s"] < 0.01
 
 
