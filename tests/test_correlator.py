@@ -127,7 +127,9 @@ def test_components_sum_to_wall_time(capture):
 def test_sleep_is_non_cpu_time_without_disk(capture):
     c = _by_text(capture[0], "sleep")
     assert c["other_wait"] >= 0.9e9
-    assert c["disk_seq"] + c["disk_random"] == 0
+    # the sleep itself waits for no disk; a page fault on the way in may sleep briefly in D state, which
+    # counts as a disk wait (0.15 ms in one CI run)
+    assert c["disk_seq"] + c["disk_random"] <= 5e6, c
     # no more CPU than the backend used around it (a busy machine can stretch that beyond 0.1 s)
     assert c["cpu_user"] + c["cpu_sys"] <= max(0.1e9, 1.05 * capture[3]["sleep"])
 
