@@ -211,8 +211,9 @@ def test_model_accuracy_on_real_run(captures):
     rows = est.to_pylist()
     print("model on the real run:", [(r["statement_id"], r["measured_ns"] // 10**6, r["estimated_ns"] // 10**6,
                                      round(r["allocated_share"], 2), round(r["error"], 3)) for r in rows])
-    # the pg_sleep statement is the dbms-internal kind: almost nothing allocated
-    sleep = [r for r in rows if r["measured_ns"] >= 250e6 and r["allocated_share"] < 0.2]
+    # the pg_sleep statement is the dbms-internal kind: its 0.3 s sleep is explained by no resource (a fresh
+    # backend's catalog loading on a busy machine added 186 ms of allocated time in one CI run)
+    sleep = [r for r in rows if (1 - r["allocated_share"]) * r["measured_ns"] >= 250e6]
     assert sleep
     if n < MIN_STATEMENTS_FOR_MEAN:   # one or two statements are not a mean (one was +182 % in a CI run)
         rq = {r["statement_id"]: r["ns"] // 10**6 for r in at.to_pylist() if r["component"] == "run_queue"}
