@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from model_capture import make_capture_from_run, sql_key, tracefs_usable  # noqa: E402
+from model_capture import make_capture_from_run, sql_key, statement_ids, tracefs_usable  # noqa: E402
 
 from mwinv.capture.tables import Capture  # noqa: E402
 from mwinv.cgroup import Cgroup, drop_page_cache  # noqa: E402
@@ -213,7 +213,8 @@ def test_model_accuracy_on_real_run(captures):
                                      round(r["allocated_share"], 2), round(r["error"], 3)) for r in rows])
     # the pg_sleep statement is the dbms-internal kind: its 0.3 s sleep is explained by no resource (a fresh
     # backend's catalog loading on a busy machine added 186 ms of allocated time in one CI run)
-    sleep = [r for r in rows if (1 - r["allocated_share"]) * r["measured_ns"] >= 250e6]
+    sleep_ids = set(statement_ids(before, "SELECT pg_sleep(0.3)"))
+    sleep = [r for r in rows if r["statement_id"] in sleep_ids and (1 - r["allocated_share"]) * r["measured_ns"] >= 250e6]
     assert sleep
     if n < MIN_STATEMENTS_FOR_MEAN:   # one or two statements are not a mean (one was +182 % in a CI run)
         rq = {r["statement_id"]: r["ns"] // 10**6 for r in at.to_pylist() if r["component"] == "run_queue"}
