@@ -88,9 +88,9 @@ def test_capture_of_tpch_queries(tpch_pg, tmp_path):
     sends = pc.filter(ev, pc.equal(ev["event"], "sys_exit_sendto")).to_pylist()
     role_of = {p["pid"]: p["role"] for p in procs}
     for r in runs:
-        inside = [(s["pid"], role_of.get(s["pid"]), s["ts_ns"] - r.start_ns) for s in sends
-                  if r.start_ns - 10**9 <= s["ts_ns"] <= r.end_ns + 10**9]
-        assert any(s["pid"] in backend and r.start_ns <= s["ts_ns"] <= r.end_ns for s in sends), (r, inside, procs)
+        near = [(s["pid"], role_of.get(s["pid"]), s["ts_ns"] - r.start_ns) for s in sends
+                if r.start_ns - 10**9 <= s["ts_ns"] <= r.end_ns + 10**9]
+        assert any(s["pid"] in backend and r.start_ns <= s["ts_ns"] <= r.end_ns for s in sends), (r, near, procs)
     stacks = c.read("kernel_stack").to_pylist()
     assert any(s["frames"][:1] == ["__schedule"] for s in stacks)
     assert c.read("node_sample").num_rows > 0 and c.read("process_sample").num_rows > 0

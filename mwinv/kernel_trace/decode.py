@@ -198,16 +198,11 @@ class _StringColumn:
         self.codes = np.full(n, -1, np.int32)
         self.values: list[str] = []
 
-    def put(self, sel: np.ndarray, values: list[str], inverse: np.ndarray | None = None) -> None:
-        """values[i] for record sel[i], or values[inverse[i]] when inverse is given."""
+    def put(self, sel: np.ndarray, values: list[str]) -> None:
+        """values[i] for record sel[i]."""
         base = len(self.values)
         self.values.extend(values)
-        self.codes[sel] = base + (inverse if inverse is not None else np.arange(len(sel)))
-
-    def put_coded(self, sel: np.ndarray, keys: np.ndarray, text) -> None:
-        """text(key) for each record's key, computed once per distinct key."""
-        uniq, inv = np.unique(keys, return_inverse=True)
-        self.put(sel, [text(int(v)) for v in uniq.tolist()], inv.ravel())
+        self.codes[sel] = base + np.arange(len(sel))
 
     def arrow(self, rows: np.ndarray) -> pa.Array:
         return coded_strings(self.codes[rows], self.values)

@@ -127,6 +127,7 @@ class KernelRecorder:
         self.tracer = "nop"
         self.perf = None
         self.procs: dict[int, dict] = {}
+        self._gone: set[int] = set()
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._cpu_files: list[Path] = []
@@ -263,8 +264,11 @@ class KernelRecorder:
         # once it has set its process title (that title names its role; see parse.process_rows for
         # one that exits first)
         for p, info in list(self.procs.items()):
-            if p != self.follow_pid and root and info["cmdline"] == root:
-                self.procs[p] = proc_info(p) or info
+            if p != self.follow_pid and root and info["cmdline"] == root and p not in self._gone:
+                fresh = proc_info(p)
+                if fresh is None:
+                    self._gone.add(p)   # exited untitled: not read again on every pass
+                self.procs[p] = fresh or info
         live_new = [p for p in new if p in self.procs]
         if live_new:
             try:
