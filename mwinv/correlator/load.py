@@ -48,6 +48,14 @@ def _duck_type(t) -> str:
     return "VARCHAR"
 
 
+def connect(**config) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection for the correlator: no progress bar (it wrote over the CLI's own progress
+    and into piped output)."""
+    con = duckdb.connect(config=config)
+    con.execute("SET enable_progress_bar = false")   # a session option, refused in connect()'s config
+    return con
+
+
 def open_capture(path: str | Path, threads: int | None = None, memory_limit: str = "2GB") -> CaptureDB:
     cap = Capture(path)
     if not cap.path.is_dir():
@@ -55,7 +63,7 @@ def open_capture(path: str | Path, threads: int | None = None, memory_limit: str
     if not cap.manifest_path.exists():
         raise MwinvError(f"{cap.path}: not a capture directory (no manifest.json)")
     manifest = cap.manifest()
-    con = duckdb.connect(config={"memory_limit": memory_limit, **({"threads": threads} if threads else {})})
+    con = connect(memory_limit=memory_limit, **({"threads": threads} if threads else {}))
     present = set()
     for table in SCHEMAS:
         if table in DERIVED_TABLES:

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from mwinv.capture.tables import SCHEMAS
 from mwinv.correlator.attribution import RUSAGE_MIN_WALL_NS
+from mwinv.correlator.load import connect
 from mwinv.errors import MwinvError
 
 MODEL_COMPONENTS = ("t_cpu", "t_seq", "t_no_seq", "t_net")
@@ -133,7 +134,7 @@ GROUP BY ALL ORDER BY 1
 
 
 def _connect(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table | None) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect(config={"threads": 1})  # per-statement aggregates: threads only add contention
+    con = connect(threads=1)  # per-statement aggregates: threads only add contention
     con.register("statements", statements)
     con.register("attribution", attribution)
     con.register("statement_io", statement_io if statement_io is not None else SCHEMAS["statement_io"].empty_table())

@@ -23,6 +23,7 @@ from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS, Capture
 from mwinv.correlator import svg
 from mwinv.correlator.advice import Advice, advise
 from mwinv.correlator.classify import classify
+from mwinv.correlator.load import connect
 from mwinv.correlator.model import MIN_TIMED_NS, WHAT_IFS, estimate, mean_abs_error, predict
 from mwinv.errors import MwinvError
 
@@ -92,7 +93,7 @@ def load(capture_dir: str | os.PathLike) -> ReportData:
     if not calibration:
         missing.append("No calibration in the manifest (run `mwinv calibrate CAPTURE`): no model estimates, "
                        "what-if predictions or expected gains.")
-    data.con = duckdb.connect()
+    data.con = connect()
     data.con.register("statements", statements)
     data.con.register("attribution", attribution)
     data.con.register("node_sample", data.node_sample)
