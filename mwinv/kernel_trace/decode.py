@@ -289,15 +289,12 @@ def decode_chunk(state: DecodeState, buf: np.ndarray, cpu: int, ts: np.ndarray, 
     has_stack = d.stack_off >= 0
     if has_stack.any():
         uniq, first, inv = np.unique(d.stack_hash[has_stack], return_index=True, return_inverse=True)
-        at = d.stack_off[has_stack][first]
+        at, depths = d.stack_off[has_stack][first], d.stack_depth[has_stack][first]
         sids = []
-        for h, o in zip(uniq.tolist(), at.tolist()):
+        for h, o, depth in zip(uniq.tolist(), at.tolist(), depths.tolist()):
             sid = state.raw_stack_ids.get(h)
             if sid is None:
-                depth = int(buf[o + depth_off:o + depth_off + 4].view("<i4")[0])
-                room = (int(length[np.searchsorted(off, o)]) - addr_off) // 8
-                raw = buf[o + addr_off:o + addr_off + 8 * max(0, min(depth, room))].tobytes()
-                sid = state.raw_stack_ids[h] = state.stack_id(raw)
+                sid = state.raw_stack_ids[h] = state.stack_id(buf[o + addr_off:o + addr_off + 8 * depth].tobytes())
             sids.append(sid)
         stack_id[has_stack] = np.array(sids, np.int64)[inv.ravel()]
     keep = types != state.stack_type

@@ -80,15 +80,16 @@ int64_t ring_walk(const uint8_t *buf, int64_t nbytes, int64_t page_size, int64_t
  * offset < 0 means the type has no such field. A column's value is the field shifted left by
  * `shift` (nr_sector -> bytes, page index -> sectors). Column values go to cols[col * n + i] and
  * valid[col * n + i]. Records of type stack_type (options/stacktrace, written right after their
- * event) are not decoded: the event before gets the stack's 64-bit FNV-1a hash (stack_hash) and the
- * stack record's offset (stack_off), so each distinct stack is symbolised once by the caller. */
+ * event) are not decoded: the event before gets the stack's 64-bit FNV-1a hash (stack_hash), the
+ * stack record's offset (stack_off) and its depth clamped to the record (stack_depth), so each
+ * distinct stack is symbolised once by the caller. */
 #define SPEC_COLS 10
 
 void ring_decode(const uint8_t *buf, const int64_t *off, const int32_t *len, int64_t n,
                  const int32_t *spec, int64_t max_type, int64_t stack_type,
                  int64_t stack_depth_off, int64_t stack_addr_off,
                  int32_t *types, int32_t *pids, int64_t *cols, uint8_t *valid,
-                 uint64_t *stack_hash, int64_t *stack_off)
+                 uint64_t *stack_hash, int64_t *stack_off, int32_t *stack_depth)
 {
     memset(valid, 0, (size_t)(n * SPEC_COLS));
     for (int64_t i = 0; i < n; i++) {
@@ -101,6 +102,7 @@ void ring_decode(const uint8_t *buf, const int64_t *off, const int32_t *len, int
         pids[i] = pid;
         stack_off[i] = -1;
         stack_hash[i] = 0;
+        stack_depth[i] = 0;
         if (type == stack_type) {
             if (i == 0 || types[i - 1] == stack_type)
                 continue;   /* its event was in the previous chunk (rare): the link is lost */
@@ -117,6 +119,7 @@ void ring_decode(const uint8_t *buf, const int64_t *off, const int32_t *len, int
             }
             stack_hash[i - 1] = h ^ (uint64_t)depth;
             stack_off[i - 1] = off[i];
+            stack_depth[i - 1] = depth;
             continue;
         }
         if (type > max_type)

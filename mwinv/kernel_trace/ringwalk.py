@@ -46,7 +46,7 @@ def _load():
                               p, p, p, ctypes.c_int64, p, p]
     lib.ring_decode.restype = None
     lib.ring_decode.argtypes = [p, p, p, ctypes.c_int64, p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                                ctypes.c_int64, p, p, p, p, p, p]
+                                ctypes.c_int64, p, p, p, p, p, p, p]
     _lib = lib
     return lib
 
@@ -86,8 +86,9 @@ def walk_pages(buf: np.ndarray, page_size: int, data_off: int = 16, commit_size:
 
 class Decoded:
     """ring_decode's output for n records: type and pid of each; per decoded column (rows of `cols`
-    and `valid`) its value and whether the record's type has that field; per record the hash and the
-    offset of the kernel stack recorded right after it (offset -1: none)."""
+    and `valid`) its value and whether the record's type has that field; per record the hash, the
+    offset and the depth (frames the record holds) of the kernel stack recorded right after it
+    (offset -1: none)."""
 
     def __init__(self, n: int, ncols: int):
         self.types = np.empty(n, np.int32)
@@ -96,6 +97,7 @@ class Decoded:
         self.valid = np.empty((ncols, n), bool)
         self.stack_hash = np.empty(n, np.uint64)
         self.stack_off = np.empty(n, np.int64)
+        self.stack_depth = np.empty(n, np.int32)
 
 
 def decode_records(buf: np.ndarray, off: np.ndarray, length: np.ndarray, spec: np.ndarray, stack_type: int,
@@ -109,5 +111,6 @@ def decode_records(buf: np.ndarray, off: np.ndarray, length: np.ndarray, spec: n
     d = Decoded(n, spec.shape[1])
     lib.ring_decode(buf.ctypes.data, off.ctypes.data, length.ctypes.data, n, spec.ctypes.data, spec.shape[0] - 1,
                     stack_type, stack_depth_off, stack_addr_off, d.types.ctypes.data, d.pids.ctypes.data,
-                    d.cols.ctypes.data, d.valid.ctypes.data, d.stack_hash.ctypes.data, d.stack_off.ctypes.data)
+                    d.cols.ctypes.data, d.valid.ctypes.data, d.stack_hash.ctypes.data, d.stack_off.ctypes.data,
+                    d.stack_depth.ctypes.data)
     return d
