@@ -78,6 +78,13 @@ def test_pg_trace_binary_equals_trace_cmd_report(tmp_path):
     assert res.events == res_txt.events == 2234
     cols = COMMON + ["dev", "sector", "nr_bytes", "rwbs", "syscall_ret"]
     assert rows(binary, cols) == rows(text, cols)
+    # syscalls: numbered from the event name in text, arguments as the binary parser writes them
+    # (futex's own print format leaves out some arguments and prints `op` symbolically)
+    calls = [(b, t) for b, t in zip(rows(binary, ["event", "syscall_nr", "fields"]), rows(text, ["event", "syscall_nr", "fields"]))
+             if b[0].startswith("sys_") and b[0] != "sys_enter_futex"]
+    assert len(calls) == 982 and all(b == t for b, t in calls)
+    assert ("sys_enter_pread64", 17, "__syscall_nr=17 fd=17 buf=139731754991872 count=8192 pos=811008") in \
+        {b for b, _ in calls}
     assert unplus(rows(binary, ["prev_state"])) == [(_TRACE_CMD_LETTERS.get(s, s),) for (s,) in rows(text, ["prev_state"])]
     # the same stacks, frame by frame (binary: symbolised from the file's kallsyms)
     bst = {tuple(r["frames"]) for r in binary.read("kernel_stack").to_pylist()}

@@ -54,7 +54,12 @@ def table_from_rows(rows: list[dict], schema: pa.Schema) -> pa.Table:
 def coded_strings(codes: np.ndarray, values: list[str]) -> pa.Array:
     """values[code] per row, null where code < 0, as a dictionary column (written to Parquet and
     scanned by DuckDB as it is; Capture.read gives plain strings)."""
+    return coded_array(codes, string_array(values))
+
+
+def coded_array(codes: np.ndarray, values: pa.Array) -> pa.Array:
+    """coded_strings with the dictionary already a string column."""
     codes = codes.astype(np.int32, copy=False)
     indices = int_array(codes, codes >= 0)
     return pa.DictionaryArray.from_buffers(pa.dictionary(pa.int32(), pa.string()), len(codes), indices.buffers(),
-                                           string_array(values))
+                                           values)

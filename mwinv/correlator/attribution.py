@@ -15,17 +15,20 @@ import pyarrow as pa
 from mwinv.capture.columns import coded_strings, int_array
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS
 from mwinv.correlator.load import CaptureDB
+from mwinv.kernel_trace.syscalls import numbers
 
-# x86_64 syscall numbers. Network: the client/remote socket calls; PostgreSQL reads its client socket
+# x86_64 syscalls. Network: the client/remote socket calls; PostgreSQL reads its client socket
 # with recv() and libpq waits with poll(). epoll_wait is PostgreSQL's latch wait (pg_sleep, parallel
 # leader waiting, heavyweight lock waits) and stays "other" unless a lock probe says otherwise.
-NETWORK_SYSCALLS = (7, 23, 42, 43, 44, 45, 46, 47, 271, 288)
+NETWORK_SYSCALLS = numbers("poll", "select", "connect", "accept", "sendto", "recvfrom", "sendmsg", "recvmsg",
+                           "ppoll", "accept4")
 # futex (POSIX semaphores: LWLock waits) and SysV semop.
-LOCK_SYSCALLS = (202, 65, 220)
-READ_SYSCALLS = (0, 17, 19, 295)  # read, pread64, readv, preadv
-FILE_IO_SYSCALLS = (0, 1, 17, 18, 19, 20, 74, 75, 295, 296, 187)
-NET_RX_SYSCALLS = (45, 47)
-NET_TX_SYSCALLS = (44, 46)
+LOCK_SYSCALLS = numbers("futex", "semop", "semtimedop")
+READ_SYSCALLS = numbers("read", "pread64", "readv", "preadv")
+FILE_IO_SYSCALLS = numbers("read", "write", "pread64", "pwrite64", "readv", "writev", "fsync", "fdatasync",
+                           "preadv", "pwritev", "readahead")
+NET_RX_SYSCALLS = numbers("recvfrom", "recvmsg")
+NET_TX_SYSCALLS = numbers("sendto", "sendmsg")
 
 # Recorded as pg_lock_wait_start_<n> etc., one uprobe per probe site.
 # Points a task emits itself: it is on a CPU at that instant (evidence of a switch-in the trace lacks).

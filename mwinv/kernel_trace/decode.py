@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from mwinv.capture.columns import coded_strings, int_array, string_array
+from mwinv.capture.columns import coded_array, coded_strings, int_array, string_array
 from mwinv.capture.tables import SCHEMAS
 from mwinv.kernel_trace.formats import EventFormat, Field, state_bits, state_text
-from mwinv.kernel_trace.ringwalk import decode_records
+from mwinv.kernel_trace.ringwalk import decode_records, format_int_fields
 
 KERNEL_EVENT = SCHEMAS["kernel_event"]
 PID_MAX_LIMIT = 4 * 1024 * 1024   # the kernel's upper bound of pid_max (64-bit)
@@ -164,14 +164,17 @@ def _data_loc_string(buf: np.ndarray, o: int, f: Field, end: int) -> str:
     return buf[start:start + n].tobytes().split(b"\0", 1)[0].decode(errors="replace")
 
 
-def _fields_text(buf: np.ndarray, off: np.ndarray, length: np.ndarray, fmt: EventFormat) -> list[str]:
-    """`name=value ...` of the non-common fields of every record (for event types without columns);
-    each field is gathered for all records at once."""
-    columns, names = [], []
-    for f in fmt.fields.values():
-        if fmt.common(f):
-            continue
-        names.append(f.name)
+def _fields_text(buf: np.ndarray, off: np.ndarray, length: np.ndarray, fmt: EventFormat) -> list[str] | pa.Array:
+    """`name=value ...` of the non-common fields of every record (for event types without columns):
+    in C when every field is an integer (syscall entries: most records of a trace), else each field
+    gathered for all records at once and one format call per record."""
+    own = [f for f in fmt.fields.values() if not fmt.common(f)]
+    if not own:
+        return [""] * len(off)
+    if all(f.size in (1, 2, 4, 8) and f.array_len == 1 and not (f.is_data_loc or f.is_string) for f in own):
+        return format_int_fields(buf, off, [(f.name, f.offset, f.size, f.signed) for f in own])
+    columns = []
+    for f in own:
         if f.is_data_loc or f.is_string:
             columns.append(_strings(buf, off, f, length).tolist())
         elif f.size in (1, 2, 4, 8) and f.array_len == 1:
@@ -179,10 +182,7 @@ def _fields_text(buf: np.ndarray, off: np.ndarray, length: np.ndarray, fmt: Even
         else:
             idx = (off + f.offset)[:, None] + np.arange(f.size)
             columns.append([bytes(r).hex() for r in buf[idx]])
-    if not columns:
-        return [""] * len(off)
-    # one format call per record (its fields are syscall arguments: most records of a trace)
-    template = " ".join(f"{name}={{}}" for name in names).format
+    template = " ".join(f"{f.name}={{}}" for f in own).format
     return [template(*values) for values in zip(*columns)]
 
 
@@ -191,21 +191,23 @@ def _dev_text(dev: int) -> str:
 
 
 class _StringColumn:
-    """A string column of a chunk as codes into a list of values: per-record Python objects would
-    cost more than the rest of the decoding."""
+    """A string column of a chunk as codes into its values (lists of str, or string columns made in C):
+    per-record Python objects would cost more than the rest of the decoding."""
 
     def __init__(self, n: int):
         self.codes = np.full(n, -1, np.int32)
-        self.values: list[str] = []
+        self.values: list[pa.Array] = []
+        self.count = 0
 
-    def put(self, sel: np.ndarray, values: list[str]) -> None:
+    def put(self, sel: np.ndarray, values: list[str] | pa.Array) -> None:
         """values[i] for record sel[i]."""
-        base = len(self.values)
-        self.values.extend(values)
-        self.codes[sel] = base + np.arange(len(sel))
+        self.codes[sel] = self.count + np.arange(len(sel))
+        self.values.append(values if isinstance(values, pa.Array) else string_array(values))
+        self.count += len(sel)
 
     def arrow(self, rows: np.ndarray) -> pa.Array:
-        return coded_strings(self.codes[rows], self.values)
+        values = pa.concat_arrays(self.values) if self.values else string_array([])
+        return coded_array(self.codes[rows], values)
 
 
 # kernel_event's integer-valued columns, in the order of ringwalk.c's ring_decode output; prev_state,

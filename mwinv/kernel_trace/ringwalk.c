@@ -143,3 +143,63 @@ void ring_decode(const uint8_t *buf, const int64_t *off, const int32_t *len, int
         }
     }
 }
+
+/* `name=value name=value ...` of integer fields, for every record: the `fields` text of event types
+ * whose fields are all integers (syscall entries: most records of a trace), as an Arrow string
+ * column (out: the text bytes, offsets: n + 1 int32). spec: per field (offset, size, signed);
+ * names: the field names joined by '\0'. Returns the bytes written, or -1 if out_cap is too small. */
+static char *put_u64(char *o, uint64_t v)
+{
+    char tmp[20];
+    int k = 0;
+    do { tmp[k++] = (char)('0' + v % 10); v /= 10; } while (v);
+    while (k) *o++ = tmp[--k];
+    return o;
+}
+
+int64_t format_int_fields(const uint8_t *buf, int64_t buf_len, const int64_t *off, int64_t n,
+                          const int32_t *spec, int64_t nfields, const char *names,
+                          char *out, int64_t out_cap, int32_t *offsets)
+{
+    const char *name_at[64];
+    size_t name_len[64];
+    if (nfields > 64) return -1;
+    const char *p = names;
+    for (int64_t f = 0; f < nfields; f++) {
+        name_at[f] = p;
+        name_len[f] = strlen(p);
+        p += name_len[f] + 1;
+    }
+    char *o = out, *end = out + out_cap;
+    offsets[0] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        for (int64_t f = 0; f < nfields; f++) {
+            if (end - o < (int64_t)name_len[f] + 24) return -1;
+            if (f) *o++ = ' ';
+            memcpy(o, name_at[f], name_len[f]);
+            o += name_len[f];
+            *o++ = '=';
+            int32_t fo = spec[f * 3], size = spec[f * 3 + 1], sgn = spec[f * 3 + 2];
+            uint64_t u = 0;
+            int64_t v = 0;
+            if (off[i] + fo + size <= buf_len) {
+                const uint8_t *q = buf + off[i] + fo;
+                switch (size) {
+                case 1: u = q[0]; v = (int8_t)q[0]; break;
+                case 2: { uint16_t x; memcpy(&x, q, 2); u = x; v = (int16_t)x; break; }
+                case 4: { uint32_t x; memcpy(&x, q, 4); u = x; v = (int32_t)x; break; }
+                case 8: { uint64_t x; memcpy(&x, q, 8); u = x; v = (int64_t)x; break; }
+                }
+            }
+            if (sgn && v < 0) {
+                *o++ = '-';
+                o = put_u64(o, (uint64_t)0 - (uint64_t)v);
+            } else {
+                o = put_u64(o, sgn ? (uint64_t)v : u);
+            }
+        }
+        if (o - out > INT32_MAX) return -1;
+        offsets[i + 1] = (int32_t)(o - out);
+    }
+    return o - out;
+}

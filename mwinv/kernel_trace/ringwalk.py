@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from mwinv.errors import MwinvError
 
@@ -47,6 +48,9 @@ def _load():
     lib.ring_decode.restype = None
     lib.ring_decode.argtypes = [p, p, p, ctypes.c_int64, p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                                 ctypes.c_int64, p, p, p, p, p, p, p]
+    lib.format_int_fields.restype = ctypes.c_int64
+    lib.format_int_fields.argtypes = [p, ctypes.c_int64, p, ctypes.c_int64, p, ctypes.c_int64, ctypes.c_char_p,
+                                      p, ctypes.c_int64, p]
     _lib = lib
     return lib
 
@@ -114,3 +118,19 @@ def decode_records(buf: np.ndarray, off: np.ndarray, length: np.ndarray, spec: n
                     d.cols.ctypes.data, d.valid.ctypes.data, d.stack_hash.ctypes.data, d.stack_off.ctypes.data,
                     d.stack_depth.ctypes.data)
     return d
+
+
+def format_int_fields(buf: np.ndarray, off: np.ndarray, fields: list[tuple[str, int, int, bool]]) -> pa.Array:
+    """`name=value ...` per record for integer fields (name, offset, size, signed), as a string column."""
+    lib = _load()
+    off = np.ascontiguousarray(off, np.int64)
+    spec = np.array([(o, size, int(signed)) for _, o, size, signed in fields], np.int32).reshape(-1, 3)
+    names = b"\0".join(name.encode() for name, *_ in fields) + b"\0"
+    cap = len(off) * sum(len(name) + 22 for name, *_ in fields) + 1
+    out = np.empty(cap, np.uint8)
+    offsets = np.empty(len(off) + 1, np.int32)
+    size = lib.format_int_fields(buf.ctypes.data, len(buf), off.ctypes.data, len(off), spec.ctypes.data, len(fields),
+                                 names, out.ctypes.data, cap, offsets.ctypes.data)
+    if size < 0:
+        raise MwinvError(f"{len(off)} records' fields do not fit a string column")
+    return pa.StringArray.from_buffers(len(off), pa.py_buffer(offsets), pa.py_buffer(out[:size]))

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from mwinv.kernel_trace.decode import KERNEL_EVENT, DecodeState, without_tracing_frames
 from mwinv.kernel_trace.formats import state_text
+from mwinv.kernel_trace.syscalls import X86_64
 from mwinv.kernel_trace.tracedat import TraceFormatError
 
 _LINE = re.compile(
@@ -27,6 +28,9 @@ _STACK = re.compile(r"^\s*=>\s*(?P<func>\S+)")
 _FREE_TEXT = ("print", "bprint", "bputs")
 _PAGE_CACHE_ADD = re.compile(r"dev (?P<maj>\d+):(?P<min>\d+) ino (?P<ino>[0-9a-f]+) pfn=\S+ ofs=(?P<ofs>\d+)"
                              r"(?: order=(?P<order>\d+))?")
+# "fd: 0x00000011," (the generic syscall print) or "uaddr=0x7f15dfa845d8" (futex's own); symbolic
+# values (op=FUTEX_WAKE|...) are not numbers and are left out
+_SYSCALL_ARG = re.compile(r"(\w+)(?:: |=)(-?0x[0-9a-fA-F]+|-?\d+)\b")
 _INT_COLS = ("prev_pid", "next_pid", "target_pid", "sector", "nr_bytes", "syscall_nr", "syscall_ret", "stack_id")
 _STR_COLS = ("prev_state", "dev", "rwbs", "fields")
 
@@ -100,7 +104,15 @@ def _fields_of(event: str, rest: str, row: dict, state: DecodeState) -> None:
         return
     if event.startswith("sys_exit_"):
         # printed as an unsigned 64-bit hex number: -11 is 0xfffffffffffffff5
+        row["syscall_nr"] = X86_64.get(event[len("sys_exit_"):])
         row["syscall_ret"] = _s64(_int(rest.strip().split()[0])) if rest.strip() else None
+        return
+    if event.startswith("sys_enter_"):
+        # the number is not printed, the arguments are in hex: as the binary parser gives them
+        # (`__syscall_nr=17 fd=17 ... count=8192`)
+        nr = row["syscall_nr"] = X86_64.get(event[len("sys_enter_"):])
+        args = [f"{k}={_int(v)}" for k, v in _SYSCALL_ARG.findall(rest)]
+        row["fields"] = " ".join(([f"__syscall_nr={nr}"] if nr is not None else []) + args) or None
         return
     row["fields"] = rest.strip() or None
 
