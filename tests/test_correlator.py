@@ -238,3 +238,10 @@ def test_missing_capture_is_one_line_error(tmp_path):
     (tmp_path / "x").mkdir()
     with pytest.raises(MwinvError, match="no manifest.json"):
         correlate(tmp_path / "x")
+
+
+def test_duckdb_connections_draw_no_progress_bar():
+    # DuckDB draws a bar on queries over 2 s; it wrote over the CLI's progress and into piped output
+    from mwinv.correlator.load import connect
+
+    assert connect(threads=1).execute("SELECT current_setting('enable_progress_bar')").fetchone()[0] is False
