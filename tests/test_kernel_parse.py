@@ -180,3 +180,17 @@ def test_not_a_trace_and_unknown_format(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "unknown event format (no name/ID line)" in proc.stderr.strip().splitlines()[-1]
     assert json.loads((tmp_path / "b" / "manifest.json").read_text())["format"] == "mwinv-capture"
+
+
+def test_integer_fields_text_at_the_limits():
+    # one record, the widest values (20 digits, a sign): the text must fit the space reserved for it
+    import numpy as np
+
+    from mwinv.kernel_trace.ringwalk import format_int_fields
+
+    buf = np.frombuffer((2**64 - 1).to_bytes(8, "little") + (-(2**63)).to_bytes(8, "little", signed=True)
+                        + (-5).to_bytes(4, "little", signed=True) + (200).to_bytes(1, "little"), np.uint8)
+    fields = [("__probe_ip", 0, 8, False), ("a", 8, 8, True), ("b", 16, 4, True), ("c", 20, 1, False)]
+    assert format_int_fields(buf, np.array([0]), fields[:1]).to_pylist() == [f"__probe_ip={2**64 - 1}"]
+    assert format_int_fields(buf, np.array([0]), fields).to_pylist() == \
+        [f"__probe_ip={2**64 - 1} a={-(2**63)} b=-5 c=200"]

@@ -174,7 +174,7 @@ int64_t format_int_fields(const uint8_t *buf, int64_t buf_len, const int64_t *of
     offsets[0] = 0;
     for (int64_t i = 0; i < n; i++) {
         for (int64_t f = 0; f < nfields; f++) {
-            if (end - o < (int64_t)name_len[f] + 24) return -1;
+            if (end - o < (int64_t)name_len[f] + 23) return -1;   /* " name=-" and 20 digits */
             if (f) *o++ = ' ';
             memcpy(o, name_at[f], name_len[f]);
             o += name_len[f];

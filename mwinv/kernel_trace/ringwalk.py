@@ -126,7 +126,7 @@ def format_int_fields(buf: np.ndarray, off: np.ndarray, fields: list[tuple[str, 
     off = np.ascontiguousarray(off, np.int64)
     spec = np.array([(o, size, int(signed)) for _, o, size, signed in fields], np.int32).reshape(-1, 3)
     names = b"\0".join(name.encode() for name, *_ in fields) + b"\0"
-    cap = len(off) * sum(len(name) + 22 for name, *_ in fields) + 1
+    cap = len(off) * sum(len(name) + 23 for name, *_ in fields) + 1   # " name=-" and 20 digits per field
     out = np.empty(cap, np.uint8)
     offsets = np.empty(len(off) + 1, np.int32)
     size = lib.format_int_fields(buf.ctypes.data, len(buf), off.ctypes.data, len(off), spec.ctypes.data, len(fields),
