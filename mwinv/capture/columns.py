@@ -63,3 +63,22 @@ def coded_array(codes: np.ndarray, values: pa.Array) -> pa.Array:
     indices = int_array(codes, codes >= 0)
     return pa.DictionaryArray.from_buffers(pa.dictionary(pa.int32(), pa.string()), len(codes), indices.buffers(),
                                            values)
+
+
+def numpy_ints(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """An integer column without nulls as numpy, read from its buffers (to_numpy() imports pandas)."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    parts = []
+    for c in chunks:
+        if c.null_count or not pa.types.is_integer(c.type):
+            raise ValueError(f"numpy_ints: a column of {c.type} with {c.null_count} nulls")
+        dtype = np.dtype(("i" if pa.types.is_signed_integer(c.type) else "u") + str(c.type.bit_width // 8))
+        parts.append(np.frombuffer(c.buffers()[1], dtype)[c.offset:c.offset + len(c)])
+    if not parts:
+        return np.zeros(0, np.int64)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def empty_table(schema: pa.Schema) -> pa.Table:
+    """schema.empty_table() without the pandas import it triggers."""
+    return pa.Table.from_batches([], schema=schema)

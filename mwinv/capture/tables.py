@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mwinv.capture.columns import table_from_rows
+from mwinv.capture.columns import empty_table, table_from_rows
 from mwinv.errors import MwinvError
 
 i32, i64, f64, s, b = pa.int32(), pa.int64(), pa.float64(), pa.string(), pa.bool_()
@@ -196,7 +196,7 @@ class Capture:
     def read(self, table: str) -> pa.Table:
         parts = self.parts(table)
         if not parts:
-            return SCHEMAS[table].empty_table()
+            return empty_table(SCHEMAS[table])
         tables = []
         for p in parts:
             try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from mwinv.capture.columns import coded_strings, int_array
+from mwinv.capture.columns import numpy_ints
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS
 from mwinv.correlator.load import CaptureDB
 from mwinv.kernel_trace.syscalls import numbers
@@ -29,6 +29,13 @@ FILE_IO_SYSCALLS = numbers("read", "write", "pread64", "pwrite64", "readv", "wri
                            "preadv", "pwritev", "readahead")
 NET_RX_SYSCALLS = numbers("recvfrom", "recvmsg")
 NET_TX_SYSCALLS = numbers("sendto", "sendmsg")
+
+# The kinds of point (build_points) and the labels of the segment's code columns (build_segments).
+POINT_KINDS = ("on", "off", "wake", "enter", "exit", "lock_start", "lock_done", "lwlock_start", "lwlock_done",
+               "io_start", "io_done", "stmt_start", "stmt_end")
+CPU_STATES = ("running", "runnable", "sleeping")
+EVIDENCE = ("on", "off", "self")   # what the next point says of the task: switched in, out, or its own event
+FILE_PATTERNS = ("seq", "rand")    # a positional read's access pattern (file_read)
 
 # Recorded as pg_lock_wait_start_<n> etc., one uprobe per probe site.
 # Points a task emits itself: it is on a CPU at that instant (evidence of a switch-in the trace lacks).
@@ -194,17 +201,16 @@ def build_points(db: CaptureDB) -> None:
         ) p JOIN dbms_pid USING (node, pid)""")
 
 
-def _forward(valid: np.ndarray, start: np.ndarray) -> np.ndarray:
+def _forward(valid: np.ndarray, start: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Per row, the index of the last row at or before it in its pid's stretch where `valid`, or -1
     (SQL's last_value(... IGNORE NULLS) OVER (ROWS UNBOUNDED PRECEDING), as one vectorised pass)."""
-    idx = np.maximum.accumulate(np.where(valid, np.arange(len(valid)), -1))
+    idx = np.maximum.accumulate(np.where(valid, rows, -1))
     return np.where(idx >= start, idx, -1)
 
 
-def _backward(valid: np.ndarray, end: np.ndarray) -> np.ndarray:
+def _backward(valid: np.ndarray, end: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Per row, the index of the first row at or after it in its pid's stretch where `valid`, or -1."""
-    n = len(valid)
-    idx = np.minimum.accumulate(np.where(valid, np.arange(n), n)[::-1])[::-1]
+    idx = np.minimum.accumulate(np.where(valid, rows, len(rows))[::-1])[::-1]
     return np.where(idx <= end, idx, -1)
 
 
@@ -212,117 +218,125 @@ def _carried(values: np.ndarray, idx: np.ndarray, null=-1) -> np.ndarray:
     return np.where(idx >= 0, values[np.maximum(idx, 0)], null)
 
 
-def build_segments(db: CaptureDB) -> None:
+def _code(labels: tuple[str, ...], label: str) -> int:
+    return labels.index(label)
+
+
+def build_segments(db: CaptureDB) -> list[str]:
     """segment: stretches between consecutive points of one pid with the state carried forward.
 
     The points are sorted once by (node, pid, ts, ord); every carried state is then a forward (or
     backward) fill within a pid's rows, done with running maxima of row indices in numpy: the same
-    results as window functions over the stream, without one sort per window."""
+    results as window functions over the stream, without one sort per window.
+
+    The result is registered as `segment_code`, numpy columns with labels as small integer codes
+    (scanning numpy needs neither pyarrow.dataset nor the pandas import it drags in, which took
+    half a minute on a slow disk), and `segment`, a view with the labels as text."""
+    nodes = [v for (v,) in db.sql("SELECT DISTINCT node FROM point ORDER BY node").fetchall()]
+    infos = [v for (v,) in db.sql("SELECT DISTINCT info FROM point WHERE info IS NOT NULL ORDER BY info").fetchall()]
     # text columns come out of DuckDB as enums, i.e. Arrow dictionaries whose indices are the codes,
-    # and integer columns without nulls: no Arrow compute pass over the sorted stream
-    enums = {col: _enum(db, col) for col in ("node", "kind", "info")}
+    # and integer columns without nulls (ret is only read on exits and request starts, where it is set)
     t = db.sql(f"""
-        SELECT node::{enums['node']} AS node, pid, ts, ord, kind::{enums['kind']} AS kind,
-               info::{enums['info']} AS info, coalesce(stack_id, -1) AS stack_id, nr, coalesce(nr, -1) AS nr_or_none,
-               ret, coalesce(sid, -1) AS sid, coalesce(io_seq, 0) AS io_seq, coalesce(io_rand, 0) AS io_rand
+        SELECT node::{_enum_type(nodes)} AS node, pid::BIGINT AS pid, ts::BIGINT AS ts, kind::{_enum_type(POINT_KINDS)} AS kind,
+               info::{_enum_type(infos)} AS info, coalesce(stack_id, -1)::BIGINT AS stack_id,
+               coalesce(nr, -1)::BIGINT AS nr, coalesce(ret, 0)::BIGINT AS ret, coalesce(sid, -1)::BIGINT AS sid,
+               coalesce(io_seq, 0)::BIGINT AS io_seq, coalesce(io_rand, 0)::BIGINT AS io_rand
         FROM point ORDER BY node, pid, ts, ord""").to_arrow_table()
     n = t.num_rows
+    rows = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
 
-    def codes(col: str) -> tuple[np.ndarray, list[str]]:
+    def codes(col: str) -> np.ndarray:
         if not pa.types.is_dictionary(t[col].type):   # no values at all
-            return np.full(n, -1, np.int32), []
-        arr = t[col].combine_chunks() if t[col].num_chunks != 1 else t[col].chunk(0)
-        return _dictionary_codes(arr), arr.dictionary.to_pylist()
+            return np.full(n, -1, np.int32)
+        return _dictionary_codes(t[col].combine_chunks() if t[col].num_chunks != 1 else t[col].chunk(0))
 
-    def ints(col: str) -> np.ndarray:
-        return t[col].to_numpy().astype(np.int64)
-
-    node_c, node_names = codes("node")
-    pid, ts = ints("pid"), ints("ts")
-    kind_c, kinds = codes("kind")
-    info_c, infos = codes("info")
+    node_c, kind_c, info_c = codes("node"), codes("kind"), codes("info")
+    pid, ts, nr = numpy_ints(t["pid"]), numpy_ints(t["ts"]), numpy_ints(t["nr"])
 
     def is_kind(*names: str) -> np.ndarray:
-        wanted = [kinds.index(k) for k in names if k in kinds]
-        return np.isin(kind_c, wanted) if wanted else np.zeros(n, bool)
+        return np.isin(kind_c, [_code(POINT_KINDS, k) for k in names])
 
     new_group = np.ones(n, bool)
     new_group[1:] = (pid[1:] != pid[:-1]) | (node_c[1:] != node_c[:-1])
-    start = np.maximum.accumulate(np.where(new_group, np.arange(n), 0))
+    start = np.maximum.accumulate(np.where(new_group, rows, 0))
     last = np.empty(n, bool)
     last[:-1], last[-1:] = new_group[1:], True
-    end = np.minimum.accumulate(np.where(last, np.arange(n), n)[::-1])[::-1]
+    end = np.minimum.accumulate(np.where(last, rows, n)[::-1])[::-1]
 
     on, off, wake = is_kind("on"), is_kind("off"), is_kind("wake")
     enter, exit_ = is_kind("enter"), is_kind("exit")
     self_evidence = is_kind(*SELF_EVIDENCE_KINDS)
     runnable_info = np.array([v.startswith("R") for v in infos] + [False], bool)[info_c]
-    last_onoff_on = _carried(on.astype(np.int8), _forward(on | off, start), 0) == 1
-    # CPU state an event implies: 0 running, 1 runnable, 2 sleeping, -1 none
+    last_onoff_on = _carried(on, _forward(on | off, start, rows), False)
+    # CPU state an event implies: codes of CPU_STATES, -1 none
     event_state = np.full(n, -1, np.int8)
-    event_state[wake] = np.where(last_onoff_on[wake], 0, 1)
-    event_state[off] = np.where(runnable_info[off], 1, 2)
-    event_state[on | self_evidence] = 0
-    # evidence: 0 on, 1 off, 2 the task's own event
+    event_state[wake] = np.where(last_onoff_on[wake], _code(CPU_STATES, "running"), _code(CPU_STATES, "runnable"))
+    event_state[off] = np.where(runnable_info[off], _code(CPU_STATES, "runnable"), _code(CPU_STATES, "sleeping"))
+    event_state[on | self_evidence] = _code(CPU_STATES, "running")
     evidence = np.full(n, -1, np.int8)
-    evidence[self_evidence], evidence[off], evidence[on] = 2, 1, 0
-    onoff = np.where(on, 0, np.where(off, 1, -1)).astype(np.int8)
+    evidence[self_evidence] = _code(EVIDENCE, "self")
+    evidence[off], evidence[on] = _code(EVIDENCE, "off"), _code(EVIDENCE, "on")
+    onoff = np.where(on, _code(EVIDENCE, "on"), np.where(off, _code(EVIDENCE, "off"), -1)).astype(np.int8)
 
-    following = np.full(n, -1, np.int64)
     has_next = ~last
-    following[:-1] = np.where(has_next[:-1], np.arange(1, n), -1)
-    nxt_ev = _backward(evidence >= 0, end)
-    next_evidence = np.where(following >= 0, _carried(nxt_ev, following), -1)
+    following = np.full(n, -1, rows.dtype)
+    following[:-1] = np.where(has_next[:-1], rows[1:], -1)
+    next_evidence = np.where(following >= 0, _carried(_backward(evidence >= 0, end, rows), following), -1)
     next_evidence = _carried(evidence, next_evidence)
-    nr = ints("nr_or_none")
-    nr_valid = nr >= 0   # syscall numbers and request kinds (1, 2) are never negative
-    call = _forward(enter | exit_, start)            # the last syscall entry or exit
-    stmt = _forward(is_kind("stmt_start", "stmt_end"), start)
+    call = _forward(enter | exit_, start, rows)            # the last syscall entry or exit
+    stmt = _forward(is_kind("stmt_start", "stmt_end"), start, rows)
 
     def waiting(start_kind: str, done_kind: str) -> np.ndarray:
         started = is_kind(start_kind)
-        return _carried(started, _forward(started | is_kind(done_kind), start), False)
-
-    in_lock = waiting("lock_start", "lock_done") | waiting("lwlock_start", "lwlock_done")
-    io_seq, io_rand = ints("io_seq"), ints("io_rand")
+        return _carried(started, _forward(started | is_kind(done_kind), start, rows), False)
 
     def group_cumsum(v: np.ndarray) -> np.ndarray:
         c = np.cumsum(v)
         return c - (c[start] - v[start])
 
-    ts_end = np.where(has_next, np.append(ts[1:], 0), 0)
-    # an entry's access pattern ('seq'/'rand' from file_read), '' after an exit or a plain entry
-    file_c = np.where(enter & (info_c >= 0), info_c, len(infos))
-    labels = {
-        "cpu_state": (_carried(event_state, _forward(event_state >= 0, start)), ["running", "runnable", "sleeping"]),
-        "next_evidence": (next_evidence, ["on", "off", "self"]),
-        "next_onoff": (_carried(onoff, _backward(onoff >= 0, end)), ["on", "off"]),
-        "sleep_state": (_carried(info_c, _forward(off & (info_c >= 0), start)), infos),
-        "file_pattern": (_carried(file_c, call), infos + [""]),
-    }
+    # an entry's access pattern (from file_read), none after an exit or a plain entry
+    pattern_of_info = np.array([FILE_PATTERNS.index(v) if v in FILE_PATTERNS else -1 for v in infos] + [-1], np.int8)
+    file_c = np.where(enter, pattern_of_info[info_c], -1)
+    disk_sleep_info = np.array([v.startswith("D") for v in infos] + [False], bool)
     columns = {
-        "node": coded_strings(node_c, node_names), "pid": t["pid"], "ts": t["ts"], "kind": coded_strings(kind_c, kinds),
-        "nr": t["nr"], "ret": t["ret"],
-        "io_seq": t["io_seq"], "io_rand": t["io_rand"],
-        "ts_end": int_array(ts_end, has_next),
-        "off_stack": _nullable(_carried(ints("stack_id"), _forward(off, start), -2)),
-        "syscall": _nullable(_carried(np.where(enter, nr, -1), call, -2)),
-        "last_io_kind": _nullable(_carried(nr, _forward(is_kind("io_start") & nr_valid, start), -2)),
-        "in_lock": int_array(in_lock.astype(np.int64)),
-        "io_seq_inflight": int_array(group_cumsum(io_seq)),
-        "io_rand_inflight": int_array(group_cumsum(io_rand)),
-        "sid": _nullable(_carried(np.where(is_kind("stmt_start"), ints("sid"), -1), stmt, -2)),
+        "node": node_c.astype(np.int16), "pid": pid, "ts": ts, "kind": kind_c.astype(np.int8), "nr": nr,
+        "ret": numpy_ints(t["ret"]),
+        "ts_end": np.where(has_next, np.append(ts[1:], 0), -1),
+        "off_stack": _carried(numpy_ints(t["stack_id"]), _forward(off, start, rows), -2),
+        "syscall": _carried(np.where(enter, nr, -1), call, -2),
+        "last_io_kind": _carried(nr, _forward(is_kind("io_start") & (nr >= 0), start, rows), -2),
+        "in_lock": waiting("lock_start", "lock_done") | waiting("lwlock_start", "lwlock_done"),
+        "io_seq_inflight": group_cumsum(numpy_ints(t["io_seq"])),
+        "io_rand_inflight": group_cumsum(numpy_ints(t["io_rand"])),
+        "sid": _carried(np.where(is_kind("stmt_start"), numpy_ints(t["sid"]), -1), stmt, -2),
+        "cpu_state": _carried(event_state, _forward(event_state >= 0, start, rows)).astype(np.int8),
+        "next_evidence": next_evidence.astype(np.int8),
+        "next_onoff": _carried(onoff, _backward(onoff >= 0, end, rows)).astype(np.int8),
+        "disk_sleep": _carried(disk_sleep_info[info_c], _forward(off & (info_c >= 0), start, rows), False),
+        "file_pattern": _carried(file_c, call).astype(np.int8),
     }
-    for name, (c, names) in labels.items():
-        columns[name] = coded_strings(c, names)
-    # scanned in place by the queries that follow (copying it into a DuckDB table cost as much as building it)
-    db.con.register("segment", pa.table(columns))
+    db.con.register("segment_code", columns)
+    db.con.execute(f"""
+        CREATE OR REPLACE VIEW segment AS
+        SELECT {_label_sql('node', nodes)} AS node, pid, ts, nullif(ts_end, -1) AS ts_end,
+               {_label_sql('kind', POINT_KINDS)} AS kind, nullif(nr, -1) AS nr, ret,
+               nullif(off_stack, -2) AS off_stack, nullif(syscall, -2) AS syscall,
+               nullif(last_io_kind, -2) AS last_io_kind, in_lock, io_seq_inflight, io_rand_inflight,
+               nullif(sid, -2) AS sid, {_label_sql('cpu_state', CPU_STATES)} AS cpu_state,
+               {_label_sql('next_evidence', EVIDENCE)} AS next_evidence,
+               {_label_sql('next_onoff', EVIDENCE)} AS next_onoff, disk_sleep,
+               {_label_sql('file_pattern', FILE_PATTERNS)} AS file_pattern
+        FROM segment_code""")
+    return nodes
 
 
-def _enum(db: CaptureDB, col: str) -> str:
-    """An ENUM type of the point table's distinct values of `col`."""
-    values = [v for (v,) in db.sql(f"SELECT DISTINCT {col} FROM point WHERE {col} IS NOT NULL").fetchall()]
-    return "ENUM(" + ", ".join("'" + v.replace("'", "''") + "'" for v in sorted(values)) + ")" if values else "VARCHAR"
+def _enum_type(values) -> str:
+    return "ENUM(" + ", ".join("'" + v.replace("'", "''") + "'" for v in values) + ")" if values else "VARCHAR"
+
+
+def _label_sql(col: str, labels) -> str:
+    """The label of a code column (NULL for -1), for the readable `segment` view."""
+    return "[" + ", ".join("'" + v.replace("'", "''") + "'" for v in labels) + f"][{col} + 1]"
 
 
 def _dictionary_codes(arr: pa.DictionaryArray) -> np.ndarray:
@@ -338,24 +352,23 @@ def _dictionary_codes(arr: pa.DictionaryArray) -> np.ndarray:
     return codes
 
 
-def _nullable(values: np.ndarray) -> pa.Array:
-    """-2 marks null (-1 is a value: 'no syscall', 'no statement', 'no stack')."""
-    return int_array(values.astype(np.int64), values != -2)
-
-
 def _component_sql() -> str:
+    """The component of each stretch of `segment_code` (docs/attribution.md, "Components")."""
+    running, runnable = _code(CPU_STATES, "running"), _code(CPU_STATES, "runnable")
+    on, off = _code(EVIDENCE, "on"), _code(EVIDENCE, "off")
+    seq, rand = _code(FILE_PATTERNS, "seq"), _code(FILE_PATTERNS, "rand")
     return f"""
         CASE
-          WHEN cpu_state = 'running' OR (cpu_state IS NULL AND next_onoff = 'off') THEN 'cpu'
-          WHEN cpu_state = 'runnable' AND next_evidence = 'on' THEN 'run_queue'
-          WHEN cpu_state = 'runnable' THEN 'cpu_or_queue'
-          WHEN cpu_state IS NULL THEN 'not_allocated'
-          WHEN in_lock = 1 THEN 'lock_wait'
+          WHEN cpu_state = {running} OR (cpu_state < 0 AND next_onoff = {off}) THEN 'cpu'
+          WHEN cpu_state = {runnable} AND next_evidence = {on} THEN 'run_queue'
+          WHEN cpu_state = {runnable} THEN 'cpu_or_queue'
+          WHEN cpu_state < 0 THEN 'not_allocated'
+          WHEN in_lock THEN 'lock_wait'
           WHEN io_rand_inflight > 0 THEN 'disk_random'
           WHEN io_seq_inflight > 0 THEN 'disk_seq'
           -- a file syscall that sleeps waits for the disk (a page-cache hit does not sleep)
-          WHEN syscall IN {_in(FILE_IO_SYSCALLS)} OR sleep_state LIKE 'D%' THEN
-               CASE WHEN file_pattern = 'seq' THEN 'disk_seq' WHEN file_pattern = 'rand' THEN 'disk_random'
+          WHEN syscall IN {_in(FILE_IO_SYSCALLS)} OR disk_sleep THEN
+               CASE WHEN file_pattern = {seq} THEN 'disk_seq' WHEN file_pattern = {rand} THEN 'disk_random'
                     WHEN last_io_kind = 1 THEN 'disk_seq' WHEN last_io_kind = 2 THEN 'disk_random'
                     ELSE 'disk_unknown' END
           WHEN syscall IN {_in(NETWORK_SYSCALLS)} THEN 'network'
@@ -369,6 +382,7 @@ def attribute(db: CaptureDB, progress=None) -> pa.Table:
     progress(step) is called as each step begins."""
     step = progress or (lambda _: None)
     kernel = db.has("kernel_event")
+    nodes = None   # the segment's node labels
     if kernel:
         step("disk requests and file reads")
         build_disk_requests(db)
@@ -376,17 +390,20 @@ def attribute(db: CaptureDB, progress=None) -> pa.Table:
         step("point stream")
         build_points(db)
         step("segments (window functions)")
-        build_segments(db)
+        nodes = build_segments(db)
         step("components per statement")
         db.con.execute(f"""
             CREATE OR REPLACE TABLE seg_component AS
-            SELECT node, sid AS statement_id, {_component_sql()} AS component, sum(ts_end - ts) AS ns
-            FROM segment WHERE sid > 0 AND ts_end IS NOT NULL GROUP BY ALL""")
+            WITH c AS (
+                SELECT node, sid, {_component_sql()} AS component, sum(ts_end - ts) AS ns
+                FROM segment_code WHERE sid > 0 AND ts_end >= 0 GROUP BY ALL)
+            SELECT {_label_sql('c.node', nodes)} AS node, sid AS statement_id, component, ns
+            FROM c""")
     else:
         db.con.execute("CREATE OR REPLACE TABLE seg_component (node VARCHAR, statement_id BIGINT, "
                        "component VARCHAR, ns BIGINT)")
     step("statement I/O and CPU/disk splits")
-    _build_statement_io(db, kernel)
+    _build_statement_io(db, nodes)
     # Split the generic components: cpu by the statement's own user/sys rusage ratio, and disk waits
     # whose requests were issued by another task by the statement's own seq/random request mix
     # (floor for one part, the rest for the other, so the parts sum to the whole in integer ns).
@@ -482,27 +499,30 @@ def attribute(db: CaptureDB, progress=None) -> pa.Table:
     return db.sql("SELECT * FROM statement_attribution").to_arrow_table().cast(SCHEMAS["statement_attribution"])
 
 
-def _build_statement_io(db: CaptureDB, kernel: bool) -> None:
+def _build_statement_io(db: CaptureDB, nodes: list[str] | None) -> None:
     """statement_io: the model's inputs per statement — its own block requests (sequential bytes,
-    random requests) and the bytes its network syscalls moved — read off the same point stream."""
-    if kernel:
+    random requests) and the bytes its network syscalls moved — read off the same point stream
+    (`nodes`: the segment's node labels; None without kernel events)."""
+    if nodes is not None:
+        io_start, exit_ = _code(POINT_KINDS, "io_start"), _code(POINT_KINDS, "exit")
         db.con.execute(f"""
             CREATE OR REPLACE TABLE statement_io AS
             WITH io AS (
-                SELECT node, sid AS statement_id,
-                       coalesce(sum(ret) FILTER (WHERE kind = 'io_start' AND nr = 1), 0) AS seq_bytes,
-                       count(*) FILTER (WHERE kind = 'io_start' AND nr = 1) AS seq_reqs,
-                       count(*) FILTER (WHERE kind = 'io_start' AND nr = 2) AS random_reqs,
-                       coalesce(sum(ret) FILTER (WHERE kind = 'io_start' AND nr = 2), 0) AS random_bytes,
-                       coalesce(sum(ret) FILTER (WHERE kind = 'exit' AND nr IN {_in(NET_RX_SYSCALLS)} AND ret > 0), 0)
+                SELECT node, sid,
+                       coalesce(sum(ret) FILTER (WHERE kind = {io_start} AND nr = 1), 0) AS seq_bytes,
+                       count(*) FILTER (WHERE kind = {io_start} AND nr = 1) AS seq_reqs,
+                       count(*) FILTER (WHERE kind = {io_start} AND nr = 2) AS random_reqs,
+                       coalesce(sum(ret) FILTER (WHERE kind = {io_start} AND nr = 2), 0) AS random_bytes,
+                       coalesce(sum(ret) FILTER (WHERE kind = {exit_} AND nr IN {_in(NET_RX_SYSCALLS)} AND ret > 0), 0)
                            AS net_rx_bytes,
-                       coalesce(sum(ret) FILTER (WHERE kind = 'exit' AND nr IN {_in(NET_TX_SYSCALLS)} AND ret > 0), 0)
+                       coalesce(sum(ret) FILTER (WHERE kind = {exit_} AND nr IN {_in(NET_TX_SYSCALLS)} AND ret > 0), 0)
                            AS net_tx_bytes
-                FROM segment WHERE sid > 0 GROUP BY ALL)
+                FROM segment_code WHERE sid > 0 GROUP BY ALL),
+            labelled AS (SELECT * EXCLUDE (node, sid), {_label_sql('node', nodes)} AS node, sid AS statement_id FROM io)
             SELECT s.node, s.statement_id, coalesce(seq_bytes, 0) AS seq_bytes, coalesce(seq_reqs, 0) AS seq_reqs,
                    coalesce(random_reqs, 0) AS random_reqs, coalesce(random_bytes, 0) AS random_bytes,
                    coalesce(net_rx_bytes, 0) AS net_rx_bytes, coalesce(net_tx_bytes, 0) AS net_tx_bytes
-            FROM statement_clean s LEFT JOIN io USING (node, statement_id)""")
+            FROM statement_clean s LEFT JOIN labelled USING (node, statement_id)""")
         db.con.execute("CREATE OR REPLACE VIEW trace_range_or_empty AS SELECT * FROM trace_range")
     else:
         db.con.execute("""

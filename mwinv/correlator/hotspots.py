@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from mwinv.capture.columns import empty_table
 from mwinv.capture.tables import SCHEMAS
 from mwinv.correlator.load import CaptureDB
 
@@ -52,7 +53,7 @@ def kernel_functions(db: CaptureDB) -> pa.Table:
             FROM sample_statement x JOIN stack_frame f ON f.node = x.node AND f.stack_id = x.stack_id
             GROUP BY ALL""")
     if not parts:
-        return SCHEMAS["statement_kernel_function"].empty_table()
+        return empty_table(SCHEMAS["statement_kernel_function"])
     db.con.execute(f"""
         CREATE OR REPLACE TABLE statement_kernel_function AS
         WITH raw AS ({' UNION ALL '.join(parts)}),

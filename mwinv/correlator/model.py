@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 import duckdb
 import pyarrow as pa
 
+from mwinv.capture.columns import empty_table
 from mwinv.capture.tables import SCHEMAS
 from mwinv.correlator.attribution import RUSAGE_MIN_WALL_NS
 from mwinv.correlator.load import connect
@@ -137,7 +138,7 @@ def _connect(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table
     con = connect(threads=1)  # per-statement aggregates: threads only add contention
     con.register("statements", statements)
     con.register("attribution", attribution)
-    con.register("statement_io", statement_io if statement_io is not None else SCHEMAS["statement_io"].empty_table())
+    con.register("statement_io", statement_io if statement_io is not None else empty_table(SCHEMAS["statement_io"]))
     return con
 
 

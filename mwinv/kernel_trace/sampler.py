@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mwinv.capture.columns import table_from_rows
+from mwinv.capture.columns import empty_table, table_from_rows
 from mwinv.capture.tables import SCHEMAS, Capture
 
 TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
@@ -225,7 +225,7 @@ def block_sequentiality(kernel_event: pa.Table, node: str, interval_ns: int) -> 
     avg_stride_sectors is the mean absolute jump between consecutive requests."""
     ev = kernel_event.filter(pc.equal(kernel_event["event"], "block_rq_issue"))
     if ev.num_rows == 0:
-        return SCHEMAS["node_sample"].empty_table()
+        return empty_table(SCHEMAS["node_sample"])
     names = disk_names_by_dev()
     rows = []
     devs = ev["dev"].to_numpy(zero_copy_only=False)
