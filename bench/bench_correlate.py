@@ -20,6 +20,7 @@ Usage:
     python -m bench.bench_correlate record --capture /tmp/small --seconds 10 --min-events 0 --min-statements 0
     python -m bench.bench_correlate measure --capture /tmp/small --timeout 600 --memory-limit 8
     python -m bench.bench_correlate measure --only mwinv --steps    # timing of each correlator step
+    python -m bench.bench_correlate measure --repeat 3              # best and median of 3 interleaved rounds
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -265,38 +267,70 @@ def cpu_agreement(mwinv_cpu: Path, pandas_cpu: Path) -> str:
             f"{within / n:.2%}; total CPU mwinv {total_m / 1e9:.3f} s, pandas {total_p / 1e9:.3f} s")
 
 
+@dataclass
+class Runs:
+    """One contender's runs of a measurement: best and median seconds of those that finished."""
+    name: str
+    results: list[Result]
+
+    @property
+    def seconds(self) -> list[float]:
+        return sorted(r.seconds for r in self.results if r.seconds)
+
+    @property
+    def best(self) -> float | None:
+        return self.seconds[0] if self.seconds else None
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.seconds) if self.seconds else None
+
+    @property
+    def max_rss(self) -> int:
+        return max(r.max_rss for r in self.results)
+
+    @property
+    def failure(self) -> str | None:
+        return next((r.failure for r in reversed(self.results) if r.failure), None)
+
+
 def measure(capture_dir: Path, only: tuple[str, ...], timeout_s: float, memory_limit: int, steps: bool,
-            console: Console) -> None:
+            repeat: int, console: Console) -> None:
     info = describe(capture_dir)
     print_capture(console, capture_dir, info)
     events = info["kernel_events"]
-    results = {}
+    runs = {name: Runs(name, []) for name in only}
     with tempfile.TemporaryDirectory(prefix="mwinv-bench-correlate-") as tmp:
         outs = {name: Path(tmp) / f"{name}_cpu.parquet" for name in CONTENDERS}
-        for name in only:
-            with console.status(f"{name}: correlating {events:,} kernel events"):
-                results[name] = run_contender(name, capture_dir, outs[name], timeout_s, memory_limit, steps)
-            r = results[name]
-            console.print(f"{name}: " + (r.failure or f"{r.seconds:.1f} s") + f", peak RSS {r.max_rss / 2**20:,.0f} MiB")
-        table = Table(title=f"correlating {events:,} kernel events and {info['statements']:,} statements")
-        for col in ("contender", "seconds", "kernel events/s", "peak RSS"):
+        # rounds interleave the contenders, so a slow spell of the machine falls on both
+        for round_ in range(repeat):
+            for name in only:
+                with console.status(f"round {round_ + 1}/{repeat}, {name}: correlating {events:,} kernel events"):
+                    r = run_contender(name, capture_dir, outs[name], timeout_s, memory_limit, steps)
+                runs[name].results.append(r)
+                console.print(f"round {round_ + 1}, {name}: " + (r.failure or f"{r.seconds:.1f} s")
+                              + f", peak RSS {r.max_rss / 2**20:,.0f} MiB")
+        table = Table(title=f"correlating {events:,} kernel events and {info['statements']:,} statements, "
+                            f"{repeat} round(s)")
+        for col in ("contender", "best s", "median s", "kernel events/s (best)", "peak RSS"):
             table.add_column(col, justify="left" if col == "contender" else "right")
-        for r in results.values():
-            table.add_row(r.name, f"{r.seconds:.1f}" if r.seconds else r.failure,
-                          f"{events / r.seconds:,.0f}" if r.seconds else "-", f"{r.max_rss / 2**20:,.0f} MiB")
+        for r in runs.values():
+            table.add_row(r.name, f"{r.best:.1f}" if r.best else r.failure, f"{r.median:.1f}" if r.median else "-",
+                          f"{events / r.best:,.0f}" if r.best else "-", f"{r.max_rss / 2**20:,.0f} MiB")
         console.print(table)
-        m, p = results.get("mwinv"), results.get("pandas")
-        if m and m.seconds:
-            ok = events / m.seconds >= GOAL_EVENTS_PER_S and m.max_rss <= GOAL_RSS_BYTES
+        m, p = runs.get("mwinv"), runs.get("pandas")
+        if m and m.best:
+            ok = events / m.best >= GOAL_EVENTS_PER_S and m.max_rss <= GOAL_RSS_BYTES
             console.print(f"goal (>= {GOAL_EVENTS_PER_S:,} events/s, <= 2 GiB): {'met' if ok else 'MISSED'}")
-        if m and p and m.seconds:
-            if p.seconds:
-                console.print(f"mwinv vs pandas: {p.seconds / m.seconds:.2f}x the speed (pandas seconds / mwinv "
-                              f"seconds), peak RSS mwinv / pandas {m.max_rss / max(p.max_rss, 1):.2f}")
+        if m and p and m.best:
+            if p.best:
+                console.print(f"mwinv vs pandas: {p.best / m.best:.2f}x the speed (pandas seconds / mwinv seconds, "
+                              f"best of each; medians {p.median / m.median:.2f}x), peak RSS mwinv / pandas "
+                              f"{m.max_rss / max(p.max_rss, 1):.2f}")
                 if outs["mwinv"].exists() and outs["pandas"].exists():
                     console.print("per-statement CPU agreement: " + cpu_agreement(outs["mwinv"], outs["pandas"]))
             else:
-                console.print(f"mwinv vs pandas: pandas {p.failure}; mwinv finished in {m.seconds:.1f} s")
+                console.print(f"mwinv vs pandas: pandas {p.failure}; mwinv finished in {m.best:.1f} s")
 
 
 # ---------------------------------------------------------------------------------------------- CLI
@@ -349,14 +383,16 @@ def record_cmd(ctx: click.Context, capture_dir: Path | None, rerecord: bool, sec
 @click.option("--memory-limit", "memory_gb", default=12.0, show_default=True,
               help="GiB of resident memory before a contender is killed.")
 @click.option("--steps", is_flag=True, help="Print the time of each correlator step (stderr).")
+@click.option("--repeat", default=1, show_default=True, help="Rounds, each running every contender once (interleaved).")
 @click.pass_context
 def measure_cmd(ctx: click.Context, capture_dir: Path | None, only: tuple[str, ...], timeout_s: float,
-                memory_gb: float, steps: bool) -> None:
+                memory_gb: float, steps: bool, repeat: int) -> None:
     """Time mwinv's correlate() and the naive pandas merge on the capture, side by side."""
     capture_dir = capture_dir or ctx.obj
     if not (capture_dir / "manifest.json").exists():
         raise MwinvError(f"{capture_dir}: no capture (run `python -m bench.bench_correlate record` first)")
-    measure(capture_dir, only or CONTENDERS, timeout_s, int(memory_gb * 2**30), steps, Console(width=120))
+    measure(capture_dir, only or CONTENDERS, timeout_s, int(memory_gb * 2**30), steps, max(repeat, 1),
+            Console(width=120))
 
 
 @main.command("contender", hidden=True)

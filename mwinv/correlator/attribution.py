@@ -2,8 +2,8 @@
 
 One pass per node: all state-changing points of each DBMS pid — scheduler switches and wakeups,
 syscall entries and exits, block requests issued and completed, PostgreSQL lock-wait probes and the
-statement boundaries themselves — go into one stream ordered by (pid, time). Window functions carry
-the state forward, so each stretch between two points has a known CPU state, syscall, lock state,
+statement boundaries themselves — go into one stream ordered by (pid, time). Forward fills carry
+the state, so each stretch between two points has a known CPU state, syscall, lock state,
 I/O in flight and statement. Summing the stretches per statement and component is linear in the
 number of events; no interval join of statements against events is needed."""
 
@@ -139,9 +139,10 @@ def build_file_reads(db: CaptureDB) -> None:
 
 def build_points(db: CaptureDB) -> None:
     """point: the state-changing points of every DBMS pid. The kernel's points come from one scan of
-    kernel_event (a sched_switch gives two: the task switched out and the one switched in)."""
+    kernel_event (a sched_switch gives two: the task switched out and the one switched in). A view:
+    build_segments reads it once, sorted, and a table of it would only be one more copy."""
     db.con.execute(rf"""
-        CREATE OR REPLACE TABLE point AS
+        CREATE OR REPLACE VIEW point AS
         WITH dbms_pid AS (SELECT DISTINCT node, pid FROM statement_clean),
         ev AS (
             SELECT node, ts_ns, pid, prev_pid, prev_state, next_pid, target_pid, stack_id, syscall_nr, syscall_ret,
@@ -232,8 +233,11 @@ def build_segments(db: CaptureDB) -> list[str]:
     The result is registered as `segment_code`, numpy columns with labels as small integer codes
     (scanning numpy needs neither pyarrow.dataset nor the pandas import it drags in, which took
     half a minute on a slow disk), and `segment`, a view with the labels as text."""
-    nodes = [v for (v,) in db.sql("SELECT DISTINCT node FROM point ORDER BY node").fetchall()]
-    infos = [v for (v,) in db.sql("SELECT DISTINCT info FROM point WHERE info IS NOT NULL ORDER BY info").fetchall()]
+    # the labels points can have (build_points): nodes of the statements, switch states and access patterns
+    nodes = [v for (v,) in db.sql("SELECT DISTINCT node FROM statement_clean ORDER BY node").fetchall()]
+    infos = sorted({v for (v,) in db.sql("SELECT DISTINCT prev_state FROM kernel_event "
+                                         "WHERE event = 'sched_switch' AND prev_state IS NOT NULL").fetchall()}
+                   | set(FILE_PATTERNS))
     # text columns come out of DuckDB as enums, i.e. Arrow dictionaries whose indices are the codes,
     # and integer columns without nulls (ret is only read on exits and request starts, where it is set)
     t = db.sql(f"""
@@ -389,7 +393,7 @@ def attribute(db: CaptureDB, progress=None) -> pa.Table:
         build_file_reads(db)
         step("point stream")
         build_points(db)
-        step("segments (window functions)")
+        step("segments (state carried per pid)")
         nodes = build_segments(db)
         step("components per statement")
         db.con.execute(f"""
