@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from rich.table import Table
 
+from bench.machine import memory_line
 from mwinv.capture.tables import Capture
 from mwinv.cli.common import run_main
 from mwinv.errors import MwinvError
@@ -300,6 +301,7 @@ def measure(capture_dir: Path, only: tuple[str, ...], timeout_s: float, memory_l
     print_capture(console, capture_dir, info)
     events = info["kernel_events"]
     runs = {name: Runs(name, []) for name in only}
+    console.print(memory_line())
     with tempfile.TemporaryDirectory(prefix="mwinv-bench-correlate-") as tmp:
         outs = {name: Path(tmp) / f"{name}_cpu.parquet" for name in CONTENDERS}
         # rounds interleave the contenders, so a slow spell of the machine falls on both
@@ -309,7 +311,7 @@ def measure(capture_dir: Path, only: tuple[str, ...], timeout_s: float, memory_l
                     r = run_contender(name, capture_dir, outs[name], timeout_s, memory_limit, steps)
                 runs[name].results.append(r)
                 console.print(f"round {round_ + 1}, {name}: " + (r.failure or f"{r.seconds:.1f} s")
-                              + f", peak RSS {r.max_rss / 2**20:,.0f} MiB")
+                              + f", peak RSS {r.max_rss / 2**20:,.0f} MiB; {memory_line()}")
         table = Table(title=f"correlating {events:,} kernel events and {info['statements']:,} statements, "
                             f"{repeat} round(s)")
         for col in ("contender", "best s", "median s", "kernel events/s (best)", "peak RSS"):

@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.machine import memory_line
 from mwinv.kernel_trace.parse import count_events
 from mwinv.kernel_trace.decode import DecodeState, Kallsyms, decode_chunk
 from mwinv.kernel_trace.ringwalk import walk_pages
@@ -135,7 +136,8 @@ def main() -> None:
                                stderr=subprocess.DEVNULL)[0])
             theirs.append(timed(["taskset", "-c", "0", "trace-cmd", "report", str(trace)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            print(f"run {r + 1}/{args.repeat}: mwinv {ours[-1][0]:.2f} s, trace-cmd {theirs[-1][0]:.2f} s", flush=True)
+            print(f"run {r + 1}/{args.repeat}: mwinv {ours[-1][0]:.2f} s, trace-cmd {theirs[-1][0]:.2f} s; "
+                  f"{memory_line()}", flush=True)
         parquet_mb = sum(p.stat().st_size for p in (tmp / "cap").rglob("*.parquet")) / 2**20
         print(f"{'':28} {'best s':>8} {'median s':>9} {'M events/s (best)':>18} {'peak RSS MB':>12}")
         for label, runs in (("mwinv-trace parse -> Parquet", ours), ("trace-cmd report -> text", theirs)):
