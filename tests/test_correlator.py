@@ -210,6 +210,25 @@ def test_top_sql_ranks_and_names_kernel_functions(capture):
     assert any(t.kernel_functions for t in top)
 
 
+def test_top_sql_does_not_import_pandas(capture, tmp_path):
+    # pyarrow's to_numpy(), DuckDB's scan of an Arrow table and Schema.empty_table() import pandas when it is
+    # installed (it is here: a test extra); `import pandas` took 29 s on this VM, and the correlator needs none of it
+    import shutil
+    import subprocess
+    import sys
+
+    dst = tmp_path / "copy"
+    shutil.copytree(capture[0].capture.path, dst)
+    cli = Path(sys.executable).parent / "mwinv-correlate"
+    out = subprocess.run([sys.executable, "-X", "importtime", str(cli), str(dst), "--top-sql", "3"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "top 3 statements by total time" in out.stdout
+    imported = [line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")]
+    assert "pyarrow" in imported and "duckdb" in imported      # the check sees the imports at all
+    assert not [m for m in imported if m == "pandas" or m.startswith("pandas.")]
+
+
 def test_bad_input_duplicates_and_end_before_start(capture, tmp_path):
     import pyarrow.compute as pc
     import shutil

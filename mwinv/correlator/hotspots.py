@@ -21,11 +21,13 @@ def kernel_functions(db: CaptureDB) -> pa.Table:
     """statement_kernel_function: needs the `segment` table built by attribution.attribute()."""
     parts = []
     if db.has("kernel_stack"):
-        db.con.execute("""
+        # the names as a literal: a Python list as a query parameter makes DuckDB import pandas
+        sched = "[" + ", ".join(f"'{name}'" for name in SCHEDULER_FRAMES) + "]"
+        db.con.execute(f"""
             CREATE OR REPLACE TABLE stack_frame AS
             SELECT node, stack_id, frames,
-                   list_filter(frames, f -> NOT list_contains($sched, regexp_replace(f, '[+.].*$', ''))) AS useful
-            FROM kernel_stack""", {"sched": list(SCHEDULER_FRAMES)})
+                   list_filter(frames, f -> NOT list_contains({sched}, regexp_replace(f, '[+.].*$', ''))) AS useful
+            FROM kernel_stack""")
     if db.has("kernel_stack") and db.has("kernel_event"):
         # Off-CPU: each sleeping stretch carries the stack of the switch that put the task to sleep.
         parts.append("""

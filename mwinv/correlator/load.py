@@ -27,6 +27,14 @@ class CaptureDB:
         return self.con.execute(query, params or [])
 
 
+def literal(value: int | str) -> str:
+    """An integer or a string as a SQL literal: binding query parameters makes DuckDB import pandas, which
+    took seconds (29 s on a slow disk) in a command that needs none of it."""
+    if isinstance(value, int):
+        return str(int(value))
+    return "'" + str(value).replace("'", "''") + "'"
+
+
 def _empty_view(con, table: str) -> None:
     cols = ", ".join(f"CAST(NULL AS {_duck_type(f.type)}) AS \"{f.name}\"" for f in SCHEMAS[table])
     con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT {cols} WHERE false")
@@ -90,8 +98,8 @@ def _check(db: CaptureDB, manifest: dict) -> None:
         return
     run = manifest.get("run_id")
     if run is not None:
-        other = db.sql("SELECT DISTINCT run_id FROM statement WHERE run_id IS NOT NULL AND run_id <> ?",
-                       [run]).fetchall() if "run_id" in _columns(db, "statement") else []
+        other = db.sql("SELECT DISTINCT run_id FROM statement WHERE run_id IS NOT NULL AND run_id <> "
+                       + literal(run)).fetchall() if "run_id" in _columns(db, "statement") else []
         if other:
             raise MwinvError(f"table statement: rows from run {other[0][0]!r}, manifest says {run!r}")
     bad = db.sql("SELECT statement_id, node, start_ns, end_ns FROM statement WHERE end_ns < start_ns "

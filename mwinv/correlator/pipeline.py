@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS
 from mwinv.correlator import attribution, hotspots
-from mwinv.correlator.load import CaptureDB, open_capture
+from mwinv.correlator.load import CaptureDB, literal, open_capture
 from mwinv.errors import MwinvError
 
 # --by choices: a name and the components it adds up.
@@ -67,7 +67,7 @@ def top_statements(db: CaptureDB, n: int = 5, by: str = "total", query_id: int |
     if not db.has("statement"):
         return []
     rank = ", ".join(f"'{c}'" for c in RANK_BY[by])
-    where = "WHERE key = $qid" if query_id is not None else ""
+    where = f"WHERE key = {literal(query_id)}" if query_id is not None else ""
     rows = db.sql(f"""
         WITH a AS (
             SELECT coalesce(s.query_id, -s.statement_id) AS key, s.query_id, s.node, s.statement_id,
@@ -82,8 +82,7 @@ def top_statements(db: CaptureDB, n: int = 5, by: str = "total", query_id: int |
         comp AS (SELECT key, component, sum(ns) AS ns FROM a GROUP BY ALL)
         SELECT g.key, g.query_id, g.nodes, g.calls, g.total_ns, g.from_workers_ns,
                (SELECT list({{'c': component, 'ns': ns}}) FROM comp WHERE comp.key = g.key) AS comps
-        FROM g {where} ORDER BY g.rank_ns DESC NULLS LAST, g.total_ns DESC LIMIT $n""",
-                  {"n": n, **({"qid": query_id} if query_id is not None else {})}).fetchall()
+        FROM g {where} ORDER BY g.rank_ns DESC NULLS LAST, g.total_ns DESC LIMIT {literal(n)}""").fetchall()
     texts = _texts(db)
     out = []
     for key, qid, nodes, calls, total, workers, comps in rows:
@@ -108,12 +107,11 @@ def _functions(db: CaptureDB, key: int, limit: int) -> list[tuple[str, float, st
                     "WHERE table_name = 'statement_kernel_function'").fetchone()[0]
     if not exists:
         return []
-    return [(f, float(share or 0), src) for f, share, src in db.sql("""
+    return [(f, float(share or 0), src) for f, share, src in db.sql(f"""
         SELECT function, sum(k.ns) / nullif(any_value(t.total), 0) AS share, k.source
         FROM statement_kernel_function k JOIN statement_clean s USING (node, statement_id)
         JOIN (SELECT coalesce(s2.query_id, -s2.statement_id) AS key, k2.source, sum(k2.ns) AS total
               FROM statement_kernel_function k2 JOIN statement_clean s2 USING (node, statement_id)
               GROUP BY ALL) t ON t.key = coalesce(s.query_id, -s.statement_id) AND t.source = k.source
-        WHERE coalesce(s.query_id, -s.statement_id) = $key
-        GROUP BY function, k.source ORDER BY sum(k.ns) DESC LIMIT $limit""",
-                                                        {"key": key, "limit": limit}).fetchall()]
+        WHERE coalesce(s.query_id, -s.statement_id) = {literal(key)}
+        GROUP BY function, k.source ORDER BY sum(k.ns) DESC LIMIT {literal(limit)}""").fetchall()]
