@@ -1,6 +1,6 @@
 """How fast this machine's memory is right now, printed beside a benchmark's figures.
 
-On the project's VM the hypervisor backs guest memory lazily and takes freed memory back, so the first
+On the project's VM the hypervisor (probably) backs guest memory lazily and takes freed memory back: the first
 write to fresh memory (a page fault per 4 KiB) ran at ~20 MB/s on some days, against GB/s for memory
 already touched: a program's time then follows how much fresh memory it allocates, not its work."""
 
