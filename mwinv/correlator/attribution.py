@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from mwinv.capture.columns import numpy_ints
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS
-from mwinv.correlator.load import CaptureDB
+from mwinv.correlator.load import CaptureDB, literal
 from mwinv.kernel_trace.syscalls import numbers
 
 # x86_64 syscalls. Network: the client/remote socket calls; PostgreSQL reads its client socket
@@ -335,12 +335,12 @@ def build_segments(db: CaptureDB) -> list[str]:
 
 
 def _enum_type(values) -> str:
-    return "ENUM(" + ", ".join("'" + v.replace("'", "''") + "'" for v in values) + ")" if values else "VARCHAR"
+    return "ENUM(" + ", ".join(map(literal, values)) + ")" if values else "VARCHAR"
 
 
 def _label_sql(col: str, labels) -> str:
     """The label of a code column (NULL for -1), for the readable `segment` view."""
-    return "[" + ", ".join("'" + v.replace("'", "''") + "'" for v in labels) + f"][{col} + 1]"
+    return "[" + ", ".join(map(literal, labels)) + f"][{col} + 1]"
 
 
 def _dictionary_codes(arr: pa.DictionaryArray) -> np.ndarray:

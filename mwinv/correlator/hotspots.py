@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from mwinv.capture.columns import empty_table
 from mwinv.capture.tables import SCHEMAS
-from mwinv.correlator.load import CaptureDB
+from mwinv.correlator.load import CaptureDB, literal
 
 # Scheduler frames say only "the task slept"; the function worth naming is the first one below them.
 SCHEDULER_FRAMES = ("__schedule", "schedule", "schedule_timeout", "schedule_hrtimeout_range_clock",
@@ -22,7 +22,7 @@ def kernel_functions(db: CaptureDB) -> pa.Table:
     parts = []
     if db.has("kernel_stack"):
         # the names as a literal: a Python list as a query parameter makes DuckDB import pandas
-        sched = "[" + ", ".join(f"'{name}'" for name in SCHEDULER_FRAMES) + "]"
+        sched = "[" + ", ".join(map(literal, SCHEDULER_FRAMES)) + "]"
         db.con.execute(f"""
             CREATE OR REPLACE TABLE stack_frame AS
             SELECT node, stack_id, frames,
