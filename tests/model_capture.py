@@ -43,8 +43,10 @@ def make_capture_from_run(server, statements: list[tuple], capture_dir, dbname: 
     if calibration is None:
         calibration = {"disk": calibrate_disk(server.data_dir, file_mb=64), "cpu": calibrate_cpu(),
                        "links": {"127.0.0.1": calibrate_link("127.0.0.1", bulk_mb=32, pings=200)}}
+    # samples every 50 ms: on a fast machine a few warm queries take well under a second, and the
+    # report's node timelines need two samples or more to draw a line
     with KernelCapture(capture_dir, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo(dbname),
-                       node=node, sample_interval_s=0.2):
+                       node=node, sample_interval_s=0.05):
         for label, sql, *gucs in statements:
             if before_each:
                 before_each(label)

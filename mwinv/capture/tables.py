@@ -167,14 +167,16 @@ class Capture:
             raise MwinvError(f"unknown capture table {table!r}")
         return self.path / table
 
-    def write_part(self, table: str, data: pa.Table | list[dict] | dict, node: str | None = None) -> Path:
-        """Write one part of `table` (typed by SCHEMAS); parts are never rewritten."""
+    def write_part(self, table: str, data: pa.Table | pa.RecordBatchReader | list[dict] | dict,
+                   node: str | None = None) -> Path:
+        """Write one part of `table` (typed by SCHEMAS); parts are never rewritten. A record batch
+        reader is written batch by batch, so a large derived table is never whole in memory."""
         schema = SCHEMAS[table]
         if isinstance(data, list):
             data = table_from_rows(data, schema)
         elif isinstance(data, dict):
             data = pa.Table.from_pydict(data, schema=schema)
-        else:
+        elif isinstance(data, pa.Table):
             data = conform(data, schema)
         d = self.table_dir(table)
         d.mkdir(parents=True, exist_ok=True)
@@ -182,7 +184,12 @@ class Capture:
         n = len(list(d.glob(f"{prefix}-*.parquet")))
         path = d / f"{prefix}-{n:05d}.parquet"
         tmp = path.with_suffix(".tmp")
-        pq.write_table(data, tmp, compression="zstd")
+        if isinstance(data, pa.RecordBatchReader):
+            with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+                for batch in data:
+                    writer.write_table(conform(pa.Table.from_batches([batch]), schema).cast(schema))
+        else:
+            pq.write_table(data, tmp, compression="zstd")
         tmp.replace(path)
         return path
 

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from mwinv.capture.columns import numpy_ints
-from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS
+from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
 from mwinv.correlator.load import CaptureDB, literal
 from mwinv.kernel_trace.syscalls import numbers
 
@@ -87,13 +87,16 @@ def build_disk_requests(db: CaptureDB) -> None:
             SELECT node, ts_ns, pid, dev, CAST(regexp_extract(fields, 'ino=(\d+)', 1) AS BIGINT) AS ino,
                    sector, nr_bytes
             FROM kernel_event WHERE event = 'mm_filemap_add_to_page_cache'),
+        -- a task is in one syscall at a time: when its last read-syscall event is an entry, it is
+        -- inside that read (the other syscalls' events need not be sorted for the join)
         calls AS (
-            SELECT node, pid, ts_ns, syscall_nr, starts_with(event, 'sys_enter') AS is_enter
-            FROM kernel_event WHERE starts_with(event, 'sys_enter') OR starts_with(event, 'sys_exit')),
+            SELECT node, pid, ts_ns, starts_with(event, 'sys_enter') AS is_enter
+            FROM kernel_event WHERE (starts_with(event, 'sys_enter') OR starts_with(event, 'sys_exit'))
+                                    AND syscall_nr IN {_in(READ_SYSCALLS)}),
         in_read AS (
             SELECT a.*, c.ts_ns AS call_ns FROM added a
             ASOF JOIN calls c ON a.node = c.node AND a.pid = c.pid AND a.ts_ns >= c.ts_ns
-            WHERE c.is_enter AND c.syscall_nr IN {_in(READ_SYSCALLS)}),
+            WHERE c.is_enter),
         marked AS (
             SELECT *, CASE WHEN lag(call_ns) OVER w = call_ns AND lag(ino) OVER w = ino AND lag(dev) OVER w = dev
                                 AND lag(sector + nr_bytes // 512) OVER w = sector THEN 0 ELSE 1 END AS new_run
@@ -121,30 +124,30 @@ def build_file_reads(db: CaptureDB) -> None:
     per (pid, fd): decides seq vs random for disk waits whose block requests are not the task's own."""
     db.con.execute(rf"""
         CREATE OR REPLACE TABLE file_read AS
-        WITH m AS (
-            -- one match per row for the three fields (in the format's order: fd, buf, count, pos)
-            SELECT node, pid, ts_ns, syscall_nr,
-                   regexp_extract(fields, '\bfd=(\d+)\b.*\b(?:count|vlen)=(\d+)\b.*\bpos=(\d+)',
-                                  ['fd', 'len', 'pos']) AS f
-            FROM kernel_event WHERE event IN ('sys_enter_pread64', 'sys_enter_preadv')),
-        r AS (
-            SELECT node, pid, ts_ns, syscall_nr, TRY_CAST(f.fd AS BIGINT) AS fd, TRY_CAST(f.pos AS BIGINT) AS pos,
-                   coalesce(TRY_CAST(f.len AS BIGINT), 8192) AS len
-            FROM m)
+        WITH r AS (
+            -- the fields by name ("fd=9 buf=... count=8192 pos=24576"): splitting is 2.5x faster than a regexp
+            SELECT node, pid, ts_ns, syscall_nr, {_field("fd")} AS fd, {_field("pos")} AS pos,
+                   coalesce({_field("count")}, {_field("vlen")}, 8192) AS len
+            FROM kernel_event WHERE event IN ('sys_enter_pread64', 'sys_enter_preadv'))
         SELECT node, pid, ts_ns, syscall_nr,
                coalesce(abs(pos - lag(pos + len) OVER (PARTITION BY node, pid, fd ORDER BY ts_ns))
                         <= {SEQ_GAP_SECTORS * 512}, false) AS sequential
         FROM r WHERE pos IS NOT NULL""")
 
 
+def _field(name: str) -> str:
+    """The integer value of `name=` in an event's fields, NULL when absent."""
+    return f"TRY_CAST(split_part(split_part(' ' || fields, ' {name}=', 2), ' ', 1) AS BIGINT)"
+
+
 def build_points(db: CaptureDB) -> None:
     """point: the state-changing points of every DBMS pid. The kernel's points come from one scan of
     kernel_event (a sched_switch gives two: the task switched out and the one switched in). A view:
-    build_segments reads it once, sorted, and a table of it would only be one more copy."""
+    build_segments reads it one time slice at a time, sorted; a table of it would be one more copy."""
+    db.con.execute("CREATE OR REPLACE TABLE dbms_pid AS SELECT DISTINCT node, pid FROM statement_clean")
     db.con.execute(rf"""
         CREATE OR REPLACE VIEW point AS
-        WITH dbms_pid AS (SELECT DISTINCT node, pid FROM statement_clean),
-        ev AS (
+        WITH ev AS (
             SELECT node, ts_ns, pid, prev_pid, prev_state, next_pid, target_pid, stack_id, syscall_nr, syscall_ret,
                 CASE WHEN event = 'sched_switch' THEN 'switch'
                      WHEN event IN ('sched_wakeup', 'sched_wakeup_new') THEN 'wake'
@@ -223,39 +226,127 @@ def _code(labels: tuple[str, ...], label: str) -> int:
     return labels.index(label)
 
 
-def build_segments(db: CaptureDB) -> list[str]:
-    """segment: stretches between consecutive points of one pid with the state carried forward.
+# Points per pass of build_segments: its numpy state takes ~150 bytes per point, so a pass stays
+# near 600 MB whatever the capture's size.
+CHUNK_POINTS = 4_000_000
+# A pid that never switches carries its whole tail from slice to slice: past this many rows the tail
+# is counted at once, as at the end of the trace (its last stretch loses the evidence of what follows).
+MAX_CARRY_POINTS = 4_000_000
 
-    The points are sorted once by (node, pid, ts, ord); every carried state is then a forward (or
-    backward) fill within a pid's rows, done with running maxima of row indices in numpy: the same
-    results as window functions over the stream, without one sort per window.
 
-    The result is registered as `segment_code`, numpy columns with labels as small integer codes
-    (scanning numpy needs neither pyarrow.dataset nor the pandas import it drags in, which took
-    half a minute on a slow disk), and `segment`, a view with the labels as text."""
+def build_segments(db: CaptureDB, chunk_points: int | None = None) -> None:
+    """The segments' sums per statement: `seg_component` (nanoseconds per component), `seg_io`
+    (request and network bytes) and `seg_off_stack` (sleeping stretches per kernel stack).
+
+    A segment is the stretch between consecutive points of one pid, with the state carried forward.
+    The points are read in time slices of about `chunk_points`, each sorted by (node, pid, ts, ord);
+    every carried state is a forward (or backward) fill within a pid's rows, done with running maxima
+    of row indices in numpy. A slice's state reaches the next slice as a few context rows per pid
+    (the last row each fill needs) and the pid's tail from its last switch on, whose evidence of
+    what comes next lies in the next slice. Memory follows the slice, not the capture."""
+    chunk_points = chunk_points or CHUNK_POINTS
     # the labels points can have (build_points): nodes of the statements, switch states and access patterns
     nodes = [v for (v,) in db.sql("SELECT DISTINCT node FROM statement_clean ORDER BY node").fetchall()]
     infos = sorted({v for (v,) in db.sql("SELECT DISTINCT prev_state FROM kernel_event "
                                          "WHERE event = 'sched_switch' AND prev_state IS NOT NULL").fetchall()}
                    | set(FILE_PATTERNS))
-    # text columns come out of DuckDB as enums, i.e. Arrow dictionaries whose indices are the codes,
-    # and integer columns without nulls (ret is only read on exits and request starts, where it is set)
-    t = db.sql(f"""
-        SELECT node::{_enum_type(nodes)} AS node, pid::BIGINT AS pid, ts::BIGINT AS ts, kind::{_enum_type(POINT_KINDS)} AS kind,
-               info::{_enum_type(infos)} AS info, coalesce(stack_id, -1)::BIGINT AS stack_id,
-               coalesce(nr, -1)::BIGINT AS nr, coalesce(ret, 0)::BIGINT AS ret, coalesce(sid, -1)::BIGINT AS sid,
-               coalesce(io_seq, 0)::BIGINT AS io_seq, coalesce(io_rand, 0)::BIGINT AS io_rand
-        FROM point ORDER BY node, pid, ts, ord""").to_arrow_table()
-    n = t.num_rows
+    db.con.execute("""
+        CREATE OR REPLACE TABLE seg_component_part (node SMALLINT, sid BIGINT, component VARCHAR, ns BIGINT);
+        CREATE OR REPLACE TABLE seg_io_part (node SMALLINT, sid BIGINT, seq_bytes HUGEINT, seq_reqs BIGINT,
+            random_reqs BIGINT, random_bytes HUGEINT, net_rx_bytes HUGEINT, net_tx_bytes HUGEINT);
+        CREATE OR REPLACE TABLE seg_off_stack_part (node SMALLINT, sid BIGINT, stack_id BIGINT,
+            segments BIGINT, ns BIGINT)""")
+    bounds = _slice_bounds(db, chunk_points)
+    carry: dict[str, np.ndarray] | None = None
+    for i, (lo, hi) in enumerate(bounds):
+        # text columns come out of DuckDB as enums, i.e. Arrow dictionaries whose indices are the codes,
+        # and integer columns without nulls (ret is only read on exits and request starts, where it is set)
+        t = db.sql(f"""
+            SELECT node::{_enum_type(nodes)} AS node, pid::BIGINT AS pid, ts::BIGINT AS ts,
+                   kind::{_enum_type(POINT_KINDS)} AS kind, info::{_enum_type(infos)} AS info,
+                   coalesce(stack_id, -1)::BIGINT AS stack_id, coalesce(nr, -1)::BIGINT AS nr,
+                   coalesce(ret, 0)::BIGINT AS ret, coalesce(sid, -1)::BIGINT AS sid,
+                   coalesce(io_seq, 0)::BIGINT AS io_seq, coalesce(io_rand, 0)::BIGINT AS io_rand
+            FROM point WHERE {_range_sql('ts', lo, hi)} ORDER BY node, pid, ts, ord""").to_arrow_table()
+        raw = {"node": _codes(t["node"]), "pid": numpy_ints(t["pid"]), "ts": numpy_ints(t["ts"]),
+               "kind": _codes(t["kind"]), "info": _codes(t["info"])}
+        raw.update({c: numpy_ints(t[c]) for c in ("stack_id", "nr", "ret", "sid", "io_seq", "io_rand")})
+        raw["context"] = np.zeros(t.num_rows, bool)
+        del t
+        if carry is not None:
+            raw = _prepend(carry, raw)
+        columns, carry = _segment_state(raw, infos, last_slice=i == len(bounds) - 1)
+        del raw
+        db.con.register("segment_code", columns)
+        db.con.execute(f"""
+            INSERT INTO seg_component_part
+            SELECT node, sid, {_component_sql()} AS component, sum(ts_end - ts)
+            FROM segment_code WHERE keep AND sid > 0 AND ts_end >= 0 GROUP BY ALL;
+            INSERT INTO seg_io_part {_io_sql()};
+            INSERT INTO seg_off_stack_part
+            SELECT node, sid, off_stack, count(*), sum(ts_end - ts) FROM segment_code
+            WHERE keep AND sid > 0 AND ts_end >= 0 AND off_stack >= 0
+              AND cpu_state = {_code(CPU_STATES, "sleeping")} GROUP BY ALL""")
+        db.con.unregister("segment_code")
+        del columns
+    node = _label_sql("node", nodes)
+    db.con.execute(f"""
+        CREATE OR REPLACE TABLE seg_component AS
+        SELECT {node} AS node, sid AS statement_id, component, sum(ns)::BIGINT AS ns
+        FROM seg_component_part GROUP BY ALL;
+        CREATE OR REPLACE TABLE seg_io AS
+        SELECT {node} AS node, sid AS statement_id, sum(seq_bytes)::BIGINT AS seq_bytes,
+               sum(seq_reqs)::BIGINT AS seq_reqs, sum(random_reqs)::BIGINT AS random_reqs,
+               sum(random_bytes)::BIGINT AS random_bytes, sum(net_rx_bytes)::BIGINT AS net_rx_bytes,
+               sum(net_tx_bytes)::BIGINT AS net_tx_bytes
+        FROM seg_io_part GROUP BY ALL;
+        CREATE OR REPLACE TABLE seg_off_stack AS
+        SELECT {node} AS node, sid AS statement_id, stack_id, sum(segments)::BIGINT AS segments,
+               sum(ns)::BIGINT AS ns
+        FROM seg_off_stack_part GROUP BY ALL;
+        DROP TABLE seg_component_part; DROP TABLE seg_io_part; DROP TABLE seg_off_stack_part""")
+
+
+def _slice_bounds(db: CaptureDB, chunk_points: int) -> list[tuple[int | None, int | None]]:
+    """Time slices of about `chunk_points` points each ((None, None): one slice), from the
+    kernel events' time quantiles; a switch gives two points, so events count one and a half."""
+    events = db.sql("SELECT count(*) FROM kernel_event").fetchone()[0]
+    slices = max(1, -(-events * 3 // 2 // chunk_points))
+    if slices == 1:
+        return [(None, None)]
+    cuts = db.sql("SELECT approx_quantile(ts_ns, " + "[" + ", ".join(
+        f"{k / slices:.6f}" for k in range(1, slices)) + "]) FROM kernel_event").fetchone()[0]
+    cuts = sorted(set(int(c) for c in cuts))
+    return list(zip([None] + cuts, cuts + [None]))
+
+
+def _range_sql(col: str, lo: int | None, hi: int | None) -> str:
+    conds = ([f"{col} >= {int(lo)}"] if lo is not None else []) + ([f"{col} < {int(hi)}"] if hi is not None else [])
+    return " AND ".join(conds) or "true"
+
+
+def _codes(column: pa.ChunkedArray) -> np.ndarray:
+    """The int32 codes of an enum column (-1 null; all -1 when the column is all null)."""
+    if not pa.types.is_dictionary(column.type):
+        return np.full(len(column), -1, np.int32)
+    return _dictionary_codes(column.combine_chunks() if column.num_chunks != 1 else column.chunk(0))
+
+
+def _prepend(carry: dict[str, np.ndarray], raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The carried rows before the slice's rows of the same pid: a stable sort by (node, pid) keeps
+    each pid's carried rows (all earlier) ahead of its new ones."""
+    both = {c: np.concatenate([carry[c], raw[c]]) for c in raw}
+    order = np.lexsort((both["pid"], both["node"]))
+    return {c: v[order] for c, v in both.items()}
+
+
+def _segment_state(raw: dict[str, np.ndarray], infos: list[str],
+                   last_slice: bool) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:
+    """The segment columns of one slice (`keep`: the rows whose stretch ends in this slice) and
+    the rows the next slice needs (None after the last slice)."""
+    node_c, pid, ts, kind_c, info_c, nr = (raw[c] for c in ("node", "pid", "ts", "kind", "info", "nr"))
+    n = len(pid)
     rows = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
-
-    def codes(col: str) -> np.ndarray:
-        if not pa.types.is_dictionary(t[col].type):   # no values at all
-            return np.full(n, -1, np.int32)
-        return _dictionary_codes(t[col].combine_chunks() if t[col].num_chunks != 1 else t[col].chunk(0))
-
-    node_c, kind_c, info_c = codes("node"), codes("kind"), codes("info")
-    pid, ts, nr = numpy_ints(t["pid"]), numpy_ints(t["ts"]), numpy_ints(t["nr"])
 
     def is_kind(*names: str) -> np.ndarray:
         return np.isin(kind_c, [_code(POINT_KINDS, k) for k in names])
@@ -289,10 +380,12 @@ def build_segments(db: CaptureDB) -> list[str]:
     next_evidence = _carried(evidence, next_evidence)
     call = _forward(enter | exit_, start, rows)            # the last syscall entry or exit
     stmt = _forward(is_kind("stmt_start", "stmt_end"), start, rows)
+    lock, lwlock = is_kind("lock_start", "lock_done"), is_kind("lwlock_start", "lwlock_done")
+    io_start = is_kind("io_start") & (nr >= 0)
+    off_info = off & (info_c >= 0)
 
-    def waiting(start_kind: str, done_kind: str) -> np.ndarray:
-        started = is_kind(start_kind)
-        return _carried(started, _forward(started | is_kind(done_kind), start, rows), False)
+    def waiting(start_kind: str, changes: np.ndarray) -> np.ndarray:
+        return _carried(is_kind(start_kind), _forward(changes, start, rows), False)
 
     def group_cumsum(v: np.ndarray) -> np.ndarray:
         c = np.cumsum(v)
@@ -302,36 +395,76 @@ def build_segments(db: CaptureDB) -> list[str]:
     pattern_of_info = np.array([FILE_PATTERNS.index(v) if v in FILE_PATTERNS else -1 for v in infos] + [-1], np.int8)
     file_c = np.where(enter, pattern_of_info[info_c], -1)
     disk_sleep_info = np.array([v.startswith("D") for v in infos] + [False], bool)
+    io_seq_inflight, io_rand_inflight = group_cumsum(raw["io_seq"]), group_cumsum(raw["io_rand"])
+
+    # The pid's tail, from its last switch (in or out) on, waits for the next slice: what the task
+    # did after it is told by the next switch. Context rows were counted in their own slice.
+    tail = np.zeros(n, bool)
+    if not last_slice:
+        last_switch = _forward(on | off, start, rows)[end]   # the pid's last switch, -1 none
+        tail = ~raw["context"] & (rows >= last_switch)
+        if tail.sum() > MAX_CARRY_POINTS:
+            tail[:] = False
+    keep = ~raw["context"] & ~tail
     columns = {
-        "node": node_c.astype(np.int16), "pid": pid, "ts": ts, "kind": kind_c.astype(np.int8), "nr": nr,
-        "ret": numpy_ints(t["ret"]),
-        "ts_end": np.where(has_next, np.append(ts[1:], 0), -1),
-        "off_stack": _carried(numpy_ints(t["stack_id"]), _forward(off, start, rows), -2),
+        "keep": keep, "node": node_c.astype(np.int16), "kind": kind_c.astype(np.int8), "nr": nr, "ret": raw["ret"],
+        "ts": ts, "ts_end": np.where(has_next, np.append(ts[1:], 0), -1),
+        "off_stack": _carried(raw["stack_id"], _forward(off, start, rows), -2),
         "syscall": _carried(np.where(enter, nr, -1), call, -2),
-        "last_io_kind": _carried(nr, _forward(is_kind("io_start") & (nr >= 0), start, rows), -2),
-        "in_lock": waiting("lock_start", "lock_done") | waiting("lwlock_start", "lwlock_done"),
-        "io_seq_inflight": group_cumsum(numpy_ints(t["io_seq"])),
-        "io_rand_inflight": group_cumsum(numpy_ints(t["io_rand"])),
-        "sid": _carried(np.where(is_kind("stmt_start"), numpy_ints(t["sid"]), -1), stmt, -2),
+        "last_io_kind": _carried(nr, _forward(io_start, start, rows), -2),
+        "in_lock": waiting("lock_start", lock) | waiting("lwlock_start", lwlock),
+        "io_seq_inflight": io_seq_inflight, "io_rand_inflight": io_rand_inflight,
+        "sid": _carried(np.where(is_kind("stmt_start"), raw["sid"], -1), stmt, -2),
         "cpu_state": _carried(event_state, _forward(event_state >= 0, start, rows)).astype(np.int8),
         "next_evidence": next_evidence.astype(np.int8),
         "next_onoff": _carried(onoff, _backward(onoff >= 0, end, rows)).astype(np.int8),
-        "disk_sleep": _carried(disk_sleep_info[info_c], _forward(off & (info_c >= 0), start, rows), False),
+        "disk_sleep": _carried(disk_sleep_info[info_c], _forward(off_info, start, rows), False),
         "file_pattern": _carried(file_c, call).astype(np.int8),
     }
-    db.con.register("segment_code", columns)
-    db.con.execute(f"""
-        CREATE OR REPLACE VIEW segment AS
-        SELECT {_label_sql('node', nodes)} AS node, pid, ts, nullif(ts_end, -1) AS ts_end,
-               {_label_sql('kind', POINT_KINDS)} AS kind, nullif(nr, -1) AS nr, ret,
-               nullif(off_stack, -2) AS off_stack, nullif(syscall, -2) AS syscall,
-               nullif(last_io_kind, -2) AS last_io_kind, in_lock, io_seq_inflight, io_rand_inflight,
-               nullif(sid, -2) AS sid, {_label_sql('cpu_state', CPU_STATES)} AS cpu_state,
-               {_label_sql('next_evidence', EVIDENCE)} AS next_evidence,
-               {_label_sql('next_onoff', EVIDENCE)} AS next_onoff, disk_sleep,
-               {_label_sql('file_pattern', FILE_PATTERNS)} AS file_pattern
-        FROM segment_code""")
-    return nodes
+    if last_slice:
+        return columns, None
+    # Context: per pid, the last counted row of every kind a forward fill looks back for, with the
+    # pid's running in-flight request counts put on its first context row.
+    counted = ~tail
+    picks = [_last_per_group(m & counted, start) for m in
+             (on | off, event_state >= 0, enter | exit_, is_kind("stmt_start", "stmt_end"), off, io_start,
+              lock, lwlock, off_info)]
+    context = np.unique(np.concatenate(picks))
+    carry = {c: v[context] for c, v in raw.items()}
+    carry["context"][:] = True
+    first = np.ones(len(context), bool)
+    first[1:] = start[context][1:] != start[context][:-1]
+    last_counted = _last_per_group(counted, start)
+    for col, inflight in (("io_seq", io_seq_inflight), ("io_rand", io_rand_inflight)):
+        running = np.zeros(n, inflight.dtype)
+        running[start[last_counted]] = inflight[last_counted]   # indexed by the group's first row
+        carry[col] = np.where(first, running[start[context]], 0)
+    tail_rows = {c: v[tail] for c, v in raw.items()}
+    return columns, _prepend(carry, tail_rows)
+
+
+def _last_per_group(mask: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Row indices of the last row of each pid's group where `mask`."""
+    idx = np.flatnonzero(mask)
+    if not len(idx):
+        return idx
+    g = start[idx]
+    return idx[np.append(g[1:] != g[:-1], True)]
+
+
+def _io_sql() -> str:
+    """The model's inputs per statement from one slice of `segment_code`: its own block requests
+    (sequential bytes, random requests) and the bytes its network syscalls moved."""
+    io_start, exit_ = _code(POINT_KINDS, "io_start"), _code(POINT_KINDS, "exit")
+    return f"""
+        SELECT node, sid,
+               coalesce(sum(ret) FILTER (WHERE kind = {io_start} AND nr = 1), 0),
+               count(*) FILTER (WHERE kind = {io_start} AND nr = 1),
+               count(*) FILTER (WHERE kind = {io_start} AND nr = 2),
+               coalesce(sum(ret) FILTER (WHERE kind = {io_start} AND nr = 2), 0),
+               coalesce(sum(ret) FILTER (WHERE kind = {exit_} AND nr IN {_in(NET_RX_SYSCALLS)} AND ret > 0), 0),
+               coalesce(sum(ret) FILTER (WHERE kind = {exit_} AND nr IN {_in(NET_TX_SYSCALLS)} AND ret > 0), 0)
+        FROM segment_code WHERE keep AND sid > 0 GROUP BY ALL"""
 
 
 def _enum_type(values) -> str:
@@ -339,7 +472,7 @@ def _enum_type(values) -> str:
 
 
 def _label_sql(col: str, labels) -> str:
-    """The label of a code column (NULL for -1), for the readable `segment` view."""
+    """The label of a code column (NULL for -1)."""
     return "[" + ", ".join(map(literal, labels)) + f"][{col} + 1]"
 
 
@@ -381,33 +514,27 @@ def _component_sql() -> str:
         END"""
 
 
-def attribute(db: CaptureDB, progress=None) -> pa.Table:
-    """statement_attribution for every top-level statement; components sum to its wall time.
+def attribute(db: CaptureDB, progress=None) -> None:
+    """The table statement_attribution: every top-level statement's wall time in components that
+    sum to it (and statement_io, seg_off_stack for the hot spots).
     progress(step) is called as each step begins."""
     step = progress or (lambda _: None)
-    kernel = db.has("kernel_event")
-    nodes = None   # the segment's node labels
-    if kernel:
+    if db.has("kernel_event"):
         step("disk requests and file reads")
         build_disk_requests(db)
         build_file_reads(db)
-        step("point stream")
         build_points(db)
         step("segments (state carried per pid)")
-        nodes = build_segments(db)
-        step("components per statement")
-        db.con.execute(f"""
-            CREATE OR REPLACE TABLE seg_component AS
-            WITH c AS (
-                SELECT node, sid, {_component_sql()} AS component, sum(ts_end - ts) AS ns
-                FROM segment_code WHERE sid > 0 AND ts_end >= 0 GROUP BY ALL)
-            SELECT {_label_sql('c.node', nodes)} AS node, sid AS statement_id, component, ns
-            FROM c""")
+        build_segments(db)
     else:
-        db.con.execute("CREATE OR REPLACE TABLE seg_component (node VARCHAR, statement_id BIGINT, "
-                       "component VARCHAR, ns BIGINT)")
+        db.con.execute("""
+            CREATE OR REPLACE TABLE seg_component (node VARCHAR, statement_id BIGINT, component VARCHAR, ns BIGINT);
+            CREATE OR REPLACE TABLE seg_io (node VARCHAR, statement_id BIGINT, seq_bytes BIGINT, seq_reqs BIGINT,
+                random_reqs BIGINT, random_bytes BIGINT, net_rx_bytes BIGINT, net_tx_bytes BIGINT);
+            CREATE OR REPLACE TABLE seg_off_stack (node VARCHAR, statement_id BIGINT, stack_id BIGINT,
+                segments BIGINT, ns BIGINT)""")
     step("statement I/O and CPU/disk splits")
-    _build_statement_io(db, nodes)
+    _build_statement_io(db)
     # Split the generic components: cpu by the statement's own user/sys rusage ratio, and disk waits
     # whose requests were issued by another task by the statement's own seq/random request mix
     # (floor for one part, the rest for the other, so the parts sum to the whole in integer ns).
@@ -473,65 +600,43 @@ def attribute(db: CaptureDB, progress=None) -> pa.Table:
                CAST(round(sum(ns)) AS BIGINT) AS ns
         FROM split GROUP BY ALL""")
     # not_allocated closes each statement to its wall time; workers' components roll up to their leader.
+    # One wide row per statement (a column per component), then one row per component.
+    own = ", ".join(f"coalesce(sum(ns) FILTER (WHERE component = {literal(c)}), 0) AS {c}"
+                    for c in ATTRIBUTION_COMPONENTS)
+    allocated = " + ".join(f"coalesce(o.{c}, 0)" for c in ATTRIBUTION_COMPONENTS if c != "not_allocated")
+    own_ns = ", ".join(f"greatest(0, s.wall_ns - ({allocated}))" if c == "not_allocated" else f"coalesce(o.{c}, 0)"
+                       for c in ATTRIBUTION_COMPONENTS)
+    worker_ns = ", ".join(f"coalesce(w.{c}, 0)" for c in ATTRIBUTION_COMPONENTS)
     db.con.execute(f"""
         CREATE OR REPLACE TABLE statement_attribution AS
         WITH stmts AS (
-            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, end_ns - start_ns AS wall_ns
+            SELECT node, statement_id, query_id, end_ns - start_ns AS wall_ns,
+                   (leader_pid IS NOT NULL AND leader_pid <> pid AND parent_statement_id IS NOT NULL) AS worker,
+                   parent_statement_id
             FROM statement_clean WHERE coalesce(nesting_level, 0) = 0),
-        is_worker AS (
-            SELECT *, (leader_pid IS NOT NULL AND leader_pid <> pid AND parent_statement_id IS NOT NULL) AS worker
-            FROM stmts),
-        own AS (
-            SELECT node, statement_id, component, sum(ns) AS ns FROM own_attribution GROUP BY ALL),
+        own AS (SELECT node, statement_id, {own} FROM own_attribution GROUP BY ALL),
         workers AS (
-            SELECT w.node, w.parent_statement_id AS statement_id, o.component, sum(o.ns) AS ns
-            FROM is_worker w JOIN own o USING (node, statement_id) WHERE w.worker GROUP BY ALL),
-        grid AS (
-            SELECT s.node, s.statement_id, s.query_id, s.wall_ns, c.component
-            FROM is_worker s, (SELECT unnest({list(ATTRIBUTION_COMPONENTS)}) AS component) c WHERE NOT s.worker),
-        filled AS (
-            SELECT g.node, g.statement_id, g.query_id, g.wall_ns, g.component,
-                   coalesce(o.ns, 0) AS own_ns, coalesce(w.ns, 0) AS from_workers_ns
-            FROM grid g LEFT JOIN own o USING (node, statement_id, component)
-                        LEFT JOIN workers w USING (node, statement_id, component))
-        SELECT node, statement_id, query_id, component,
-               CASE WHEN component = 'not_allocated'
-                    THEN greatest(0, wall_ns - (sum(own_ns) OVER (PARTITION BY node, statement_id) - own_ns))
-                    ELSE own_ns END AS ns,
-               from_workers_ns
-        FROM filled ORDER BY node, statement_id, component""")
-    return db.sql("SELECT * FROM statement_attribution").to_arrow_table().cast(SCHEMAS["statement_attribution"])
+            SELECT s.node, s.parent_statement_id AS statement_id, {own}
+            FROM stmts s JOIN own_attribution o USING (node, statement_id) WHERE s.worker GROUP BY ALL),
+        wide AS (
+            SELECT s.node, s.statement_id, s.query_id, [{own_ns}] AS own_ns, [{worker_ns}] AS worker_ns
+            FROM stmts s LEFT JOIN own o USING (node, statement_id) LEFT JOIN workers w USING (node, statement_id)
+            WHERE NOT s.worker)
+        SELECT node, statement_id, query_id, unnest({list(ATTRIBUTION_COMPONENTS)}) AS component,
+               unnest(own_ns)::BIGINT AS ns, unnest(worker_ns)::BIGINT AS from_workers_ns
+        FROM wide""")
 
 
-def _build_statement_io(db: CaptureDB, nodes: list[str] | None) -> None:
-    """statement_io: the model's inputs per statement — its own block requests (sequential bytes,
-    random requests) and the bytes its network syscalls moved — read off the same point stream
-    (`nodes`: the segment's node labels; None without kernel events)."""
-    if nodes is not None:
-        io_start, exit_ = _code(POINT_KINDS, "io_start"), _code(POINT_KINDS, "exit")
-        db.con.execute(f"""
-            CREATE OR REPLACE TABLE statement_io AS
-            WITH io AS (
-                SELECT node, sid,
-                       coalesce(sum(ret) FILTER (WHERE kind = {io_start} AND nr = 1), 0) AS seq_bytes,
-                       count(*) FILTER (WHERE kind = {io_start} AND nr = 1) AS seq_reqs,
-                       count(*) FILTER (WHERE kind = {io_start} AND nr = 2) AS random_reqs,
-                       coalesce(sum(ret) FILTER (WHERE kind = {io_start} AND nr = 2), 0) AS random_bytes,
-                       coalesce(sum(ret) FILTER (WHERE kind = {exit_} AND nr IN {_in(NET_RX_SYSCALLS)} AND ret > 0), 0)
-                           AS net_rx_bytes,
-                       coalesce(sum(ret) FILTER (WHERE kind = {exit_} AND nr IN {_in(NET_TX_SYSCALLS)} AND ret > 0), 0)
-                           AS net_tx_bytes
-                FROM segment_code WHERE sid > 0 GROUP BY ALL),
-            labelled AS (SELECT * EXCLUDE (node, sid), {_label_sql('node', nodes)} AS node, sid AS statement_id FROM io)
-            SELECT s.node, s.statement_id, coalesce(seq_bytes, 0) AS seq_bytes, coalesce(seq_reqs, 0) AS seq_reqs,
-                   coalesce(random_reqs, 0) AS random_reqs, coalesce(random_bytes, 0) AS random_bytes,
-                   coalesce(net_rx_bytes, 0) AS net_rx_bytes, coalesce(net_tx_bytes, 0) AS net_tx_bytes
-            FROM statement_clean s LEFT JOIN labelled USING (node, statement_id)""")
+def _build_statement_io(db: CaptureDB) -> None:
+    """statement_io: the model's inputs per statement (seg_io: its own block requests, the bytes its
+    network syscalls moved), zero where the trace saw none."""
+    db.con.execute("""
+        CREATE OR REPLACE TABLE statement_io AS
+        SELECT s.node, s.statement_id, coalesce(seq_bytes, 0) AS seq_bytes, coalesce(seq_reqs, 0) AS seq_reqs,
+               coalesce(random_reqs, 0) AS random_reqs, coalesce(random_bytes, 0) AS random_bytes,
+               coalesce(net_rx_bytes, 0) AS net_rx_bytes, coalesce(net_tx_bytes, 0) AS net_tx_bytes
+        FROM statement_clean s LEFT JOIN seg_io USING (node, statement_id)""")
+    if db.has("kernel_event"):
         db.con.execute("CREATE OR REPLACE VIEW trace_range_or_empty AS SELECT * FROM trace_range")
     else:
-        db.con.execute("""
-            CREATE OR REPLACE TABLE statement_io AS
-            SELECT node, statement_id, 0::BIGINT AS seq_bytes, 0::BIGINT AS seq_reqs, 0::BIGINT AS random_reqs,
-                   0::BIGINT AS random_bytes, 0::BIGINT AS net_rx_bytes, 0::BIGINT AS net_tx_bytes
-            FROM statement_clean""")
         db.con.execute("CREATE OR REPLACE TABLE trace_range_or_empty (node VARCHAR, lo BIGINT, hi BIGINT)")

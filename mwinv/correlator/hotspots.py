@@ -4,11 +4,8 @@ kernel allows it) and the kernel paths it slept in (stacks recorded on sched_swi
 
 from __future__ import annotations
 
-import pyarrow as pa
 
-from mwinv.capture.columns import empty_table
-from mwinv.capture.tables import SCHEMAS
-from mwinv.correlator.load import CaptureDB, literal
+from mwinv.correlator.load import CaptureDB, create_empty, literal
 
 # Scheduler frames say only "the task slept"; the function worth naming is the first one below them.
 SCHEDULER_FRAMES = ("__schedule", "schedule", "schedule_timeout", "schedule_hrtimeout_range_clock",
@@ -17,8 +14,8 @@ SCHEDULER_FRAMES = ("__schedule", "schedule", "schedule_timeout", "schedule_hrti
                     "schedule_preempt_disabled", "__traceiter_sched_switch")
 
 
-def kernel_functions(db: CaptureDB) -> pa.Table:
-    """statement_kernel_function: needs the `segment` table built by attribution.attribute()."""
+def kernel_functions(db: CaptureDB) -> None:
+    """The table statement_kernel_function: needs `seg_off_stack` from attribution.attribute()."""
     parts = []
     if db.has("kernel_stack"):
         # the names as a literal: a Python list as a query parameter makes DuckDB import pandas
@@ -31,12 +28,11 @@ def kernel_functions(db: CaptureDB) -> pa.Table:
     if db.has("kernel_stack") and db.has("kernel_event"):
         # Off-CPU: each sleeping stretch carries the stack of the switch that put the task to sleep.
         parts.append("""
-            SELECT g.node, g.sid AS statement_id, 'sched-stack' AS source,
+            SELECT g.node, g.statement_id, 'sched-stack' AS source,
                    regexp_replace(coalesce(f.useful[1], f.frames[1]), '[+].*$', '') AS function,
                    array_to_string(f.frames[1:8], ' <- ') AS stack,
-                   count(*) AS samples, sum(g.ts_end - g.ts) AS ns
-            FROM segment g JOIN stack_frame f ON f.node = g.node AND f.stack_id = g.off_stack
-            WHERE g.sid > 0 AND g.cpu_state = 'sleeping' AND g.ts_end IS NOT NULL
+                   sum(g.segments) AS samples, sum(g.ns) AS ns
+            FROM seg_off_stack g JOIN stack_frame f USING (node, stack_id)
             GROUP BY ALL""")
     if db.has("cpu_sample") and db.has("kernel_stack"):
         # On-CPU: kernel-mode samples, assigned to the statement running on that pid at that instant.
@@ -55,7 +51,8 @@ def kernel_functions(db: CaptureDB) -> pa.Table:
             FROM sample_statement x JOIN stack_frame f ON f.node = x.node AND f.stack_id = x.stack_id
             GROUP BY ALL""")
     if not parts:
-        return empty_table(SCHEMAS["statement_kernel_function"])
+        create_empty(db.con, "statement_kernel_function")
+        return
     db.con.execute(f"""
         CREATE OR REPLACE TABLE statement_kernel_function AS
         WITH raw AS ({' UNION ALL '.join(parts)}),
@@ -68,4 +65,3 @@ def kernel_functions(db: CaptureDB) -> pa.Table:
                p.ns / nullif(sum(p.ns) OVER (PARTITION BY p.node, p.statement_id, p.source), 0) AS share,
                p.source
         FROM per_function p JOIN statement_clean s USING (node, statement_id)""")
-    return db.sql("SELECT * FROM statement_kernel_function").to_arrow_table().cast(SCHEMAS["statement_kernel_function"])

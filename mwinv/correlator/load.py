@@ -35,9 +35,10 @@ def literal(value: int | str) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def _empty_view(con, table: str) -> None:
+def create_empty(con, table: str, kind: str = "TABLE") -> None:
+    """An empty `table` (or view) with the columns of its schema."""
     cols = ", ".join(f"CAST(NULL AS {_duck_type(f.type)}) AS \"{f.name}\"" for f in SCHEMAS[table])
-    con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT {cols} WHERE false")
+    con.execute(f"CREATE OR REPLACE {kind} {table} AS SELECT {cols} WHERE false")
 
 
 def _duck_type(t) -> str:
@@ -64,7 +65,7 @@ def connect(**config) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def open_capture(path: str | Path, threads: int | None = None, memory_limit: str = "2GB") -> CaptureDB:
+def open_capture(path: str | Path, threads: int | None = None, memory_limit: str = "1GB") -> CaptureDB:
     cap = Capture(path)
     if not cap.path.is_dir():
         raise MwinvError(f"{cap.path}: no such capture directory")
@@ -78,7 +79,7 @@ def open_capture(path: str | Path, threads: int | None = None, memory_limit: str
             continue
         parts = cap.parts(table)
         if not parts:
-            _empty_view(con, table)
+            create_empty(con, table, "VIEW")
             continue
         files = ", ".join(f"'{p}'" for p in parts)
         try:
@@ -114,9 +115,9 @@ def _check(db: CaptureDB, manifest: dict) -> None:
         db.warnings.append(f"table statement: statement_id {sid} on {node} appears {n} times: first kept")
     if len(dups) > 5:
         db.warnings.append(f"table statement: {len(dups) - 5} more duplicate statement ids: first kept")
-    # The clean view every analysis uses.
+    # The clean table every analysis uses (a table: a view would run its window again in each query).
     db.con.execute("""
-        CREATE OR REPLACE VIEW statement_clean AS
+        CREATE OR REPLACE TABLE statement_clean AS
         SELECT * EXCLUDE (rn) FROM (
             SELECT *, row_number() OVER (PARTITION BY node, statement_id ORDER BY start_ns) AS rn
             FROM statement WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL AND end_ns >= start_ns)

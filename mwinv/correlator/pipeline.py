@@ -42,20 +42,20 @@ def correlate(capture_dir: str | Path, write: bool = True, progress=None) -> Cap
         return db
     if progress:
         progress("attributing statement time")
-    table = attribution.attribute(db, progress=progress)
+    attribution.attribute(db, progress=progress)
     if progress:
         progress("kernel hot spots")
-    funcs = hotspots.kernel_functions(db)
+    hotspots.kernel_functions(db)
     if write:
         if progress:
             progress("writing the derived tables")
-        io = db.sql("SELECT * FROM statement_io").to_arrow_table().cast(SCHEMAS["statement_io"])
-        for name, t in (("statement_attribution", table), ("statement_kernel_function", funcs), ("statement_io", io)):
+        for name in ("statement_attribution", "statement_kernel_function", "statement_io"):
             d = db.capture.table_dir(name)
             for old in d.glob("*.parquet") if d.exists() else []:
                 old.unlink()  # derived tables are replaced, never appended to
-            if t.num_rows:
-                db.capture.write_part(name, t, node="all")
+            if db.sql(f"SELECT count(*) FROM {name}").fetchone()[0]:
+                # streamed: the attribution has a row per statement and component
+                db.capture.write_part(name, db.sql(f"SELECT * FROM {name}").to_arrow_reader(1 << 20), node="all")
     return db
 
 
