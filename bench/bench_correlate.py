@@ -173,10 +173,11 @@ def run_pandas(capture_dir: Path, cpu_out: Path) -> None:
     points["next_ts"] = points.groupby(["node", "pid"])["ts"].shift(-1)
     on = points[points["on"] & points["next_ts"].notna()].rename(columns={"ts": "a", "next_ts": "b"})
     on = on[on["pid"].isin(stmts["pid"])]
-    on["key"] = on["node"] + ":" + on["pid"].astype(str)
+    # (node is dictionary-encoded in the Parquet files: pandas reads it as a categorical)
+    on["key"] = on["node"].astype(str) + ":" + on["pid"].astype(str)
     # statement ids are 64-bit and would lose digits as floats where a merge leaves NaN: merge on row numbers
     stmts = stmts.reset_index(drop=True)
-    stmts = stmts.assign(key=stmts["node"] + ":" + stmts["pid"].astype(str), row=stmts.index)
+    stmts = stmts.assign(key=stmts["node"].astype(str) + ":" + stmts["pid"].astype(str), row=stmts.index)
 
     # (1) each interval against the statement that started last before it
     left = pd.merge_asof(on.sort_values("a"), stmts[["key", "row", "start_ns", "end_ns"]].sort_values("start_ns"),

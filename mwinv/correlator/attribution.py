@@ -333,11 +333,13 @@ def _codes(column: pa.ChunkedArray) -> np.ndarray:
 
 
 def _prepend(carry: dict[str, np.ndarray], raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The carried rows before the slice's rows of the same pid: a stable sort by (node, pid) keeps
-    each pid's carried rows (all earlier) ahead of its new ones."""
-    both = {c: np.concatenate([carry[c], raw[c]]) for c in raw}
-    order = np.lexsort((both["pid"], both["node"]))
-    return {c: v[order] for c, v in both.items()}
+    """The carried rows inserted before the slice's rows of the same pid (both are sorted by node
+    and pid, and a pid's carried rows are all earlier than its new ones)."""
+    def key(t: dict[str, np.ndarray]) -> np.ndarray:
+        return t["node"].astype(np.int64) << 32 | t["pid"].astype(np.int64)
+
+    at = np.searchsorted(key(raw), key(carry), side="left")
+    return {c: np.insert(raw[c], at, carry[c]) for c in raw}
 
 
 def _segment_state(raw: dict[str, np.ndarray], infos: list[str],
@@ -349,7 +351,9 @@ def _segment_state(raw: dict[str, np.ndarray], infos: list[str],
     rows = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
 
     def is_kind(*names: str) -> np.ndarray:
-        return np.isin(kind_c, [_code(POINT_KINDS, k) for k in names])
+        wanted = np.zeros(len(POINT_KINDS) + 1, bool)   # the last entry: code -1 (none)
+        wanted[[_code(POINT_KINDS, k) for k in names]] = True
+        return wanted[kind_c]
 
     new_group = np.ones(n, bool)
     new_group[1:] = (pid[1:] != pid[:-1]) | (node_c[1:] != node_c[:-1])
