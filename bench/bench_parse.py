@@ -99,17 +99,29 @@ def decode_capacity(path: Path, repeat: int) -> tuple[int, float]:
     return events, total
 
 
-def timed(cmd: list[str], **kw) -> tuple[float, int]:
-    """(wall seconds, peak RSS MB) of one child process (wait4: its own rusage, not the max over
-    all children so far)."""
+def timed(cmd: list[str], **kw) -> tuple[float, int, int]:
+    """(wall seconds, peak RSS MB, peak anonymous RSS MB) of one child process (wait4: its own
+    rusage, not the max over all children so far). Both parsers map the trace file: its pages count
+    in RSS but are the page cache's, so the anonymous peak (/proc/pid/status RssAnon, polled every
+    20 ms) is what says whether memory stays bounded."""
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, **kw)
-    _, status, usage = os.wait4(proc.pid, 0)
+    anon = 0
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        try:
+            with open(f"/proc/{proc.pid}/status") as f:
+                anon = max(anon, next(int(line.split()[1]) for line in f if line.startswith("RssAnon:")))
+        except (OSError, StopIteration):
+            pass
+        time.sleep(0.02)
     dt = time.monotonic() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
         raise subprocess.CalledProcessError(proc.returncode, cmd)
-    return dt, usage.ru_maxrss // 1024
+    return dt, usage.ru_maxrss // 1024, anon // 1024
 
 
 def main() -> None:
@@ -139,12 +151,13 @@ def main() -> None:
             print(f"run {r + 1}/{args.repeat}: mwinv {ours[-1][0]:.2f} s, trace-cmd {theirs[-1][0]:.2f} s; "
                   f"{memory_line()}", flush=True)
         parquet_mb = sum(p.stat().st_size for p in (tmp / "cap").rglob("*.parquet")) / 2**20
-        print(f"{'':28} {'best s':>8} {'median s':>9} {'M events/s (best)':>18} {'peak RSS MB':>12}")
+        print(f"{'':28} {'best s':>8} {'median s':>9} {'M events/s (best)':>18} {'peak RSS MB':>12} "
+              f"{'peak anon MB':>13}")
         for label, runs in (("mwinv-trace parse -> Parquet", ours), ("trace-cmd report -> text", theirs)):
-            best = min(t for t, _ in runs)
-            print(f"{label:28} {best:8.2f} {statistics.median(t for t, _ in runs):9.2f} {n / best / 1e6:18.2f} "
-                  f"{max(m for _, m in runs):12d}")
-        best_ours, best_theirs, best_fixed = min(t for t, _ in ours), min(t for t, _ in theirs), min(fixed)
+            best = min(t for t, _, _ in runs)
+            print(f"{label:28} {best:8.2f} {statistics.median(t for t, _, _ in runs):9.2f} {n / best / 1e6:18.2f} "
+                  f"{max(m for _, m, _ in runs):12d} {max(a for _, _, a in runs):13d}")
+        best_ours, best_theirs, best_fixed = min(t for t, _, _ in ours), min(t for t, _, _ in theirs), min(fixed)
         print(f"ratio (mwinv / trace-cmd events/s, best runs): {best_theirs / best_ours:.2f}x; Parquet "
               f"{parquet_mb:.1f} MB (includes interpreter start-up and the Parquet writes)")
         print(f"fixed cost (a {count_events(tmp / 'golden.dat'):,}-event trace, best): {best_fixed:.2f} s; "
