@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from mwinv.correlator.classify import DEFAULT_INTERNAL_THRESHOLD, class_shares, decide
-from mwinv.correlator.model import MODEL_COMPONENTS, Platform, estimate_components, statement_inputs
+from mwinv.correlator.model import Platform, estimate_components, model_total, statement_inputs
 
 MIN_WALL_NS = 10_000_000  # below 10 ms a handful of samples decide the shares: too thin to advise on
 MIN_SHARE = 0.25  # a resource has to hold a quarter of the wall time before it is worth tuning
@@ -80,7 +80,7 @@ def _gain(st: dict, platform: Platform | None, what_if: str, k: float) -> int | 
         return None
     base = estimate_components(st["nodes"], platform)
     new = estimate_components(st["nodes"], platform.scaled(what_if, k))
-    return round(sum(base[c] - new[c] for c in MODEL_COMPONENTS) * 1e9)
+    return round((model_total(base) - model_total(new)) * 1e9)
 
 
 def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table | None = None,

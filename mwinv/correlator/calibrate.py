@@ -87,6 +87,14 @@ def calibrate_disk(directory: str | os.PathLike, file_mb: int = 128, seq_passes:
                 os.preadv(fd, [pbuf], off)
                 lat.append(time.perf_counter() - t0)
             lat.sort()
+            # short sequential reads (an index range's adjacent pages): each is a request of its own
+            seq_lat = []
+            start = rng.randrange(max(1, pages - random_reads)) * PG_PAGE
+            for i in range(min(random_reads, pages)):
+                t0 = time.perf_counter()
+                os.preadv(fd, [pbuf], start + i * PG_PAGE)
+                seq_lat.append(time.perf_counter() - t0)
+            seq_lat.sort()
             return {
                 "path": str(directory), "device": block_device_of(directory), "file_bytes": size,
                 "seq_request_bytes": req, "disk_rate_bps": best,
@@ -95,6 +103,7 @@ def calibrate_disk(directory: str | os.PathLike, file_mb: int = 128, seq_passes:
                 "rand_access_s": max(0.0, lat[len(lat) // 2] - PG_PAGE / best),
                 "rand_latency_p50_s": lat[len(lat) // 2], "rand_latency_p99_s": lat[int(len(lat) * 0.99)],
                 "rand_latency_mean_s": sum(lat) / len(lat),
+                "seq_access_s": max(0.0, seq_lat[len(seq_lat) // 2] - PG_PAGE / best),
             }
         finally:
             os.close(fd)
