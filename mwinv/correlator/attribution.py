@@ -250,12 +250,7 @@ def build_segments(db: CaptureDB, chunk_points: int | None = None) -> None:
     infos = sorted({v for (v,) in db.sql("SELECT DISTINCT prev_state FROM kernel_event "
                                          "WHERE event = 'sched_switch' AND prev_state IS NOT NULL").fetchall()}
                    | set(FILE_PATTERNS))
-    db.con.execute("""
-        CREATE OR REPLACE TABLE seg_component_part (node SMALLINT, sid BIGINT, component VARCHAR, ns BIGINT);
-        CREATE OR REPLACE TABLE seg_io_part (node SMALLINT, sid BIGINT, seq_bytes HUGEINT, seq_reqs BIGINT,
-            random_reqs BIGINT, random_bytes HUGEINT, net_rx_bytes HUGEINT, net_tx_bytes HUGEINT);
-        CREATE OR REPLACE TABLE seg_off_stack_part (node SMALLINT, sid BIGINT, stack_id BIGINT,
-            segments BIGINT, ns BIGINT)""")
+    _create_seg_tables(db, "_part", "SMALLINT")   # per slice, the node as its code
     bounds = _slice_bounds(db, chunk_points)
     carry: dict[str, np.ndarray] | None = None
     for i, (lo, hi) in enumerate(bounds):
@@ -292,19 +287,30 @@ def build_segments(db: CaptureDB, chunk_points: int | None = None) -> None:
     node = _label_sql("node", nodes)
     db.con.execute(f"""
         CREATE OR REPLACE TABLE seg_component AS
-        SELECT {node} AS node, sid AS statement_id, component, sum(ns)::BIGINT AS ns
+        SELECT {node} AS node, statement_id, component, sum(ns)::BIGINT AS ns
         FROM seg_component_part GROUP BY ALL;
         CREATE OR REPLACE TABLE seg_io AS
-        SELECT {node} AS node, sid AS statement_id, sum(seq_bytes)::BIGINT AS seq_bytes,
+        SELECT {node} AS node, statement_id, sum(seq_bytes)::BIGINT AS seq_bytes,
                sum(seq_reqs)::BIGINT AS seq_reqs, sum(random_reqs)::BIGINT AS random_reqs,
                sum(random_bytes)::BIGINT AS random_bytes, sum(net_rx_bytes)::BIGINT AS net_rx_bytes,
                sum(net_tx_bytes)::BIGINT AS net_tx_bytes
         FROM seg_io_part GROUP BY ALL;
         CREATE OR REPLACE TABLE seg_off_stack AS
-        SELECT {node} AS node, sid AS statement_id, stack_id, sum(segments)::BIGINT AS segments,
+        SELECT {node} AS node, statement_id, stack_id, sum(segments)::BIGINT AS segments,
                sum(ns)::BIGINT AS ns
         FROM seg_off_stack_part GROUP BY ALL;
         DROP TABLE seg_component_part; DROP TABLE seg_io_part; DROP TABLE seg_off_stack_part""")
+
+
+def _create_seg_tables(db: CaptureDB, suffix: str, node_type: str) -> None:
+    """Empty seg_component, seg_io and seg_off_stack (names with `suffix`)."""
+    db.con.execute(f"""
+        CREATE OR REPLACE TABLE seg_component{suffix} (node {node_type}, statement_id BIGINT, component VARCHAR,
+            ns BIGINT);
+        CREATE OR REPLACE TABLE seg_io{suffix} (node {node_type}, statement_id BIGINT, seq_bytes BIGINT,
+            seq_reqs BIGINT, random_reqs BIGINT, random_bytes BIGINT, net_rx_bytes BIGINT, net_tx_bytes BIGINT);
+        CREATE OR REPLACE TABLE seg_off_stack{suffix} (node {node_type}, statement_id BIGINT, stack_id BIGINT,
+            segments BIGINT, ns BIGINT)""")
 
 
 def _slice_bounds(db: CaptureDB, chunk_points: int) -> list[tuple[int | None, int | None]]:
@@ -531,12 +537,7 @@ def attribute(db: CaptureDB, progress=None) -> None:
         step("segments (state carried per pid)")
         build_segments(db)
     else:
-        db.con.execute("""
-            CREATE OR REPLACE TABLE seg_component (node VARCHAR, statement_id BIGINT, component VARCHAR, ns BIGINT);
-            CREATE OR REPLACE TABLE seg_io (node VARCHAR, statement_id BIGINT, seq_bytes BIGINT, seq_reqs BIGINT,
-                random_reqs BIGINT, random_bytes BIGINT, net_rx_bytes BIGINT, net_tx_bytes BIGINT);
-            CREATE OR REPLACE TABLE seg_off_stack (node VARCHAR, statement_id BIGINT, stack_id BIGINT,
-                segments BIGINT, ns BIGINT)""")
+        _create_seg_tables(db, "", "VARCHAR")
     step("statement I/O and CPU/disk splits")
     _build_statement_io(db)
     # Split the generic components: cpu by the statement's own user/sys rusage ratio, and disk waits
