@@ -9,6 +9,8 @@ number of events; no interval join of statements against events is needed."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pyarrow as pa
 
@@ -226,9 +228,10 @@ def _code(labels: tuple[str, ...], label: str) -> int:
     return labels.index(label)
 
 
-# Points per pass of build_segments: its numpy state takes ~150 bytes per point, so a pass stays
-# near 600 MB whatever the capture's size.
-CHUNK_POINTS = 4_000_000
+# Points per pass of build_segments: its numpy state takes ~150 bytes per point and the next slice
+# is read meanwhile, so a pass stays under ~1 GB whatever the capture's size (the estimate counts a
+# kernel event as 1.5 points; pgbench captures have ~1, so slices hold ~2 M points).
+CHUNK_POINTS = 3_000_000
 # A pid that never switches carries its whole tail from slice to slice: past this many rows the tail
 # is counted at once, as at the end of the trace (its last stretch loses the evidence of what follows).
 MAX_CARRY_POINTS = 4_000_000
@@ -253,37 +256,14 @@ def build_segments(db: CaptureDB, chunk_points: int | None = None) -> None:
     _create_seg_tables(db, "_part", "SMALLINT")   # per slice, the node as its code
     bounds = _slice_bounds(db, chunk_points)
     carry: dict[str, np.ndarray] | None = None
-    for i, (lo, hi) in enumerate(bounds):
-        # text columns come out of DuckDB as enums, i.e. Arrow dictionaries whose indices are the codes,
-        # and integer columns without nulls (ret is only read on exits and request starts, where it is set)
-        t = db.sql(f"""
-            SELECT node::{_enum_type(nodes)} AS node, pid::BIGINT AS pid, ts::BIGINT AS ts,
-                   kind::{_enum_type(POINT_KINDS)} AS kind, info::{_enum_type(infos)} AS info,
-                   coalesce(stack_id, -1)::BIGINT AS stack_id, coalesce(nr, -1)::BIGINT AS nr,
-                   coalesce(ret, 0)::BIGINT AS ret, coalesce(sid, -1)::BIGINT AS sid,
-                   coalesce(io_seq, 0)::BIGINT AS io_seq, coalesce(io_rand, 0)::BIGINT AS io_rand
-            FROM point WHERE {_range_sql('ts', lo, hi)} ORDER BY node, pid, ts, ord""").to_arrow_table()
-        raw = {"node": _codes(t["node"]), "pid": numpy_ints(t["pid"]), "ts": numpy_ints(t["ts"]),
-               "kind": _codes(t["kind"]), "info": _codes(t["info"])}
-        raw.update({c: numpy_ints(t[c]) for c in ("stack_id", "nr", "ret", "sid", "io_seq", "io_rand")})
-        raw["context"] = np.zeros(t.num_rows, bool)
-        del t
-        if carry is not None:
-            raw = _prepend(carry, raw)
-        columns, carry = _segment_state(raw, infos, last_slice=i == len(bounds) - 1)
-        del raw
-        db.con.register("segment_code", columns)
-        db.con.execute(f"""
-            INSERT INTO seg_component_part
-            SELECT node, sid, {_component_sql()} AS component, sum(ts_end - ts)
-            FROM segment_code WHERE keep AND sid > 0 AND ts_end >= 0 GROUP BY ALL;
-            INSERT INTO seg_io_part {_io_sql()};
-            INSERT INTO seg_off_stack_part
-            SELECT node, sid, off_stack, count(*), sum(ts_end - ts) FROM segment_code
-            WHERE keep AND sid > 0 AND ts_end >= 0 AND off_stack >= 0
-              AND cpu_state = {_code(CPU_STATES, "sleeping")} GROUP BY ALL""")
-        db.con.unregister("segment_code")
-        del columns
+    # the next slice is read (DuckDB, its own threads) while numpy works on this one
+    with ThreadPoolExecutor(1) as reader:
+        reading = reader.submit(_read_slice, db.con.cursor(), nodes, infos, *bounds[0])
+        for i in range(len(bounds)):
+            raw = reading.result()
+            if i + 1 < len(bounds):
+                reading = reader.submit(_read_slice, db.con.cursor(), nodes, infos, *bounds[i + 1])
+            carry = _count_slice(db, raw, carry, infos, last_slice=i == len(bounds) - 1)
     node = _label_sql("node", nodes)
     db.con.execute(f"""
         CREATE OR REPLACE TABLE seg_component AS
@@ -300,6 +280,46 @@ def build_segments(db: CaptureDB, chunk_points: int | None = None) -> None:
                sum(ns)::BIGINT AS ns
         FROM seg_off_stack_part GROUP BY ALL;
         DROP TABLE seg_component_part; DROP TABLE seg_io_part; DROP TABLE seg_off_stack_part""")
+
+
+def _read_slice(con, nodes: list[str], infos: list[str], lo: int | None, hi: int | None) -> dict[str, np.ndarray]:
+    """One time slice of the point stream, sorted, as numpy columns (labels as codes)."""
+    # text columns come out of DuckDB as enums, i.e. Arrow dictionaries whose indices are the codes,
+    # and integer columns without nulls (ret is only read on exits and request starts, where it is set)
+    t = con.execute(f"""
+        SELECT node::{_enum_type(nodes)} AS node, pid::BIGINT AS pid, ts::BIGINT AS ts,
+               kind::{_enum_type(POINT_KINDS)} AS kind, info::{_enum_type(infos)} AS info,
+               coalesce(stack_id, -1)::BIGINT AS stack_id, coalesce(nr, -1)::BIGINT AS nr,
+               coalesce(ret, 0)::BIGINT AS ret, coalesce(sid, -1)::BIGINT AS sid,
+               coalesce(io_seq, 0)::BIGINT AS io_seq, coalesce(io_rand, 0)::BIGINT AS io_rand
+        FROM point WHERE {_range_sql('ts', lo, hi)} ORDER BY node, pid, ts, ord""").to_arrow_table()
+    con.close()
+    raw = {"node": _codes(t["node"]), "pid": numpy_ints(t["pid"]), "ts": numpy_ints(t["ts"]),
+           "kind": _codes(t["kind"]), "info": _codes(t["info"])}
+    raw.update({c: numpy_ints(t[c]) for c in ("stack_id", "nr", "ret", "sid", "io_seq", "io_rand")})
+    raw["context"] = np.zeros(t.num_rows, bool)
+    return raw
+
+
+def _count_slice(db: CaptureDB, raw: dict[str, np.ndarray], carry: dict[str, np.ndarray] | None,
+                 infos: list[str], last_slice: bool) -> dict[str, np.ndarray] | None:
+    """Add one slice's segments to the per-statement sums; returns the rows the next slice needs."""
+    if carry is not None:
+        raw = _prepend(carry, raw)
+    columns, carry = _segment_state(raw, infos, last_slice)
+    del raw
+    db.con.register("segment_code", columns)
+    db.con.execute(f"""
+        INSERT INTO seg_component_part
+        SELECT node, sid, {_component_sql()} AS component, sum(ts_end - ts)
+        FROM segment_code WHERE keep AND sid > 0 AND ts_end >= 0 GROUP BY ALL;
+        INSERT INTO seg_io_part {_io_sql()};
+        INSERT INTO seg_off_stack_part
+        SELECT node, sid, off_stack, count(*), sum(ts_end - ts) FROM segment_code
+        WHERE keep AND sid > 0 AND ts_end >= 0 AND off_stack >= 0
+          AND cpu_state = {_code(CPU_STATES, "sleeping")} GROUP BY ALL""")
+    db.con.unregister("segment_code")
+    return carry
 
 
 def _create_seg_tables(db: CaptureDB, suffix: str, node_type: str) -> None:

@@ -65,7 +65,9 @@ def connect(**config) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def open_capture(path: str | Path, threads: int | None = None, memory_limit: str = "1GB") -> CaptureDB:
+def open_capture(path: str | Path, threads: int | None = None, memory_limit: str = "768MB") -> CaptureDB:
+    """The capture's tables as DuckDB views, checked. DuckDB's memory is capped (it spills beyond it):
+    the attribution's numpy slices live outside the cap, and the process stays under 2 GB."""
     cap = Capture(path)
     if not cap.path.is_dir():
         raise MwinvError(f"{cap.path}: no such capture directory")
