@@ -245,6 +245,37 @@ def test_time_slices_give_the_same_result(capture, monkeypatch):
         assert sorted(sliced.sql(f"SELECT * FROM {table}").fetchall(), key=repr) == whole, table
 
 
+def test_capture_of_two_nodes(tmp_path):
+    # two servers, each captured as its own node into one capture directory (node-named parts): the
+    # attribution and the top SQL keep the nodes apart
+    from mwinv.capture.run import KernelCapture
+
+    out = tmp_path / "two-nodes"
+    work = {"n1": "select count(*) from generate_series(1, 3000000) g where g % 7 = 3",
+            "n2": "select pg_sleep(0.3)"}
+    for node, sql in work.items():
+        with PgServer(name=f"correlator-{node}", shared_preload_libraries=["mwinv"],
+                      gucs={"compute_query_id": "on", "mwinv.resource_min_cost": "0"}) as server:
+            server.psql("CREATE EXTENSION mwinv")
+            with KernelCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo(), node=node):
+                with server.connect() as conn:
+                    conn.execute(sql)
+    db = correlate(out)
+    assert set(db.capture.manifest()["nodes"]) == {"n1", "n2"}
+    per_node = dict(db.sql("""
+        SELECT a.node, sum(a.ns) FILTER (WHERE a.component IN ('cpu_user', 'cpu_sys')) / sum(a.ns)
+        FROM statement_attribution a JOIN statement_clean s USING (node, statement_id)
+        JOIN statement_text t ON t.query_id = s.query_id
+        WHERE t.text IN (?, ?) GROUP BY a.node""", [work["n1"], work["n2"]]).fetchall())
+    assert per_node["n1"] >= 0.9 and per_node["n2"] <= 0.1, per_node   # CPU-bound on n1, a sleep on n2
+    bad = db.sql("""
+        SELECT s.node, s.statement_id FROM statement_attribution a JOIN statement_clean s USING (node, statement_id)
+        GROUP BY ALL HAVING sum(a.ns) <> any_value(s.end_ns - s.start_ns)""").fetchall()
+    assert bad == []
+    top = top_statements(db, n=2)
+    assert {t.nodes for t in top} == {"n1", "n2"}
+
+
 def test_bad_input_duplicates_and_end_before_start(capture, tmp_path):
     import pyarrow.compute as pc
     import shutil
