@@ -4,7 +4,6 @@ pg_stat_kcache, USDT probes, and the Python reader into a capture directory."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from mwinv.correlator.classify import DEFAULT_INTERNAL_THRESHOLD, class_shares, decide
+from mwinv.correlator.classify import class_shares, decide
 from mwinv.correlator.model import Platform, estimate_components, model_total, statement_inputs
 
 MIN_WALL_NS = 10_000_000  # below 10 ms a handful of samples decide the shares: too thin to advise on

@@ -147,7 +147,7 @@ def build_points(db: CaptureDB) -> None:
     kernel_event (a sched_switch gives two: the task switched out and the one switched in). A view:
     build_segments reads it one time slice at a time, sorted; a table of it would be one more copy."""
     db.con.execute("CREATE OR REPLACE TABLE dbms_pid AS SELECT DISTINCT node, pid FROM statement_clean")
-    db.con.execute(rf"""
+    db.con.execute(r"""
         CREATE OR REPLACE VIEW point AS
         WITH ev AS (
             SELECT node, ts_ns, pid, prev_pid, prev_state, next_pid, target_pid, stack_id, syscall_nr, syscall_ret,

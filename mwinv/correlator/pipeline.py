@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS
+from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
 from mwinv.correlator import attribution, hotspots
 from mwinv.correlator.load import CaptureDB, literal, open_capture
 from mwinv.errors import MwinvError
