@@ -276,6 +276,38 @@ def test_capture_of_two_nodes(tmp_path):
     assert {t.nodes for t in top} == {"n1", "n2"}
 
 
+def test_parallel_workers_roll_up_to_their_leader(tmp_path):
+    from mwinv.capture.run import KernelCapture
+
+    out = tmp_path / "parallel"
+    sql = "select count(*) from par where md5(v::text) like 'ab%'"
+    gucs = {"compute_query_id": "on", "mwinv.resource_min_cost": "0", "max_parallel_workers_per_gather": "2",
+            "parallel_setup_cost": "0", "parallel_tuple_cost": "0", "min_parallel_table_scan_size": "0", "jit": "off"}
+    with PgServer(name="correlator-parallel", shared_preload_libraries=["mwinv"], gucs=gucs) as server:
+        server.psql("CREATE EXTENSION mwinv")
+        server.psql("CREATE TABLE par AS SELECT g AS v FROM generate_series(1, 1000000) g")
+        server.psql("VACUUM ANALYZE par")
+        with KernelCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo()):
+            with server.connect() as conn:
+                conn.execute(sql)
+    db = correlate(out)
+    leader = db.sql("""
+        SELECT s.statement_id, s.end_ns - s.start_ns FROM statement_clean s JOIN statement_text t USING (query_id)
+        WHERE t.text = ? AND (s.leader_pid IS NULL OR s.leader_pid = s.pid)""", [sql]).fetchall()
+    assert len(leader) == 1, leader
+    sid, wall = leader[0]
+    workers = db.sql("SELECT count(*) FROM statement_clean WHERE parent_statement_id = ? AND pid <> leader_pid",
+                     [sid]).fetchone()[0]
+    assert workers >= 1   # the plan really ran in parallel
+    own, from_workers = db.sql("SELECT sum(ns), sum(from_workers_ns) FROM statement_attribution "
+                               "WHERE statement_id = ?", [sid]).fetchone()
+    assert own == wall                                   # the leader's own components still sum to its wall time
+    assert from_workers > 0.2 * wall                     # and its workers' time is added beside them
+    # workers are no rows of their own: their time is their leader's
+    assert db.sql("SELECT count(*) FROM statement_attribution a JOIN statement_clean s USING (node, statement_id) "
+                  "WHERE s.parent_statement_id = ? AND s.pid <> s.leader_pid", [sid]).fetchone()[0] == 0
+
+
 def test_bad_input_duplicates_and_end_before_start(capture, tmp_path):
     import pyarrow.compute as pc
     import shutil
