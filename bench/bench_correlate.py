@@ -5,7 +5,8 @@ pandas merge of the same Parquet inputs, side by side in one run.
 --seconds against a PostgreSQL with the mwinv extension (every statement records rusage), under
 KernelCapture with the default events. It is kept in --capture and reused (--rerecord to record
 again); it fails, keeping the capture, when it holds fewer than --min-events kernel events or
---min-statements statements (this VM under load: 25-35k kernel events/s while recording).
+--min-statements statements (this VM recorded 25-35k kernel events/s under load in session 3, ~1 M/s
+on a quiet day in session 8: 30 s of pgbench -S gave 30 M events).
 
 `measure` runs each contender in its own child process (peak RSS = that child's ru_maxrss), killed
 at --timeout seconds or --memory-limit of resident memory:
@@ -16,7 +17,7 @@ and compares their per-statement CPU time (mwinv cpu_user + cpu_sys vs pandas on
 
 Usage:
     python -m bench.bench_correlate                    # record if missing, then measure
-    python -m bench.bench_correlate record --seconds 480 --clients 2
+    python -m bench.bench_correlate record --seconds 30 --clients 2
     python -m bench.bench_correlate record --capture /tmp/small --seconds 10 --min-events 0 --min-statements 0
     python -m bench.bench_correlate measure --capture /tmp/small --timeout 600 --memory-limit 8
     python -m bench.bench_correlate measure --only mwinv --steps    # timing of each correlator step
@@ -355,7 +356,7 @@ def main(ctx: click.Context, capture_dir: Path) -> None:
 @click.option("--capture", "capture_dir", type=click.Path(path_type=Path), default=None,
               help="Overrides the group's --capture.")
 @click.option("--rerecord", is_flag=True, help="Record again even if the capture exists.")
-@click.option("--seconds", default=480, show_default=True, help="pgbench -T under the capture.")
+@click.option("--seconds", default=30, show_default=True, help="pgbench -T under the capture.")
 @click.option("--clients", default=2, show_default=True, help="pgbench clients (as many as cores).")
 @click.option("--scale", default=10, show_default=True, help="pgbench scale factor.")
 @click.option("--select-only/--tpcb", default=True, show_default=True,

@@ -232,8 +232,8 @@ def _code(labels: tuple[str, ...], label: str) -> int:
 # is read meanwhile, so a pass stays under ~1 GB whatever the capture's size (the estimate counts a
 # kernel event as 1.5 points; pgbench captures have ~1, so slices hold ~2 M points).
 CHUNK_POINTS = 3_000_000
-# A pid that never switches carries its whole tail from slice to slice: past this many rows the tail
-# is counted at once, as at the end of the trace (its last stretch loses the evidence of what follows).
+# A pid that never switches carries its whole tail from slice to slice: past this many rows that pid's
+# tail is counted at once, as at the end of the trace (its last stretch loses the evidence of what follows).
 MAX_CARRY_POINTS = 4_000_000
 
 
@@ -392,7 +392,8 @@ def _segment_state(raw: dict[str, np.ndarray], infos: list[str],
     enter, exit_ = is_kind("enter"), is_kind("exit")
     self_evidence = is_kind(*SELF_EVIDENCE_KINDS)
     runnable_info = np.array([v.startswith("R") for v in infos] + [False], bool)[info_c]
-    last_onoff_on = _carried(on, _forward(on | off, start, rows), False)
+    last_onoff = _forward(on | off, start, rows)          # the last switch in or out, -1 none
+    last_onoff_on = _carried(on, last_onoff, False)
     # CPU state an event implies: codes of CPU_STATES, -1 none
     event_state = np.full(n, -1, np.int8)
     event_state[wake] = np.where(last_onoff_on[wake], _code(CPU_STATES, "running"), _code(CPU_STATES, "runnable"))
@@ -428,13 +429,13 @@ def _segment_state(raw: dict[str, np.ndarray], infos: list[str],
     io_seq_inflight, io_rand_inflight = group_cumsum(raw["io_seq"]), group_cumsum(raw["io_rand"])
 
     # The pid's tail, from its last switch (in or out) on, waits for the next slice: what the task
-    # did after it is told by the next switch. Context rows were counted in their own slice.
+    # did after it is told by the next switch. Context rows were counted in their own slice. A pid
+    # whose tail outgrows MAX_CARRY_POINTS (it never switches) has its tail counted now.
     tail = np.zeros(n, bool)
     if not last_slice:
-        last_switch = _forward(on | off, start, rows)[end]   # the pid's last switch, -1 none
-        tail = ~raw["context"] & (rows >= last_switch)
-        if tail.sum() > MAX_CARRY_POINTS:
-            tail[:] = False
+        last_switch = last_onoff[end]
+        from_row = np.where(last_switch >= 0, last_switch, start)
+        tail = ~raw["context"] & (rows >= from_row) & (end - from_row < MAX_CARRY_POINTS)
     keep = ~raw["context"] & ~tail
     columns = {
         "keep": keep, "node": node_c.astype(np.int16), "kind": kind_c.astype(np.int8), "nr": nr, "ret": raw["ret"],

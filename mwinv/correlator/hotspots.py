@@ -4,7 +4,6 @@ kernel allows it) and the kernel paths it slept in (stacks recorded on sched_swi
 
 from __future__ import annotations
 
-
 from mwinv.correlator.load import CaptureDB, create_empty, literal
 
 # Scheduler frames say only "the task slept"; the function worth naming is the first one below them.
