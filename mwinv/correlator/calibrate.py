@@ -1,8 +1,9 @@
 """Platform calibration: the variable factors of seed 000's model (Table 1), measured on this machine.
 
 - disk: sequential rate (O_DIRECT reads of the device's readahead size, so the page cache is out of
-  the way) and random access time (median O_DIRECT read of one PostgreSQL page at a random offset,
-  minus its transfer time at the sequential rate);
+  the way), random access time (the median off-CPU part of an O_DIRECT read of one PostgreSQL page at
+  a random offset, minus its transfer time at the sequential rate) and the same for short sequential
+  reads (pages a short hop apart, as an index range reads them);
 - CPU: a speed factor from a fixed compute loop (SHA-256 over a buffer; C code, so the figure does
   not depend on the Python version) relative to REFERENCE_CPU_BPS;
 - network, per link: TCP throughput (one bulk transfer) and latency (half the round trip of 1-byte
@@ -26,12 +27,16 @@ from pathlib import Path
 
 from mwinv.capture.tables import Capture
 from mwinv.cgroup import block_device_of
+from mwinv.correlator.attribution import SEQ_GAP_SECTORS
 from mwinv.errors import MwinvError
 
 # SHA-256 throughput (bytes/s) of one core of the project's reference VM (AMD EPYC, 2026-11-22);
 # cpu_speed_factor = measured / reference, so 2.0 means "twice as fast as the reference".
 REFERENCE_CPU_BPS = 1.7e9
 PG_PAGE = 8192
+READ_BLOCK = 50  # reads per block of one kind
+# Blocks are spread over ~1 s: a virtual disk's latency shifts between levels for a second or more.
+BLOCK_PAUSE_S = 0.05
 
 
 def _aligned_buffer(size: int) -> mmap.mmap:
@@ -49,8 +54,22 @@ def _readahead_bytes(path: Path) -> int:
         return 128 * 1024
 
 
+def _timed_reads(fd: int, buf: mmap.mmap, offsets: list[int]) -> tuple[list[float], list[float]]:
+    """Each read's latency and the part of it spent off-CPU (latency - the thread's CPU time).
+    The off-CPU part is the disk's: the kernel's work to submit and complete a request runs on the
+    reader's CPU, where the attribution counts it as the statement's CPU (t_cpu) already."""
+    lat, waits = [], []
+    for off in offsets:
+        c0, t0 = time.thread_time(), time.perf_counter()
+        os.preadv(fd, [buf], off)
+        t1, c1 = time.perf_counter(), time.thread_time()
+        lat.append(t1 - t0)
+        waits.append(max(0.0, (t1 - t0) - (c1 - c0)))
+    return lat, waits
+
+
 def calibrate_disk(directory: str | os.PathLike, file_mb: int = 128, seq_passes: int = 2,
-                   random_reads: int = 400) -> dict:
+                   random_reads: int = 1000) -> dict:
     """Sequential rate and random access time of the filesystem holding `directory` (O_DIRECT)."""
     directory = Path(directory)
     if not directory.is_dir():
@@ -80,30 +99,34 @@ def calibrate_disk(directory: str | os.PathLike, file_mb: int = 128, seq_passes:
             pbuf = _aligned_buffer(PG_PAGE)
             rng = random.Random(1)
             pages = size // PG_PAGE
-            lat = []
-            for _ in range(random_reads):
-                off = rng.randrange(pages) * PG_PAGE
-                t0 = time.perf_counter()
-                os.preadv(fd, [pbuf], off)
-                lat.append(time.perf_counter() - t0)
-            lat.sort()
-            # short sequential reads (an index range's adjacent pages): each is a request of its own
-            seq_lat = []
-            start = rng.randrange(max(1, pages - random_reads)) * PG_PAGE
-            for i in range(min(random_reads, pages)):
-                t0 = time.perf_counter()
-                os.preadv(fd, [pbuf], start + i * PG_PAGE)
-                seq_lat.append(time.perf_counter() - t0)
-            seq_lat.sort()
+            # Random reads, and short sequential ones (an index range's pages: each starts at most
+            # SEQ_GAP_SECTORS after the last one ended, the correlator's definition of sequential), in
+            # alternating blocks spread over time, so that a drift of a shared disk's latency reaches
+            # both alike and the medians are the common level, not one moment's.
+            lat, waits, seq_waits = [], [], []
+            max_hop = SEQ_GAP_SECTORS * 512 // PG_PAGE
+            for _ in range(max(1, random_reads // READ_BLOCK)):
+                block = _timed_reads(fd, pbuf, [rng.randrange(pages) * PG_PAGE for _ in range(READ_BLOCK)])
+                lat += block[0]
+                waits += block[1]
+                page = rng.randrange(pages // 2)
+                hops = []
+                for _ in range(READ_BLOCK):
+                    page = (page + 1 + rng.randrange(max_hop + 1)) % pages
+                    hops.append(page * PG_PAGE)
+                seq_waits += _timed_reads(fd, pbuf, hops)[1]
+                time.sleep(BLOCK_PAUSE_S)
+            for sample in (lat, waits, seq_waits):
+                sample.sort()
             return {
                 "path": str(directory), "device": block_device_of(directory), "file_bytes": size,
                 "seq_request_bytes": req, "disk_rate_bps": best,
                 "rand_request_bytes": PG_PAGE,
                 # the median: on a shared disk the mean follows other processes' bursts
-                "rand_access_s": max(0.0, lat[len(lat) // 2] - PG_PAGE / best),
+                "rand_access_s": max(0.0, waits[len(waits) // 2] - PG_PAGE / best),
                 "rand_latency_p50_s": lat[len(lat) // 2], "rand_latency_p99_s": lat[int(len(lat) * 0.99)],
                 "rand_latency_mean_s": sum(lat) / len(lat),
-                "seq_access_s": max(0.0, seq_lat[len(seq_lat) // 2] - PG_PAGE / best),
+                "seq_access_s": max(0.0, seq_waits[len(seq_waits) // 2] - PG_PAGE / best),
             }
         finally:
             os.close(fd)
