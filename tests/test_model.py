@@ -194,3 +194,33 @@ def test_disk_wait_check():
     assert DiskWaitCheck(200, 0.0046, 0.003).drifted and DiskWaitCheck(200, 0.001, 0.003).drifted
     # below 100 requests the check says nothing
     assert disk_wait_check(statements, attribution, statement_io.slice(1), cal) is None
+
+
+def test_run_queue_advice_tells_a_capped_process_from_busy_cpus():
+    # statements 1 and 2 each wait 300 ms of 1 s runnable; while 1 ran the node's 2 CPUs were idle 1.0 CPU
+    # on average, while 2 ran none was: 1 is held back (a quota), 2 competes for CPUs
+    statements = pa.Table.from_pylist([stmt(1, 1000, pid=500), stmt(2, 1000, pid=501, start_ms=2000)],
+                                      schema=SCHEMAS["statement"])
+    attribution = pa.Table.from_pylist(attr(1, cpu_user=700, run_queue=300) + attr(2, cpu_user=700, run_queue=300),
+                                       schema=SCHEMAS["statement_attribution"])
+
+    def sample(end_ms, idle_ms):
+        return {"node": "a", "ts_ns": end_ms * MS, "interval_ns": 500 * MS, "cpu_user_ns": (1000 - idle_ms) * MS,
+                "cpu_sys_ns": 0, "cpu_iowait_ns": 0, "cpu_idle_ns": idle_ms * MS}
+    # 1: samples ending at 500 and 1000 ms, idle 800 and 200 ms of 1000 CPU-ms: (1.6 + 0.4) / 2 = 1.0 CPU;
+    # 2: samples ending at 2500 and 3000 ms, nothing idle
+    # each interval also has a disk row, without CPU figures, which must not dilute the mean
+    disk_rows = [{"node": "a", "ts_ns": t * MS, "interval_ns": 500 * MS, "disk": "vda", "read_bytes": 0}
+                 for t in (500, 1000)]
+    samples = pa.Table.from_pylist([sample(500, 800), sample(1000, 200), sample(2500, 0), sample(3000, 0)]
+                                   + disk_rows, schema=SCHEMAS["node_sample"])
+    rules = {(a.statement_id, a.rule): a for a in advise(statements, attribution, cpus=2, node_samples=samples)}
+    capped = rules[(1, "run_queue.throttled")]
+    assert "1.0 of 2 CPUs idle" in capped.evidence and "/proc/500/cgroup" in capped.advice
+    assert capped.expected_gain_ns == 300 * MS
+    assert (1, "run_queue.oversubscription") not in rules
+    assert "0.0 of 2 CPUs idle" in rules[(2, "run_queue.oversubscription")].evidence
+    assert (2, "run_queue.throttled") not in rules
+    # without samples a run-queue wait is taken for oversubscription, and the evidence says nothing of idle CPUs
+    rules = {(a.statement_id, a.rule): a for a in advise(statements, attribution, cpus=2)}
+    assert "idle" not in rules[(1, "run_queue.oversubscription")].evidence

@@ -234,6 +234,21 @@ def test_report_checks_the_disk_against_calibration(captures, tmp_path):
     assert 0.1 * latency_us < waited_us < 10 * latency_us
 
 
+def test_capped_backend_is_told_from_cpu_shortage(captures):
+    """Q1's backend ran under a 25 % CPU quota in the `after` capture: it waited runnable while the other CPU
+    was idle, and the advice names the quota (not oversubscription) with the idle CPUs as evidence."""
+    from mwinv.correlator.report import load
+    _, after = captures
+    data = load(after.path)
+    (q1,) = statement_ids(after, tpch.query_sql(1))
+    rules = {a.rule: a for a in data.advice if a.statement_id == q1}
+    print({k: v.evidence for k, v in rules.items()})
+    throttled = rules["run_queue.throttled"]
+    assert "run_queue.oversubscription" not in rules
+    idle = float(throttled.evidence.split("; ")[1].split(" of ")[0])
+    assert idle >= 0.5 and "cpu.cfs_quota_us" in throttled.advice
+
+
 MIN_STATEMENTS_FOR_MEAN = 3
 
 

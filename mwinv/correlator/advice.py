@@ -15,11 +15,16 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from mwinv.correlator.classify import class_shares, decide
+from mwinv.correlator.load import connect
 from mwinv.correlator.model import Platform, estimate_components, model_total, statement_inputs
 
 MIN_WALL_NS = 10_000_000  # below 10 ms a handful of samples decide the shares: too thin to advise on
 MIN_SHARE = 0.25  # a resource has to hold a quarter of the wall time before it is worth tuning
 SPILL_BYTES = 1 << 20  # a SELECT writing a MiB or more is spilling sorts/hashes, not setting hint bits
+MIN_RUN_QUEUE_SHARE = 0.10  # waiting runnable this share of the wall time is worth a word
+# Half a CPU idle on average while a statement waited runnable: the CPUs were not short, the process was
+# held back (a quota, affinity); a run-queue wait with all CPUs busy is oversubscription.
+IDLE_CPUS_NOT_SHORT = 0.5
 
 
 @dataclass
@@ -86,8 +91,10 @@ def _gain(st: dict, platform: Platform | None, what_if: str, k: float) -> int | 
 def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table | None = None,
            kernel_functions: pa.Table | None = None, statement_text: pa.Table | None = None,
            calibration: dict | None = None, kernel_events: pa.Table | None = None,
-           cpus: int | None = None, settings: dict | None = None) -> list[Advice]:
-    """All advice for every root statement. settings: server GUCs the capture recorded (e.g. jit)."""
+           cpus: int | None = None, settings: dict | None = None,
+           node_samples: pa.Table | None = None) -> list[Advice]:
+    """All advice for every root statement. settings: server GUCs the capture recorded (e.g. jit);
+    node_samples: the nodes' CPU samples, which tell a CPU shortage from a capped process."""
     platform = None
     if calibration and "disk" in calibration:
         platform = Platform.from_calibration(calibration)
@@ -100,17 +107,41 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
     if kernel_functions is not None:
         for r in kernel_functions.to_pylist():
             kfuncs.setdefault(r["statement_id"], []).append(r)
+    inputs = statement_inputs(statements, attribution, statement_io)
+    queued = [sid for sid, st in inputs.items()
+              if st["attributed"] and class_shares(st["attributed"], st["wall_ns"])["run_queue"] >= MIN_RUN_QUEUE_SHARE]
+    idle = _idle_cpus(statements, node_samples, queued) if queued and node_samples is not None else {}
     out: list[Advice] = []
-    for sid, st in statement_inputs(statements, attribution, statement_io).items():
+    for sid, st in inputs.items():
         row = srow[sid]
         text = texts.get(row.get("query_text_hash")) or ""
         out.extend(_advise_one(st, row, text, kfuncs.get(sid, []), platform, statements, kernel_events,
-                               cpus or 2, settings))
+                               cpus or 2, settings, idle.get(sid)))
     return out
 
 
+def _idle_cpus(statements: pa.Table, node_samples: pa.Table, statement_ids: list[int]) -> dict[int, float]:
+    """The mean number of idle CPUs on each statement's node while it ran (idle and iowait time of the
+    samples overlapping the statement, each weighted by its overlap)."""
+    con = connect(threads=1)
+    con.register("statements", statements)
+    con.register("node_sample", node_samples)
+    con.register("wanted", pa.table({"statement_id": pa.array(statement_ids, pa.int64())}))
+    rows = con.execute("""
+        WITH o AS (
+            SELECT s.statement_id, n.cpu_idle_ns + coalesce(n.cpu_iowait_ns, 0) AS idle_ns, n.interval_ns,
+                   least(n.ts_ns, s.end_ns) - greatest(n.ts_ns - n.interval_ns, s.start_ns) AS overlap_ns
+            FROM statements s JOIN wanted USING (statement_id)
+            JOIN node_sample n ON n.node = s.node AND n.ts_ns > s.start_ns AND n.ts_ns - n.interval_ns < s.end_ns
+            WHERE n.interval_ns > 0 AND n.cpu_idle_ns IS NOT NULL)  -- the CPU rows (disk and net rows have none)
+        SELECT statement_id, sum(idle_ns * overlap_ns / interval_ns) / sum(overlap_ns) FROM o GROUP BY 1""").fetchall()
+    con.close()
+    return {sid: float(v) for sid, v in rows if v is not None}
+
+
 def _advise_one(st: dict, row: dict, text: str, kfuncs: list[dict], platform: Platform | None,
-                statements: pa.Table, kernel_events: pa.Table | None, cpus: int, settings: dict) -> list[Advice]:
+                statements: pa.Table, kernel_events: pa.Table | None, cpus: int, settings: dict,
+                idle_cpus: float | None) -> list[Advice]:
     sid, qid, wall = st["statement_id"], st["query_id"], st["wall_ns"]
     a = st["attributed"]
 
@@ -223,12 +254,22 @@ def _advise_one(st: dict, row: dict, text: str, kfuncs: list[dict], platform: Pl
                           a.get("lock_wait", 0), "all of the lock wait"))
 
     # --- run queue
-    if shares["run_queue"] >= 0.10:
-        result.append(adv("run_queue.oversubscription", f"the statement waited {_ms(a.get('run_queue', 0))} runnable "
-                          f"but not running: more busy processes than the {cpus} CPUs. Reduce concurrency "
-                          "(connection pool size, max_parallel_workers) or add CPUs",
-                          f"run_queue {_pct(shares['run_queue'])} of {_ms(wall)}", a.get("run_queue", 0),
-                          "all of the run-queue wait"))
+    if shares["run_queue"] >= MIN_RUN_QUEUE_SHARE:
+        queued = f"the statement waited {_ms(a.get('run_queue', 0))} runnable but not running"
+        evidence = f"run_queue {_pct(shares['run_queue'])} of {_ms(wall)}"
+        if idle_cpus is not None:
+            evidence += f"; {idle_cpus:.1f} of {cpus} CPUs idle on average meanwhile (node samples)"
+        if idle_cpus is not None and idle_cpus >= IDLE_CPUS_NOT_SHORT:
+            result.append(adv("run_queue.throttled", f"{queued} while the node had idle CPUs: not a shortage of "
+                              f"CPUs. Backend pid {row['pid']} is held back: a CPU quota (cgroup cpu.cfs_quota_us "
+                              "or cpu.max, a container's CPU limit; its cpu.stat counts nr_throttled and "
+                              "throttled_time), CPU affinity (taskset, cpuset) or a low weight under contention "
+                              f"(nice, cpu.shares). Look at /proc/{row['pid']}/cgroup and raise the limit",
+                              evidence, a.get("run_queue", 0), "all of the run-queue wait"))
+        else:
+            result.append(adv("run_queue.oversubscription", f"{queued}: more busy processes than the {cpus} CPUs. "
+                              "Reduce concurrency (connection pool size, max_parallel_workers) or add CPUs",
+                              evidence, a.get("run_queue", 0), "all of the run-queue wait"))
 
     # --- kernel hot spots (seed 003)
     sys_ns = a.get("cpu_sys", 0)

@@ -116,7 +116,8 @@ def load(capture_dir: str | os.PathLike) -> ReportData:
             data.disk_wait = disk_wait_check(statements, attribution, statement_io, calibration)
         data.advice = advise(statements, attribution, statement_io, data.kernel_functions,
                              texts_t, calibration, kernel_events=wakeups,
-                             cpus=manifest.get("cpus") or os.cpu_count(), settings=manifest.get("settings") or {})
+                             cpus=manifest.get("cpus") or os.cpu_count(), settings=manifest.get("settings") or {},
+                             node_samples=data.node_sample)
     return data
 
 
