@@ -77,7 +77,8 @@ def calibrate(capture, data_dir, links) -> None:
     store(target, cal)
     d = cal["disk"]
     console.print(f"disk {d['disk_rate_bps'] / 2**20:,.0f} MiB/s sequential ({d['seq_request_bytes'] // 1024} KiB "
-                  f"requests), random access {d['rand_access_s'] * 1e3:.3f} ms; CPU speed factor "
+                  f"requests), access {d['rand_access_s'] * 1e6:.0f} µs random, {d['seq_access_s'] * 1e6:.0f} µs "
+                  f"short sequential (off-CPU); CPU speed factor "
                   f"{cal['cpu']['cpu_speed_factor']:.2f}")
     for link, v in cal["links"].items():
         console.print(f"link {link}: {v['rate_bps'] / 2**20:,.0f} MiB/s, latency {v['latency_s'] * 1e6:.0f} µs")

@@ -13,6 +13,7 @@ import os
 import shutil
 import string
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
 
@@ -249,7 +250,10 @@ def section_summary(data: ReportData) -> Section:
             classes[r["limit"]] = classes.get(r["limit"], 0) + 1
     nodes = sorted(m.get("nodes") or {}) or sorted(set(data.statements.column("node").to_pylist())
                                                     + data.node_sample.column("node").to_pylist())
-    items = [("capture", str(data.path)), ("run", str(m.get("run") or m.get("name") or "")),
+    recorded = (datetime.fromtimestamp(m["created_wall_ns"] / 1e9, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+                if m.get("created_wall_ns") else "-")
+    items = [("capture", str(data.path)), ("run", str(m.get("run") or m.get("name") or data.path.name)),
+             ("recorded", recorded),
              ("nodes", ", ".join(map(str, nodes)) or "-"),
              ("statements", f"{n:,}"), ("total statement time", f"{total / 1e9:,.3f} s"),
              ("classes", ", ".join(f"{k} {v}" for k, v in sorted(classes.items(), key=lambda kv: -kv[1])) or "-")]
@@ -262,8 +266,10 @@ def section_summary(data: ReportData) -> Section:
         d = cal["disk"]
         links = "; ".join(f"{k}: {v['rate_bps'] / 2**20:,.0f} MiB/s, {v['latency_s'] * 1e6:.0f} µs"
                           for k, v in (cal.get("links") or {}).items())
+        seq_access = f", short sequential {d['seq_access_s'] * 1e6:.0f} µs" if "seq_access_s" in d else ""
         items.append(("calibration", f"disk {d['disk_rate_bps'] / 2**20:,.0f} MiB/s sequential, random access "
-                      f"{d['rand_access_s'] * 1e3:.3f} ms; CPU factor {cal['cpu']['cpu_speed_factor']:.2f}; {links}"))
+                      f"{d['rand_access_s'] * 1e6:.0f} µs{seq_access}; CPU factor {cal['cpu']['cpu_speed_factor']:.2f}"
+                      + (f"; {links}" if links else "")))
     h = "<dl>" + "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in items) + "</dl>"
     md = "".join(f"- **{k}**: {v}\n" for k, v in items)
     return Section("Summary", h, md)
