@@ -31,7 +31,9 @@ def run_demo(scale: float, out: str) -> Path:
         # the load's statements are not part of the run: start the capture with an empty ring
         server.psql("CREATE EXTENSION mwinv; SELECT mwinv_reset()", dbname="tpch")
         with KernelCapture(capture_dir, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo("tpch"),
-                           node="demo", stacks=True, trace="auto", progress=lambda s: console.log(s)) as cap:
+                           node="demo", stacks=True, trace="auto", progress=lambda s: console.log(s),
+                           # the 22 queries take seconds: node timelines need samples well under a second
+                           sample_interval_s=0.1) as cap:
             runs = runner.run_with_progress(server, list(tpch.QUERY_NUMBERS), console=console)
         for what, why in cap.summary.get("skipped", {}).items():
             console.print(f"[yellow]skipped[/] {what}: {why}")

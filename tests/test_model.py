@@ -135,20 +135,37 @@ def test_advice(case):
 
 
 def test_kernel_hot_spot_advice():
-    statements = pa.Table.from_pylist([stmt(1, 1000)], schema=SCHEMAS["statement"])
-    attribution = pa.Table.from_pylist(attr(1, cpu_user=300, cpu_sys=600, not_allocated=100),
+    statements = pa.Table.from_pylist([stmt(1, 1000), stmt(2, 1000, pid=101)], schema=SCHEMAS["statement"])
+    attribution = pa.Table.from_pylist(attr(1, cpu_user=300, cpu_sys=600, not_allocated=100)
+                                       + attr(2, cpu_user=300, cpu_sys=600, not_allocated=100),
                                        schema=SCHEMAS["statement_attribution"])
-    kf = pa.Table.from_pylist([
-        {"node": "a", "statement_id": 1, "query_id": 10, "function": "find_busiest_group", "share": 0.3},
-        {"node": "a", "statement_id": 1, "query_id": 10, "function": "task_numa_work", "share": 0.05},
-        {"node": "a", "statement_id": 1, "query_id": 10, "function": "clear_page_erms", "share": 0.2},
+
+    def kf(sid, function, share, samples, source="perf-cpu-clock"):
+        return {"node": "a", "statement_id": sid, "query_id": sid * 10, "function": function, "share": share,
+                "samples": samples, "source": source}
+    kfs = pa.Table.from_pylist([
+        # statement 1: 100 perf samples; the migration functions 30 %, NUMA 5 %, page clearing 20 %
+        kf(1, "find_busiest_group", 0.3, 30), kf(1, "task_numa_work", 0.05, 5), kf(1, "clear_page_erms", 0.2, 20),
+        kf(1, "copy_user_generic", 0.45, 45),
+        # and 40 sleeping stretches, all in one place: a share of another source, not added to the perf ones
+        kf(1, "do_huge_pmd_anonymous_page", 1.0, 40, "sched-stack"),
+        # statement 2: the same shares from 10 samples only: too few to rank
+        kf(2, "find_busiest_group", 0.3, 3), kf(2, "copy_user_generic", 0.7, 7),
     ], schema=SCHEMAS["statement_kernel_function"])
-    rules = {a.rule: a for a in advise(statements, attribution, kernel_functions=kf, calibration=CAL)}
+    rules = {(a.statement_id, a.rule): a for a in advise(statements, attribution, kernel_functions=kfs, calibration=CAL)}
     # 30 % of 600 ms sys = 180 ms; NUMA at 5 % stays below the 10 % bar
-    assert rules["kernel.sched_migration_cost"].expected_gain_ns == 180 * MS
-    assert "sched_migration_cost_ns" in rules["kernel.sched_migration_cost"].advice
-    assert "kernel.numa_balancing" not in rules
-    assert rules["kernel.transparent_hugepage"].expected_gain_ns == 120 * MS
+    assert rules[(1, "kernel.sched_migration_cost")].expected_gain_ns == 180 * MS
+    assert "sched_migration_cost_ns" in rules[(1, "kernel.sched_migration_cost")].advice
+    assert "(perf-cpu-clock, 30 samples;" in rules[(1, "kernel.sched_migration_cost")].evidence
+    assert (1, "kernel.numa_balancing") not in rules
+    # page faults: the sched-stack source sees 100 % (not 100 % + 20 %), 600 ms is the bound
+    assert rules[(1, "kernel.transparent_hugepage")].expected_gain_ns == 600 * MS
+    assert not [r for (sid, r) in rules if sid == 2 and r.startswith("kernel.")]
+    classes = {r["statement_id"]: r["evidence"] for r in classify(statements, attribution, kfs).to_pylist()}
+    # the top three by share, each named with its source
+    assert "kernel: do_huge_pmd_anonymous_page 100% of sched-stack, copy_user_generic 45% of perf-cpu-clock, " \
+           "find_busiest_group 30% of perf-cpu-clock" in classes[1]
+    assert "kernel: too few samples to rank functions (perf-cpu-clock 10)" in classes[2]
 
 
 def test_lock_advice_names_the_waker():

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from mwinv.correlator.classify import class_shares, decide
+from mwinv.correlator.classify import class_shares, decide, ranked_kernel_functions
 from mwinv.correlator.load import connect
 from mwinv.correlator.model import Platform, estimate_components, model_total, statement_inputs
 
@@ -103,10 +103,7 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
     if statement_text is not None:
         texts = dict(zip(statement_text.column("query_text_hash").to_pylist(), statement_text.column("text").to_pylist()))
     srow = {r["statement_id"]: r for r in statements.to_pylist()}
-    kfuncs: dict[int, list[dict]] = {}
-    if kernel_functions is not None:
-        for r in kernel_functions.to_pylist():
-            kfuncs.setdefault(r["statement_id"], []).append(r)
+    kfuncs = ranked_kernel_functions(kernel_functions)  # only sources with samples enough to rank
     inputs = statement_inputs(statements, attribution, statement_io)
     queued = [sid for sid, st in inputs.items()
               if st["attributed"] and class_shares(st["attributed"], st["wall_ns"])["run_queue"] >= MIN_RUN_QUEUE_SHARE]
@@ -275,12 +272,20 @@ def _advise_one(st: dict, row: dict, text: str, kfuncs: list[dict], platform: Pl
     sys_ns = a.get("cpu_sys", 0)
     if sys_ns >= 0.05 * wall:
         for pattern, key, what, why in KERNEL_HOT_SPOTS:
-            hits = [k for k in kfuncs if pattern.search(k["function"] or "")]
+            # shares are of one source's samples: summed per source, the source that sees most decides
+            per_source: dict[str, list[dict]] = {}
+            for k in kfuncs:
+                if pattern.search(k["function"] or ""):
+                    per_source.setdefault(k["source"], []).append(k)
+            if not per_source:
+                continue
+            source, hits = max(per_source.items(), key=lambda kv: sum(k["share"] or 0 for k in kv[1]))
             share = sum(k["share"] or 0 for k in hits)
             if share >= 0.10:
                 names = ", ".join(sorted({k["function"] for k in hits})[:4])
                 result.append(adv(f"kernel.{key}", what + ". Why: " + why,
-                                  f"{names}: {_pct(share)} of the statement's kernel time ({_ms(sys_ns)} sys)",
+                                  f"{names}: {_pct(share)} of the statement's kernel time ({source}, "
+                                  f"{sum(k['samples'] or 0 for k in hits)} samples; {_ms(sys_ns)} sys)",
                                   round(share * sys_ns), "upper bound: all of the hot spot's kernel time"))
 
     # --- nothing explains it (seed 000's query 8)

@@ -47,22 +47,55 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
-def kernel_functions_by_statement(kernel_functions: pa.Table | None, top: int = 3) -> dict[int, list[tuple[str, float]]]:
-    out: dict[int, list[tuple[str, float]]] = {}
-    if kernel_functions is None or kernel_functions.num_rows == 0:
-        return out
-    for r in sorted(kernel_functions.to_pylist(), key=lambda r: -(r["share"] or 0)):
-        lst = out.setdefault(r["statement_id"], [])
-        if len(lst) < top and r["function"] not in dict(lst):
-            lst.append((r["function"], r["share"] or 0.0))
+# Fewer samples than this, for one statement and source, cannot rank kernel functions: one sample
+# alone would hold 5 % or more of the statement's kernel time.
+MIN_RANKED_SAMPLES = 20
+
+
+def kernel_samples(kernel_functions: pa.Table | None) -> dict[int, dict[str, int]]:
+    """Per statement, the number of samples (perf) or sleeping stretches (stacks) of each source."""
+    out: dict[int, dict[str, int]] = {}
+    if kernel_functions is not None:
+        for r in kernel_functions.select(["statement_id", "source", "samples"]).to_pylist():
+            by_source = out.setdefault(r["statement_id"], {})
+            by_source[r["source"]] = by_source.get(r["source"], 0) + (r["samples"] or 0)
     return out
+
+
+def ranked_kernel_functions(kernel_functions: pa.Table | None) -> dict[int, list[dict]]:
+    """Per statement, the kernel-function rows of the sources with enough samples to rank them."""
+    counts = kernel_samples(kernel_functions)
+    out: dict[int, list[dict]] = {}
+    if kernel_functions is not None:
+        for r in kernel_functions.to_pylist():
+            if counts[r["statement_id"]][r["source"]] >= MIN_RANKED_SAMPLES:
+                out.setdefault(r["statement_id"], []).append(r)
+    return out
+
+
+def thin_sources(counts: dict[str, int]) -> str:
+    """'perf-cpu-clock 5, sched-stack 4': the sources with too few samples to rank functions, or ''."""
+    return ", ".join(f"{src} {n}" for src, n in sorted(counts.items()) if n < MIN_RANKED_SAMPLES)
+
+
+def kernel_evidence(ranked: list[dict], counts: dict[str, int], top: int = 3) -> str | None:
+    """The top kernel functions by share, with their source; or why none can be named."""
+    names: list[str] = []
+    for r in sorted(ranked, key=lambda r: -(r["share"] or 0)):
+        if len(names) < top and not any(n.startswith(r["function"] + " ") for n in names):
+            names.append(f"{r['function']} {_pct(r['share'] or 0)} of {r['source']}")
+    if names:
+        return "kernel: " + ", ".join(names)
+    if counts:
+        return f"kernel: too few samples to rank functions ({thin_sources(counts)})"
+    return None
 
 
 def classify(statements: pa.Table, attribution: pa.Table, kernel_functions: pa.Table | None = None,
              statement_io: pa.Table | None = None,
              internal_threshold: float = DEFAULT_INTERNAL_THRESHOLD) -> pa.Table:
     """The `statement_class` table."""
-    top_kf = kernel_functions_by_statement(kernel_functions)
+    kernel_rows, kernel_counts = ranked_kernel_functions(kernel_functions), kernel_samples(kernel_functions)
     node_of = dict(zip(statements.column("statement_id").to_pylist(), statements.column("node").to_pylist()))
     rows = []
     for sid, st in statement_inputs(statements, attribution, statement_io).items():
@@ -89,8 +122,9 @@ def classify(statements: pa.Table, attribution: pa.Table, kernel_functions: pa.T
         for n in io:
             ev.append(f"node {n['node']}: seq {n['seq_bytes'] / 2**20:.1f} MiB, random {int(n['random_reqs'])} reqs "
                       f"({n['random_bytes'] / 2**20:.1f} MiB), net {n['net_bytes'] / 2**20:.1f} MiB")
-        if top_kf.get(sid):
-            ev.append("kernel: " + ", ".join(f"{f} {_pct(s)}" for f, s in top_kf[sid]))
+        kernel = kernel_evidence(kernel_rows.get(sid, []), kernel_counts.get(sid, {}))
+        if kernel:
+            ev.append(kernel)
         rows.append({"node": node_of.get(sid), "statement_id": sid, "query_id": st["query_id"], "limit": limit,
                      "allocated_share": explained, "confidence": confidence, "evidence": "; ".join(ev)})
     return pa.Table.from_pylist(rows, schema=SCHEMAS["statement_class"])

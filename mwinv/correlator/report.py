@@ -23,7 +23,7 @@ import pyarrow as pa
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS, Capture
 from mwinv.correlator import svg
 from mwinv.correlator.advice import Advice, advise
-from mwinv.correlator.classify import classify
+from mwinv.correlator.classify import MIN_RANKED_SAMPLES, classify, kernel_samples, thin_sources
 from mwinv.correlator.load import connect
 from mwinv.correlator.model import (MIN_TIMED_NS, WHAT_IFS, DiskWaitCheck, disk_wait_check, estimate,
                                     mean_abs_error, predict)
@@ -301,6 +301,7 @@ def section_details(data: ReportData, queries: list[dict]) -> Section:
     kf: dict[int, list[dict]] = {}
     for r in data.kernel_functions.to_pylist():
         kf.setdefault(r["statement_id"], []).append(r)
+    kernel_counts = kernel_samples(data.kernel_functions)
     adv: dict[int, list[Advice]] = {}
     for a in data.advice:
         adv.setdefault(a.statement_id, []).append(a)
@@ -334,6 +335,12 @@ def section_details(data: ReportData, queries: list[dict]) -> Section:
                                 for f in funcs])
             h.append(t_h)
             md.append(t_md + "\n")
+            thin = thin_sources(kernel_counts.get(sid, {}))
+            if thin:
+                note = (f"Too few samples to rank kernel functions from {thin} (fewer than {MIN_RANKED_SAMPLES}): "
+                        "those shares are anecdotes, and no advice rests on them.")
+                h.append(f"<p>{escape(note)}</p>")
+                md.append(note + "\n\n")
         advice = adv.get(sid, [])
         if advice:
             h.append("<ul class=\"advice\">")
