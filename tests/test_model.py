@@ -241,3 +241,29 @@ def test_run_queue_advice_tells_a_capped_process_from_busy_cpus():
     # without samples a run-queue wait is taken for oversubscription, and the evidence says nothing of idle CPUs
     rules = {(a.statement_id, a.rule): a for a in advise(statements, attribution, cpus=2)}
     assert "idle" not in rules[(1, "run_queue.oversubscription")].evidence
+
+
+def test_parallel_workers_in_the_model():
+    # leader statement 1 (pid 200) ran 100 ms on CPU itself; its two workers (201, 202) 300 ms between them,
+    # rolled up into the leader's attribution as from_workers_ns; worker 201 read 20 random pages
+    def stmt_w(sid, pid):
+        return {**stmt(sid, 300, pid=pid, parent=1), "leader_pid": 200}
+    statements = pa.Table.from_pylist([{**stmt(1, 300, pid=200), "leader_pid": 200}, stmt_w(2, 201), stmt_w(3, 202)],
+                                      schema=SCHEMAS["statement"])
+    attribution = pa.Table.from_pylist(
+        [{**r, "from_workers_ns": 300 * MS if r["component"] == "cpu_user" else 0}
+         for r in attr(1, cpu_user=100, run_queue=150, disk_random=50)], schema=SCHEMAS["statement_attribution"])
+    statement_io = pa.Table.from_pylist([io(1), io(2, random_reqs=20, random_bytes=20 * 8192), io(3)],
+                                        schema=SCHEMAS["statement_io"])
+    on = {cpus: estimate(statements, attribution, statement_io,
+                         {**CAL, "cpu": {"cpu_speed_factor": 1.0, "cpus": cpus}}).to_pylist() for cpus in (2, 4)}
+    assert [r["statement_id"] for r in on[2]] == [1]  # the workers fold into their leader
+    # 2 CPUs: 3 processes, 2 at a time: max(100, 300 / 2 per worker, 400 / 2) = 200 ms
+    assert on[2][0]["t_cpu_ns"] == 200 * MS
+    # 4 CPUs: all 3 at once: max(100, 150, 400 / 3) = 150 ms
+    assert on[4][0]["t_cpu_ns"] == 150 * MS
+    # the worker's reads count: 20 x (0.005 + 8192 / 100e6) s = 101.6384 ms
+    assert on[2][0]["t_no_seq_ns"] == 101_638_400
+    # CPU twice as fast halves the critical path: 100 ms less
+    pred = predict(statements, attribution, statement_io, {**CAL, "cpu": {"cpus": 2}}, factors={"cpu": (2.0,)})
+    assert pred.to_pylist()[0]["predicted_ns"] == 200 * MS

@@ -143,7 +143,8 @@ def calibrate_cpu(buffer_mb: int = 8, rounds: int = 15) -> dict:
         t0 = time.perf_counter()
         hashlib.sha256(data).digest()
         best = max(best, len(data) / (time.perf_counter() - t0))
-    return {"loop": "sha256", "bytes_per_s": best, "cpu_speed_factor": best / REFERENCE_CPU_BPS}
+    return {"loop": "sha256", "bytes_per_s": best, "cpu_speed_factor": best / REFERENCE_CPU_BPS,
+            "cpus": len(os.sched_getaffinity(0))}  # the CPUs this process (and the server it measures) may use
 
 
 # ---- network

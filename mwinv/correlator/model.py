@@ -1,7 +1,8 @@
 """Seed 000's analytical model (Table 1) over the measured attribution, and what-if predictions.
 
-Per statement and node j (a statement's remote sub-statements count as the nodes they ran on):
-    t_cpu(j)    = on-CPU time attributed to the statement on j (cpu_user + cpu_sys) / cpu speed
+Per statement and node j (a statement's remote sub-statements count as the nodes they ran on; its
+parallel workers belong to their leader's node):
+    t_cpu(j)    = on-CPU time on j's critical path (cpu_user + cpu_sys; node_cpu_ns) / cpu speed
     t_seq(j)    = sequential requests x sequential access time + sequential bytes / disk_rate
     t_no_seq(j) = random requests x (random access time + mean random request size / disk_rate)
     t_net(j)    = (bytes received + bytes sent) / link rate
@@ -56,6 +57,7 @@ class Platform:
     link_rate_bps: float
     cpu_speed: float = 1.0  # relative to the captured run
     seq_access_s: float = 0.0  # per short sequential request
+    cpus: int | None = None  # CPUs of a node: how many of a parallel statement's processes run at once
 
     @classmethod
     def from_calibration(cls, calibration: dict | None, link: str | None = None) -> "Platform":
@@ -67,7 +69,8 @@ class Platform:
         return cls(disk_rate_bps=float(calibration["disk"]["disk_rate_bps"]),
                    rand_access_s=float(calibration["disk"]["rand_access_s"]),
                    link_rate_bps=float(chosen["rate_bps"]) if chosen else float("inf"),
-                   seq_access_s=float(calibration["disk"].get("seq_access_s", 0.0)))
+                   seq_access_s=float(calibration["disk"].get("seq_access_s", 0.0)),
+                   cpus=(calibration.get("cpu") or {}).get("cpus"))
 
     def scaled(self, what_if: str, k: float) -> "Platform":
         if what_if not in WHAT_IFS:
@@ -78,15 +81,27 @@ class Platform:
         return replace(self, **{field: getattr(self, field) * k})
 
 
-def node_components(platform: Platform, cpu_ns: float, seq_bytes: float, seq_reqs: float, random_reqs: float,
-                    random_bytes: float, net_bytes: float) -> dict[str, float]:
-    """Table 1 for one node, in seconds, and the overlap of streamed reads with CPU."""
-    mean_random = random_bytes / random_reqs if random_reqs else 0.0
+def node_cpu_ns(cpu_ns: float, workers_cpu_ns: float, workers: float, cpus: int | None) -> float:
+    """A node's CPU time on the statement's critical path. With parallel workers the CPU work is spread
+    over 1 + workers processes, which run at once on at most `cpus` CPUs: the node needs the larger of
+    its busiest process's CPU time (the workers' split evenly) and the total over the CPUs it can use."""
+    if not workers:
+        return cpu_ns
+    processes = 1 + workers
+    lanes = min(processes, cpus or processes)
+    return max(cpu_ns, workers_cpu_ns / workers, (cpu_ns + workers_cpu_ns) / lanes)
+
+
+def node_components(platform: Platform, n: dict) -> dict[str, float]:
+    """Table 1 for one node (a row of statement_inputs' "nodes"), in seconds, and the overlap of streamed
+    reads with CPU."""
+    seq_bytes, seq_reqs, random_reqs = n["seq_bytes"], n["seq_reqs"], n["random_reqs"]
+    mean_random = n["random_bytes"] / random_reqs if random_reqs else 0.0
     comp = {
-        "t_cpu": cpu_ns / 1e9 / platform.cpu_speed,
+        "t_cpu": node_cpu_ns(n["cpu_ns"], n["workers_cpu_ns"], n["workers"], platform.cpus) / 1e9 / platform.cpu_speed,
         "t_seq": seq_reqs * platform.seq_access_s + seq_bytes / platform.disk_rate_bps,
         "t_no_seq": random_reqs * (platform.rand_access_s + mean_random / platform.disk_rate_bps),
-        "t_net": net_bytes / platform.link_rate_bps,
+        "t_net": n["net_bytes"] / platform.link_rate_bps,
     }
     streamed = seq_reqs > 0 and seq_bytes / seq_reqs >= STREAM_REQUEST_BYTES
     comp["overlap"] = min(comp["t_cpu"], comp["t_seq"]) if streamed else 0.0
@@ -99,8 +114,7 @@ def estimate_components(per_node: list[dict], platform: Platform) -> dict[str, f
     out = {c: 0.0 for c in MODEL_COMPONENTS + ("overlap",)}
     best_node, best = None, -1.0
     for n in per_node:
-        comp = node_components(platform, n["cpu_ns"], n["seq_bytes"], n["seq_reqs"], n["random_reqs"],
-                               n["random_bytes"], n["net_bytes"])
+        comp = node_components(platform, n)
         for c, v in comp.items():
             out[c] = max(out[c], v)
         if model_total(comp) > best:
@@ -115,13 +129,18 @@ def model_total(comp: dict[str, float]) -> float:
 
 
 _PER_NODE_SQL = """
-WITH RECURSIVE roots AS (  -- remote sub-statements belong to their root
+WITH RECURSIVE roots AS (  -- remote sub-statements and parallel workers belong to their root
     SELECT statement_id, statement_id AS root_id, node AS root_node FROM statements WHERE parent_statement_id IS NULL
     UNION ALL
     SELECT s.statement_id, r.root_id, r.root_node FROM statements s JOIN roots r ON s.parent_statement_id = r.statement_id
 ),
-cpu AS (
-    SELECT statement_id, node, sum(ns) FILTER (WHERE component IN ('cpu_user', 'cpu_sys')) AS cpu_ns
+worker AS (  -- a parallel worker: its own pid, its leader's statement as parent
+    SELECT statement_id FROM statements
+    WHERE parent_statement_id IS NOT NULL AND leader_pid IS NOT NULL AND pid <> leader_pid
+),
+cpu AS (  -- a leader's own CPU, and its workers' (rolled up into the leader's attribution rows)
+    SELECT statement_id, node, sum(ns) FILTER (WHERE component IN ('cpu_user', 'cpu_sys')) AS cpu_ns,
+           sum(from_workers_ns) FILTER (WHERE component IN ('cpu_user', 'cpu_sys')) AS workers_cpu_ns
     FROM attribution GROUP BY ALL
 ),
 io AS (
@@ -132,17 +151,20 @@ io AS (
 ),
 both_ AS (
     SELECT coalesce(cpu.statement_id, io.statement_id) AS statement_id, coalesce(cpu.node, io.node) AS node,
-           coalesce(cpu_ns, 0) AS cpu_ns, coalesce(seq_bytes, 0) AS seq_bytes, coalesce(seq_reqs, 0) AS seq_reqs,
+           coalesce(cpu_ns, 0) AS cpu_ns, coalesce(workers_cpu_ns, 0) AS workers_cpu_ns,
+           coalesce(seq_bytes, 0) AS seq_bytes, coalesce(seq_reqs, 0) AS seq_reqs,
            coalesce(random_reqs, 0) AS random_reqs, coalesce(random_bytes, 0) AS random_bytes,
            coalesce(net_bytes, 0) AS net_bytes
     FROM cpu FULL JOIN io ON cpu.statement_id = io.statement_id AND cpu.node = io.node
 )
-SELECT r.root_id AS statement_id, b.node, sum(cpu_ns)::DOUBLE AS cpu_ns, sum(seq_bytes)::DOUBLE AS seq_bytes,
+SELECT r.root_id AS statement_id, b.node, sum(cpu_ns)::DOUBLE AS cpu_ns, sum(workers_cpu_ns)::DOUBLE AS workers_cpu_ns,
+       count(w.statement_id)::DOUBLE AS workers, sum(seq_bytes)::DOUBLE AS seq_bytes,
        sum(seq_reqs)::DOUBLE AS seq_reqs, sum(random_reqs)::DOUBLE AS random_reqs, sum(random_bytes)::DOUBLE AS random_bytes,
        sum(net_bytes)::DOUBLE AS net_bytes
-FROM both_ b JOIN roots r USING (statement_id)
--- a nested statement on the root's own node ran inside the root's time: counted once, by the root
-WHERE b.statement_id = r.root_id OR b.node <> r.root_node
+FROM both_ b JOIN roots r USING (statement_id) LEFT JOIN worker w USING (statement_id)
+-- a nested statement on the root's own node ran inside the root's time: counted once, by the root;
+-- a parallel worker's requests went to the same disk as its leader's: they add up
+WHERE b.statement_id = r.root_id OR b.node <> r.root_node OR w.statement_id IS NOT NULL
 GROUP BY ALL ORDER BY 1, 2
 """
 
@@ -174,7 +196,8 @@ def statement_inputs(statements: pa.Table, attribution: pa.Table,
         if comp is not None:
             st["attributed"][comp] = st["attributed"].get(comp, 0) + int(ns)
             st["from_workers_ns"] += int(workers)
-    cols = ["statement_id", "node", "cpu_ns", "seq_bytes", "seq_reqs", "random_reqs", "random_bytes", "net_bytes"]
+    cols = ["statement_id", "node", "cpu_ns", "workers_cpu_ns", "workers", "seq_bytes", "seq_reqs", "random_reqs",
+            "random_bytes", "net_bytes"]
     for row in con.execute(_PER_NODE_SQL).fetchall():
         n = dict(zip(cols, row))
         if n["statement_id"] in out:
