@@ -53,7 +53,8 @@ def line_chart(series: dict[str, list[tuple[float, float]]], title: str, unit: s
         return ""
     left, right, top, bottom = 50, 10, 20, 24
     x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
-    y1 = max(max(p[1] for p in pts), 1e-9) * 1.05
+    peak = max(p[1] for p in pts)
+    y1 = peak * 1.05 if peak > 0 else 1.0  # all zero: a 0..1 axis, the lines on the floor
     x1 = x1 if x1 > x0 else x0 + 1
     pw, ph = width - left - right, height - top - bottom
 
