@@ -352,3 +352,28 @@ def test_duckdb_connections_draw_no_progress_bar():
     from mwinv.correlator.load import connect
 
     assert connect(threads=1).execute("SELECT current_setting('enable_progress_bar')").fetchone()[0] is False
+
+
+def test_advice_on_the_real_capture(capture):
+    """The advice rules fire on a real capture, each on its statement's evidence: the lock wait names the
+    backend and the statement that held the row (the UPDATE of the other session, released by its COMMIT
+    2 s later); the cold index probes get the random-read rules; the cold scan the sequential ones."""
+    from mwinv.correlator.report import load
+    db = capture[0]
+    data = load(db.capture.path)
+    by_text = {}
+    texts = dict(db.sql("SELECT query_text_hash, text FROM statement_text").fetchall())
+    rows = db.sql("SELECT statement_id, pid, query_text_hash FROM statement_clean").fetchall()
+    sid_of = {texts.get(h): (sid, pid) for sid, pid, h in rows}
+    for a in data.advice:
+        by_text.setdefault(texts.get(next(h for s, _, h in rows if s == a.statement_id)), {})[a.rule] = a
+    print({k: sorted(v) for k, v in by_text.items()})
+    blocker_sid, blocker_pid = sid_of["update lockme set v = v where id = 1"]
+    lock = by_text[STATEMENTS["lock"]]["lock.wait"]
+    assert f"backend pid {blocker_pid} released it" in lock.advice, lock.advice
+    assert f"taken by its statement {blocker_sid} " in lock.advice and "update lockme set v = v where id = 1" \
+        in lock.advice, lock.advice
+    assert ": COMMIT)" in lock.advice, lock.advice  # the statement that released it
+    assert {"disk_random.index", "disk_random.io_concurrency"} <= set(by_text[STATEMENTS["random"]])
+    assert any(r.startswith("disk_seq.") for r in by_text[STATEMENTS["seqscan"]])
+    assert "cpu.faster" in by_text[STATEMENTS["cpu"]]

@@ -176,11 +176,17 @@ def test_lock_advice_names_the_waker():
     attribution = pa.Table.from_pylist(attr(1, cpu_user=100, lock_wait=1800, not_allocated=100)
                                        + attr(2, cpu_user=50) + attr(3, cpu_user=3000),
                                        schema=SCHEMAS["statement_attribution"])
-    wake = pa.Table.from_pylist([{"node": "a", "ts_ns": 6800 * MS, "pid": 200, "event": "sched_wakeup",
+    # pid 200 wakes it (sched_waking, in pid 200's context); the sched_wakeup that follows runs on the
+    # waiter's CPU in an interrupt (pid 0), as does a later wake-up by a timer: neither is a release
+    wake = pa.Table.from_pylist([{"node": "a", "ts_ns": 6800 * MS, "pid": 200, "event": "sched_waking",
+                                  "target_pid": 102},
+                                 {"node": "a", "ts_ns": 6800 * MS + 5000, "pid": 0, "event": "sched_wakeup",
+                                  "target_pid": 102},
+                                 {"node": "a", "ts_ns": 6900 * MS, "pid": 0, "event": "sched_wakeup",
                                   "target_pid": 102}], schema=SCHEMAS["kernel_event"])
     rules = {(a.statement_id, a.rule): a for a in advise(statements, attribution, kernel_events=wake)}
     lock = rules[(1, "lock.wait")]
-    assert "backend pid 200 released it" in lock.advice and "statement 2 " in lock.advice
+    assert "backend pid 200 released it (woke it at +1800 ms)" in lock.advice and "statement 2 " in lock.advice
     assert lock.expected_gain_ns == 1800 * MS
     # without kernel events the overlap heuristic picks the overlapping statement that ended last: 3
     rules = {(a.statement_id, a.rule): a for a in advise(statements, attribution)}

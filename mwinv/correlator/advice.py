@@ -111,8 +111,7 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
     out: list[Advice] = []
     for sid, st in inputs.items():
         row = srow[sid]
-        text = texts.get(row.get("query_text_hash")) or ""
-        out.extend(_advise_one(st, row, text, kfuncs.get(sid, []), platform, statements, kernel_events,
+        out.extend(_advise_one(st, row, texts, kfuncs.get(sid, []), platform, statements, kernel_events,
                                cpus or 2, settings, idle.get(sid)))
     return out
 
@@ -136,7 +135,7 @@ def _idle_cpus(statements: pa.Table, node_samples: pa.Table, statement_ids: list
     return {sid: float(v) for sid, v in rows if v is not None}
 
 
-def _advise_one(st: dict, row: dict, text: str, kfuncs: list[dict], platform: Platform | None,
+def _advise_one(st: dict, row: dict, texts: dict[int, str], kfuncs: list[dict], platform: Platform | None,
                 statements: pa.Table, kernel_events: pa.Table | None, cpus: int, settings: dict,
                 idle_cpus: float | None) -> list[Advice]:
     sid, qid, wall = st["statement_id"], st["query_id"], st["wall_ns"]
@@ -155,6 +154,7 @@ def _advise_one(st: dict, row: dict, text: str, kfuncs: list[dict], platform: Pl
     io = {k: sum(n[k] for n in st["nodes"]) for k in ("seq_bytes", "random_reqs", "random_bytes", "net_bytes")}
     shares_txt = f"cpu {_pct(shares['cpu'])}, disk_seq {_pct(shares['disk_seq'])}, " \
                  f"disk_random {_pct(shares['disk_random'])}, network {_pct(shares['network'])}"
+    text = texts.get(row.get("query_text_hash")) or ""
     is_select = text.lstrip().lower().startswith(("select", "with"))
 
     # --- CPU
@@ -244,7 +244,7 @@ def _advise_one(st: dict, row: dict, text: str, kfuncs: list[dict], platform: Pl
 
     # --- locks
     if shares["lock"] >= 0.10:
-        blocker = _blocking_statement(row, statements, kernel_events)
+        blocker = _blocking_statement(row, statements, kernel_events, texts)
         result.append(adv("lock.wait", f"lock waits: {blocker}. Shorten the blocking transaction, take "
                           "locks in one order, or use SKIP LOCKED / NOWAIT for queue-like access",
                           f"lock_wait {_ms(a.get('lock_wait', 0))} ({_pct(shares['lock'])} of {_ms(wall)})",
@@ -300,29 +300,47 @@ def _advise_one(st: dict, row: dict, text: str, kfuncs: list[dict], platform: Pl
     return result
 
 
-def _blocking_statement(row: dict, statements: pa.Table, kernel_events: pa.Table | None) -> str:
-    """Who held the lock: the pid that woke the waiter last (sched_wakeup), else the overlapping statement
-    of another backend that ended last before the waiter went on."""
+def _named(r: dict, texts: dict[int, str]) -> str:
+    """'statement 12 (query_id 34: UPDATE accounts SET …)': a statement as a DBA recognises it."""
+    text = " ".join((texts.get(r.get("query_text_hash")) or "").split())
+    text = text if len(text) <= 60 else text[:59] + "…"
+    return f"statement {r['statement_id']} (query_id {r['query_id']}" + (f": {text})" if text else ")")
+
+
+def _blocking_statement(row: dict, statements: pa.Table, kernel_events: pa.Table | None, texts: dict[int, str]) -> str:
+    """Who held the lock: the backend that woke the waiter last (sched_waking, in the waker's context;
+    else sched_wakeup, whose pid is the waker's only when both ran on one CPU), else the overlapping
+    statement of another backend that ended last before the waiter went on. Wake-ups from other contexts
+    (pid 0: interrupts, timers such as deadlock_timeout's) are not lock releases."""
     start, end, pid, node = row["start_ns"], row["end_ns"], row["pid"], row["node"]
-    others = [r for r in statements.to_pylist()
-              if r["node"] == node and r["pid"] != pid and r["start_ns"] < end and r["end_ns"] > start - 60e9]
+    all_rows = [r for r in statements.to_pylist() if r["node"] == node]
+    backends = {r["pid"] for r in all_rows} - {pid}
+    others = [r for r in all_rows if r["pid"] != pid and r["start_ns"] < end and r["end_ns"] > start - 60e9]
     waker = None
     if kernel_events is not None and kernel_events.num_rows:
         wakes = [r for r in kernel_events.to_pylist()
-                 if (r["event"] or "").endswith("sched_wakeup") and r["target_pid"] == pid and start <= r["ts_ns"] <= end
-                 and r["pid"] != pid and r["node"] == node]
+                 if (r["event"] or "").endswith(("sched_waking", "sched_wakeup")) and r["target_pid"] == pid
+                 and start <= r["ts_ns"] <= end
+                 and r["pid"] in backends and r["node"] == node]
         if wakes:
             waker = max(wakes, key=lambda r: r["ts_ns"])
     if waker:
-        cands = [r for r in others if r["pid"] == waker["pid"] and r["start_ns"] <= waker["ts_ns"]]
-        if cands:
-            b = max(cands, key=lambda r: r["start_ns"])
-            return (f"backend pid {b['pid']} released it (sched_wakeup at +{(waker['ts_ns'] - start) / 1e6:.0f} ms); "
-                    f"its statement {b['statement_id']} (query_id {b['query_id']}) holds the transaction")
-        return f"backend pid {waker['pid']} woke this statement at the end of its wait (no statement of it captured)"
+        theirs = [r for r in others if r["pid"] == waker["pid"]]
+        # the lock was taken before this statement started to wait; it is released by a later statement
+        # of the same transaction (COMMIT, ROLLBACK: PostgreSQL releases the locks just after the
+        # statement's own end) or at the end of the holder's own
+        before = [r for r in theirs if r["start_ns"] <= start]
+        later = [r for r in theirs if start < r["start_ns"] <= waker["ts_ns"]]
+        released = f"backend pid {waker['pid']} released it (woke it at +{(waker['ts_ns'] - start) / 1e6:.0f} ms"
+        released += f", with its {_named(max(later, key=lambda r: r['start_ns']), texts)})" if later else ")"
+        if before:
+            b = max(before, key=lambda r: r["start_ns"])
+            return (f"{released}; it was taken by its {_named(b, texts)} or an earlier one of the same transaction, "
+                    "which held it until then")
+        return f"{released}; none of its statements before this wait was captured"
     overlapping = [r for r in others if r["start_ns"] <= start]
     if overlapping:
         b = max(overlapping, key=lambda r: r["end_ns"])
-        return (f"most likely statement {b['statement_id']} (query_id {b['query_id']}, pid {b['pid']}), which "
-                "started before and overlapped it (no sched_wakeup events to confirm)")
+        return (f"most likely {_named(b, texts)} of pid {b['pid']}, which started before and overlapped it "
+                "(no wake-up by another backend to confirm)")
     return "the blocking statement was not captured (no other backend's statement overlaps the wait)"

@@ -106,7 +106,7 @@ def load(capture_dir: str | os.PathLike) -> ReportData:
         # only the wake-ups of backends that waited for a lock: they name the blocker (advice.lock.wait)
         wakeups = data.con.execute("""
             SELECT k.* FROM kernel_event k
-            WHERE k.event LIKE '%sched_wakeup' AND k.target_pid IN (
+            WHERE (k.event LIKE '%sched_waking' OR k.event LIKE '%sched_wakeup') AND k.target_pid IN (
                 SELECT s.pid FROM statements s JOIN attribution a USING (statement_id)
                 WHERE a.component = 'lock_wait' AND a.ns > 0)""").to_arrow_table()
     if statements.num_rows:

@@ -25,7 +25,9 @@ from mwinv.kernel_trace.tracedat import write_tracedat
 from mwinv.kernel_trace.tracefs import Instance, add_uprobe, clean_stale, remove_uprobe, tracefs_root
 from mwinv.kernel_trace.usdt import uprobe_target, usdt_probes
 
-SCHED_EVENTS = ["sched:sched_switch", "sched:sched_wakeup", "sched:sched_wakeup_new",
+# sched_waking runs in the waker's context; sched_wakeup, for a task woken on another CPU, runs there in
+# the interrupt that queued it (pid 0): only sched_waking names who released a lock.
+SCHED_EVENTS = ["sched:sched_switch", "sched:sched_waking", "sched:sched_wakeup", "sched:sched_wakeup_new",
                 "sched:sched_process_fork", "sched:sched_process_exit"]
 # block_bio_queue runs in the submitting task's context (the backend, also for its readahead), where
 # block_rq_issue may run in a kworker (blk-throttle dispatch, plugging) and completions in interrupts.
