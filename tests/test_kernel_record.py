@@ -32,13 +32,15 @@ def _tracing_unavailable() -> str | None:
 kernel = pytest.mark.skipif(_tracing_unavailable() is not None, reason=str(_tracing_unavailable()))
 
 
-def our_instances() -> list[str]:
-    """mwinv instances of live processes (a dead run's leftovers are cleaned by the next start)."""
-    from mwinv.kernel_trace.tracefs import INSTANCE_RE, pid_alive
+def our_instances(pid: int | None = None) -> list[str]:
+    """The mwinv instances of process `pid` (default: this one). Another mwinv run on the machine (a second
+    test suite, a user's capture) has its own, named by its pid: they must not count."""
+    from mwinv.kernel_trace.tracefs import INSTANCE_RE
 
     root = next(r for r in TRACEFS_CANDIDATES if (r / "instances").is_dir())
+    pid = os.getpid() if pid is None else pid
     return sorted(p.name for p in (root / "instances").iterdir()
-                  if (m := INSTANCE_RE.match(p.name)) and pid_alive(int(m.group(1))))
+                  if (m := INSTANCE_RE.match(p.name)) and int(m.group(1)) == pid)
 
 
 def wait_for(cond, timeout_s: float = 60.0):
@@ -104,7 +106,6 @@ def test_capture_of_tpch_queries(tpch_pg, tmp_path):
 def test_sigterm_restores_state_and_keeps_the_capture(tmp_path):
     sleeper = subprocess.Popen(["sleep", "120"])
     try:
-        before = our_instances()
         out = tmp_path / "cap"
         proc = subprocess.Popen([BIN / "mwinv-trace", "capture", str(out), "--pid", str(sleeper.pid), "--stacks",
                                  "--interval", "0.1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -114,12 +115,12 @@ def test_sigterm_restores_state_and_keeps_the_capture(tmp_path):
             if line.startswith("sampling every"):
                 break
         assert started and started[-1].startswith("sampling every"), started
-        assert len(our_instances()) > len(before)
+        assert our_instances(proc.pid)
         time.sleep(1)   # a few 0.1 s samples before the signal
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 130 and "Traceback" not in err
-        assert our_instances() == before
+        assert our_instances(proc.pid) == []
         assert (out / "manifest.json").exists() and Capture(out).has("node_sample")
         assert json.loads((out / "kernel" / os.uname().nodename / "recorder.json").read_text())["clock"] == "mono" \
             or any((out / "kernel").glob("*/recorder.json"))
@@ -158,7 +159,7 @@ def test_kill9_leftovers_are_cleaned_by_the_next_run(tmp_path):
                                 _probe_target()], stdout=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
         name = rec.stdout.readline().strip()
-        assert name.startswith(f"mwinv-{rec.pid}-") and name in our_instances()
+        assert name.startswith(f"mwinv-{rec.pid}-") and name in our_instances(rec.pid)
         root = TRACEFS_CANDIDATES[0]
         assert (rec.pid, f"mwinv_{rec.pid}/mwinv_test_probe") in our_uprobes(root)
         rec.kill()                      # kill -9: no clean-up ran
