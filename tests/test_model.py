@@ -273,3 +273,16 @@ def test_parallel_workers_in_the_model():
     # CPU twice as fast halves the critical path: 100 ms less
     pred = predict(statements, attribution, statement_io, {**CAL, "cpu": {"cpus": 2}}, factors={"cpu": (2.0,)})
     assert pred.to_pylist()[0]["predicted_ns"] == 200 * MS
+
+
+def test_access_time_what_if_scales_both_kinds_of_request():
+    cal = {"disk": {"disk_rate_bps": 100e6, "rand_access_s": 0.005, "seq_access_s": 0.001}}
+    statements = pa.Table.from_pylist([stmt(1, 2000)], schema=SCHEMAS["statement"])
+    attribution = pa.Table.from_pylist(attr(1, cpu_user=500, disk_seq=500, disk_random=1000),
+                                       schema=SCHEMAS["statement_attribution"])
+    # 100 short sequential requests (16 KiB) and 100 random ones (8 KiB)
+    statement_io = pa.Table.from_pylist([io(1, seq_bytes=1_638_400, seq_reqs=100, random_reqs=100,
+                                            random_bytes=819_200)], schema=SCHEMAS["statement_io"])
+    (p,) = predict(statements, attribution, statement_io, cal, factors={"rand_access": (3.0,)}).to_pylist()
+    # each request waits 3x its access time: + 2 x (100 x 0.001 + 100 x 0.005) = + 1.2 s
+    assert p["predicted_ns"] == 3200 * MS

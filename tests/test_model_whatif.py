@@ -1,5 +1,6 @@
-"""What-if predictions checked by running them (issue 7, item 4): a CPU-bound TPC-H query (Q1, warm) and a
-disk-bound one (Q1, cold) are captured at SF 0.1, their time under "CPU x0.5" and "disk rate x k" is
+"""What-if predictions checked by running them (issue 7, item 4): a CPU-bound TPC-H query (Q1, warm), a
+disk-bound one (Q6 as a cold full scan) and cold index scans of lineitem (the access-time what-if, under a
+blkio.throttle.read_iops_device cap: see its test) are captured at SF 0.1, their time under "CPU x0.5" and "disk rate x k" is
 predicted, then they are re-run alternately free and with the backend in a cgroup v1 with
 cpu.cfs_quota_us = 50 % of a CPU or blkio.throttle.read_bps_device = 8 MiB/s. The disk factor k is the
 ratio of the throttle's rate to the baseline's calibrated disk rate.
@@ -172,3 +173,58 @@ def test_disk_what_if_checked_by_running(tpch_pg_larger, tmp_path):
     check_what_if(server, tmp_path, ("cold-q6", tpch.query_sql(6)), "disk_rate",
                   Cgroup("mwinv-test-whatif-io", read_bps=throttle), cold=True, factor=throttled_rate_factor,
                   gucs={"enable_indexscan": "off", "enable_bitmapscan": "off"}, absolute=True)
+
+
+# 500 requests/s: a request takes 2 ms, ~40x this disk's own access time, so the cap dominates
+THROTTLE_IOPS = 500
+SUPPLIERS = (7, 107, 207, 307, 407)
+
+
+def test_access_time_what_if_checked_by_running(tpch_pg_larger, tmp_path):
+    """A cold index scan fetches its heap pages one request at a time. Under blkio.throttle.read_iops_device
+    each request takes 1/iops, so the access-time what-if's k = (1/iops) / the calibrated random access time.
+    Each statement reads another supplier's rows (distinct pages), cold: the page cache is dropped before
+    each, and the server restarts between the capture and the capped runs to empty its shared buffers.
+    Predicted and capped times are compared in absolute time, supplier by supplier."""
+    server = tpch_pg_larger
+    server.psql("CREATE INDEX IF NOT EXISTS lineitem_suppkey ON lineitem (l_suppkey); CHECKPOINT", dbname="tpch")
+    sql = "SELECT sum(l_quantity) FROM lineitem WHERE l_suppkey = {}"
+    gucs = {"enable_seqscan": "off", "enable_bitmapscan": "off"}
+    cap = make_capture_from_run(server, [(f"s{s}", sql.format(s), gucs) for s in SUPPLIERS], tmp_path / "baseline",
+                                before_each=lambda _label: drop_page_cache())
+    calibration = cap.manifest()["calibration"]
+    k = (1 / THROTTLE_IOPS) / calibration["disk"]["rand_access_s"]
+    predicted = {r["statement_id"]: r for r in predict(cap.read("statement"), cap.read("statement_attribution"),
+                                                      cap.read("statement_io"), calibration,
+                                                      factors={"rand_access": (k,)}).to_pylist()}
+    io = {r["statement_id"]: r for r in cap.read("statement_io").to_pylist()}
+    # one normalised text for all five (the extension keeps a query_id's first text): in execution order
+    statement_of = dict(zip(SUPPLIERS, statement_ids(cap, sql.format(SUPPLIERS[0]))))
+    assert len(statement_of) == len(SUPPLIERS)
+    server.restart()
+    cgroup = Cgroup("mwinv-test-whatif-iops", read_iops={block_device_of(server.data_dir): THROTTLE_IOPS})
+    rows = []
+    try:
+        with server.connect("tpch") as conn:
+            for name, value in {"max_parallel_workers_per_gather": "0", **gucs}.items():
+                conn.execute(f"SET {name} = {value}")
+            pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+            conn.execute(sql.format(-1)).fetchall()  # the catalogs and the index's upper pages, read uncapped
+            cgroup.create().add_pid(pid)
+            for s, sid in statement_of.items():
+                drop_page_cache()
+                read0, t0 = proc_read_bytes(pid), time.monotonic_ns()
+                conn.execute(sql.format(s)).fetchall()
+                rows.append((s, predicted[sid], time.monotonic_ns() - t0, proc_read_bytes(pid) - read0, io[sid]))
+            cgroup.release_pid(pid)
+    finally:
+        cgroup.remove()
+    errors = [p["predicted_ns"] / capped - 1 for _, p, capped, _, _ in rows]
+    for (s, p, capped, read, i), error in zip(rows, errors):
+        print(f"supplier {s}: captured {p['baseline_ns'] / 1e6:.0f} ms ({i['seq_reqs']} short sequential + "
+              f"{i['random_reqs']} random requests), predicted at x{k:.1f} access time {p['predicted_ns'] / 1e6:.0f} ms, "
+              f"capped {capped / 1e6:.0f} ms, error {error:+.1%}; read {read} bytes capped, "
+              f"{i['seq_bytes'] + i['random_bytes']} captured")
+    for _, p, capped, read, i in rows:
+        assert capped > 3 * p["baseline_ns"], "the cap must really slow the statement down"
+    assert abs(median(errors)) <= MAX_ERROR

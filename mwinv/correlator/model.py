@@ -40,11 +40,13 @@ MODEL_COMPONENTS = ("t_cpu", "t_seq", "t_no_seq", "t_net")
 # the kernel's default read_ahead_kb; a backend's own synchronous 8 KiB reads stay far below it.
 STREAM_REQUEST_BYTES = 128 * 1024
 RESOURCE_ATTRIBUTION = ("cpu_user", "cpu_sys", "disk_seq", "disk_random", "network")
-WHAT_IFS = {  # name -> (platform field it scales, what k means)
-    "cpu": ("cpu_speed", "CPU k times as fast"),
-    "disk_rate": ("disk_rate_bps", "sequential disk rate x k"),
-    "rand_access": ("rand_access_s", "random access time x k"),
-    "link_rate": ("link_rate_bps", "network link rate x k"),
+WHAT_IFS = {  # name -> (platform fields it scales, what k means)
+    "cpu": (("cpu_speed",), "CPU k times as fast"),
+    "disk_rate": (("disk_rate_bps",), "sequential disk rate x k"),
+    # a device k times slower to answer a request: the short sequential reads pay its access time too
+    "rand_access": (("rand_access_s", "seq_access_s"), "disk access time per request x k (random and short "
+                    "sequential requests)"),
+    "link_rate": (("link_rate_bps",), "network link rate x k"),
 }
 DEFAULT_FACTORS = (0.5, 2.0, 10.0)
 
@@ -77,8 +79,7 @@ class Platform:
             raise MwinvError(f"unknown what-if {what_if!r} (one of {', '.join(WHAT_IFS)})")
         if k <= 0:
             raise MwinvError(f"what-if factor must be > 0, got {k}")
-        field = WHAT_IFS[what_if][0]
-        return replace(self, **{field: getattr(self, field) * k})
+        return replace(self, **{field: getattr(self, field) * k for field in WHAT_IFS[what_if][0]})
 
 
 def node_cpu_ns(cpu_ns: float, workers_cpu_ns: float, workers: float, cpus: int | None) -> float:
