@@ -10,6 +10,7 @@ from rich.console import Console
 
 from mwinv.capture.run import KernelCapture
 from mwinv.correlator import terminal
+from mwinv.correlator.advice import advise_capture
 from mwinv.correlator.calibrate import calibrate, store
 from mwinv.correlator.pipeline import correlate, top_statements
 from mwinv.correlator.report import render_report, write_derived_tables
@@ -45,7 +46,9 @@ def run_demo(scale: float, out: str) -> Path:
     db = correlate(capture_dir, progress=lambda s: console.log(s))
     for w in db.warnings:
         console.print(f"[yellow]warning:[/] {w}")
-    console.print(terminal.top_table(top_statements(db, n=5), "top 5 statements by total time"))
+    top = top_statements(db, n=5)
+    console.print(terminal.top_table(top, "top 5 statements by total time"))
+    console.print(terminal.advice_text(top, advise_capture(capture_dir, [s.example_id for s in top])))
     write_derived_tables(capture_dir)
     html, md = render_report(capture_dir, out_dir / "report")
     console.print(f"report: {html} (and {md})")

@@ -225,7 +225,7 @@ def test_top_sql_does_not_import_pandas(capture, tmp_path):
     out = subprocess.run([sys.executable, "-X", "importtime", str(cli), str(dst), "--top-sql", "3"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "top 3 statements by total time" in out.stdout
+    assert "top 3 statements by total time" in out.stdout and "what to change" in out.stdout
     imported = [line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")]
     assert "pyarrow" in imported and "duckdb" in imported      # the check sees the imports at all
     assert not [m for m in imported if m == "pandas" or m.startswith("pandas.")]
@@ -377,3 +377,23 @@ def test_advice_on_the_real_capture(capture):
     assert {"disk_random.index", "disk_random.io_concurrency"} <= set(by_text[STATEMENTS["random"]])
     assert any(r.startswith("disk_seq.") for r in by_text[STATEMENTS["seqscan"]])
     assert "cpu.faster" in by_text[STATEMENTS["cpu"]]
+
+
+def test_top_sql_json_carries_the_advice(capture):
+    """mwinv-correlate --format json: each top statement with its advice, the largest expected gain first."""
+    import json
+    import subprocess
+    import sys
+
+    cli = Path(sys.executable).parent / "mwinv-correlate"
+    out = subprocess.run([str(cli), str(capture[0].capture.path), "--by", "disk", "--top-sql", "2", "--format", "json"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    records = {r["text"]: r for r in json.loads(out.stdout)}
+    assert set(records) == {STATEMENTS["seqscan"], STATEMENTS["random"]}
+    rules = {text: [a["rule"] for a in r["advice"]] for text, r in records.items()}
+    assert any(rule.startswith("disk_seq.") for rule in rules[STATEMENTS["seqscan"]]), rules
+    assert "disk_random.index" in rules[STATEMENTS["random"]], rules
+    for r in records.values():
+        gains = [a["expected_gain_ns"] for a in r["advice"] if a["expected_gain_ns"] is not None]
+        assert gains == sorted(gains, reverse=True) and all(a["evidence"] for a in r["advice"])

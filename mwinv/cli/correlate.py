@@ -7,6 +7,7 @@ from rich.console import Console
 
 from mwinv.cli.common import progress_console, run_main
 from mwinv.correlator import terminal
+from mwinv.correlator.advice import advise_capture
 from mwinv.correlator.pipeline import RANK_BY, correlate, top_statements
 
 
@@ -24,7 +25,7 @@ from mwinv.correlator.pipeline import RANK_BY, correlate, top_statements
 def cli(capture, top, by, query_id, fmt, report_dir, baseline) -> None:
     """Attribute every statement's wall time in CAPTURE to CPU (user/sys), disk (sequential/random),
     network, lock waits, run queue, other waits and not-allocated time; show the top statements with
-    their breakdown and hot kernel functions. Writes statement_attribution and
+    their breakdown, hot kernel functions and what to change (advice with the model's expected gain). Writes statement_attribution and
     statement_kernel_function into CAPTURE.
 
     \b
@@ -43,13 +44,17 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline) -> None:
     for w in db.warnings:
         err.print(f"[yellow]warning:[/] {w}")
     rows = top_statements(db, n=top, by=by, query_id=query_id)
+    advice = advise_capture(capture, [r.example_id for r in rows])
     if fmt == "json":
-        click.echo(terminal.as_json(rows))
+        click.echo(terminal.as_json(rows, advice))
     elif fmt == "csv":
-        click.echo(terminal.as_csv(rows), nl=False)
+        click.echo(terminal.as_csv(rows, advice), nl=False)
     else:
         title = f"top {len(rows)} statements by {by} time" if query_id is None else f"query_id {query_id}"
-        Console().print(terminal.top_table(rows, title))
+        console = Console()
+        console.print(terminal.top_table(rows, title))
+        if rows:
+            console.print(terminal.advice_text(rows, advice))
     if report_dir:
         from mwinv.correlator.report import render_report, write_derived_tables
 

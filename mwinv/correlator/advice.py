@@ -12,16 +12,21 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import duckdb
 import pyarrow as pa
 
+from mwinv.capture.columns import empty_table
+from mwinv.capture.tables import SCHEMAS, Capture
 from mwinv.correlator.classify import class_shares, decide, ranked_kernel_functions
-from mwinv.correlator.load import connect
-from mwinv.correlator.model import Platform, estimate_components, model_total, statement_inputs
+from mwinv.correlator.load import connect, create_empty
+from mwinv.correlator.model import Platform, estimate_components, inputs_from, model_total
 
 MIN_WALL_NS = 10_000_000  # below 10 ms a handful of samples decide the shares: too thin to advise on
 MIN_SHARE = 0.25  # a resource has to hold a quarter of the wall time before it is worth tuning
 SPILL_BYTES = 1 << 20  # a SELECT writing a MiB or more is spilling sorts/hashes, not setting hint bits
 MIN_RUN_QUEUE_SHARE = 0.10  # waiting runnable this share of the wall time is worth a word
+MIN_LOCK_SHARE = 0.10  # and so is waiting for a lock
+BLOCKER_LOOKBACK_NS = 60_000_000_000  # a blocker's statement that took the lock started at most this long before
 # Half a CPU idle on average while a statement waited runnable: the CPUs were not short, the process was
 # held back (a quota, affinity); a run-queue wait with all CPUs busy is oversubscription.
 IDLE_CPUS_NOT_SHORT = 0.5
@@ -92,9 +97,12 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
            kernel_functions: pa.Table | None = None, statement_text: pa.Table | None = None,
            calibration: dict | None = None, kernel_events: pa.Table | None = None,
            cpus: int | None = None, settings: dict | None = None,
-           node_samples: pa.Table | None = None) -> list[Advice]:
-    """All advice for every root statement. settings: server GUCs the capture recorded (e.g. jit);
-    node_samples: the nodes' CPU samples, which tell a CPU shortage from a capped process."""
+           node_samples: pa.Table | None = None, only: list[int] | None = None,
+           con: duckdb.DuckDBPyConnection | None = None) -> list[Advice]:
+    """Advice for every root statement (or those in `only`). settings: server GUCs the capture recorded
+    (e.g. jit); node_samples: the nodes' CPU samples, which tell a CPU shortage from a capped process.
+    con: a connection that already holds these as `statements`, `attribution`, `statement_io` and
+    `node_sample` (advise_capture reads them from Parquet: registering Arrow tables imports pandas)."""
     platform = None
     if calibration and "disk" in calibration:
         platform = Platform.from_calibration(calibration)
@@ -104,10 +112,18 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
         texts = dict(zip(statement_text.column("query_text_hash").to_pylist(), statement_text.column("text").to_pylist()))
     srow = {r["statement_id"]: r for r in statements.to_pylist()}
     kfuncs = ranked_kernel_functions(kernel_functions)  # only sources with samples enough to rank
-    inputs = statement_inputs(statements, attribution, statement_io)
+    if con is None:
+        con = connect(threads=1)
+        con.register("statements", statements)
+        con.register("attribution", attribution)
+        con.register("statement_io", statement_io if statement_io is not None else empty_table(SCHEMAS["statement_io"]))
+        con.register("node_sample", node_samples if node_samples is not None else empty_table(SCHEMAS["node_sample"]))
+    inputs = inputs_from(con)
+    if only is not None:
+        inputs = {sid: inputs[sid] for sid in only if sid in inputs}
     queued = [sid for sid, st in inputs.items()
               if st["attributed"] and class_shares(st["attributed"], st["wall_ns"])["run_queue"] >= MIN_RUN_QUEUE_SHARE]
-    idle = _idle_cpus(statements, node_samples, queued) if queued and node_samples is not None else {}
+    idle = _idle_cpus(con, queued) if queued else {}
     out: list[Advice] = []
     for sid, st in inputs.items():
         row = srow[sid]
@@ -116,22 +132,76 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
     return out
 
 
-def _idle_cpus(statements: pa.Table, node_samples: pa.Table, statement_ids: list[int]) -> dict[int, float]:
+LOCK_WAKEUPS_SQL = """
+    SELECT k.* FROM kernel_event k
+    WHERE (k.event LIKE '%sched_waking' OR k.event LIKE '%sched_wakeup') AND k.target_pid IN (
+        SELECT s.pid FROM statements s JOIN attribution a USING (statement_id)
+        WHERE a.component = 'lock_wait' AND a.ns > 0)"""
+
+
+def advise_capture(capture_dir, statement_ids: list[int]) -> dict[int, list[Advice]]:
+    """Advice for a few statements of a correlated capture (the terminal's top ones), reading the rows they
+    need rather than the whole capture: theirs and their workers' and remote parts', the statements that
+    overlap one of them that waited for a lock (to name the blocker), the wake-ups of those backends."""
+    cap = Capture(capture_dir)
+    if not statement_ids or not cap.has("statement") or not cap.has("statement_attribution"):
+        return {}
+    manifest = cap.manifest()
+    con = connect()
+    for table in ("statement", "statement_attribution", "statement_kernel_function", "node_sample", "statement_text",
+                  "kernel_event"):
+        if cap.has(table):
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{cap.glob(table)}')")
+        else:
+            create_empty(con, table, "VIEW")
+    wanted = "(" + ", ".join(str(int(i)) for i in statement_ids) + ")"
+    con.execute(f"""
+        CREATE TABLE statements AS
+        WITH own AS (
+            SELECT * FROM statement WHERE statement_id IN {wanted} OR parent_statement_id IN {wanted}),
+        locked AS (
+            SELECT o.node, o.start_ns, o.end_ns FROM own o JOIN statement_attribution a USING (statement_id)
+            WHERE a.component = 'lock_wait' AND a.ns >= {MIN_LOCK_SHARE} * (o.end_ns - o.start_ns))
+        SELECT * FROM own
+        UNION
+        SELECT s.* FROM statement s JOIN locked l
+            ON s.node = l.node AND s.start_ns < l.end_ns AND s.end_ns > l.start_ns - {BLOCKER_LOOKBACK_NS}""")
+    ids = "(SELECT statement_id FROM statements)"
+    con.execute(f"CREATE TABLE attribution AS SELECT * FROM statement_attribution WHERE statement_id IN {ids}")
+    if cap.has("statement_io"):
+        con.execute(f"CREATE TABLE statement_io AS SELECT * FROM read_parquet('{cap.glob('statement_io')}') "
+                    f"WHERE statement_id IN {ids}")
+    else:
+        create_empty(con, "statement_io")
+
+    def arrow(sql: str) -> pa.Table:
+        return con.execute(sql).to_arrow_table()
+    advice = advise(arrow("SELECT * FROM statements"), arrow("SELECT * FROM attribution"),
+                    arrow("SELECT * FROM statement_io"),
+                    arrow(f"SELECT * FROM statement_kernel_function WHERE statement_id IN {wanted}"),
+                    arrow("SELECT * FROM statement_text"), manifest.get("calibration"),
+                    kernel_events=arrow(LOCK_WAKEUPS_SQL), cpus=manifest.get("cpus"),
+                    settings=manifest.get("settings") or {}, node_samples=arrow("SELECT * FROM node_sample"),
+                    only=statement_ids, con=con)
+    con.close()
+    out: dict[int, list[Advice]] = {}
+    for a in advice:
+        out.setdefault(a.statement_id, []).append(a)
+    return out
+
+
+def _idle_cpus(con: duckdb.DuckDBPyConnection, statement_ids: list[int]) -> dict[int, float]:
     """The mean number of idle CPUs on each statement's node while it ran (idle and iowait time of the
     samples overlapping the statement, each weighted by its overlap)."""
-    con = connect(threads=1)
-    con.register("statements", statements)
-    con.register("node_sample", node_samples)
-    con.register("wanted", pa.table({"statement_id": pa.array(statement_ids, pa.int64())}))
-    rows = con.execute("""
+    rows = con.execute(f"""
         WITH o AS (
             SELECT s.statement_id, n.cpu_idle_ns + coalesce(n.cpu_iowait_ns, 0) AS idle_ns, n.interval_ns,
                    least(n.ts_ns, s.end_ns) - greatest(n.ts_ns - n.interval_ns, s.start_ns) AS overlap_ns
-            FROM statements s JOIN wanted USING (statement_id)
+            FROM statements s
             JOIN node_sample n ON n.node = s.node AND n.ts_ns > s.start_ns AND n.ts_ns - n.interval_ns < s.end_ns
-            WHERE n.interval_ns > 0 AND n.cpu_idle_ns IS NOT NULL)  -- the CPU rows (disk and net rows have none)
+            WHERE n.interval_ns > 0 AND n.cpu_idle_ns IS NOT NULL  -- the CPU rows (disk and net rows have none)
+              AND s.statement_id IN ({", ".join(map(str, statement_ids))}))
         SELECT statement_id, sum(idle_ns * overlap_ns / interval_ns) / sum(overlap_ns) FROM o GROUP BY 1""").fetchall()
-    con.close()
     return {sid: float(v) for sid, v in rows if v is not None}
 
 
@@ -243,7 +313,7 @@ def _advise_one(st: dict, row: dict, texts: dict[int, str], kfuncs: list[dict], 
                               "model what-if link rate x10"))
 
     # --- locks
-    if shares["lock"] >= 0.10:
+    if shares["lock"] >= MIN_LOCK_SHARE:
         blocker = _blocking_statement(row, statements, kernel_events, texts)
         result.append(adv("lock.wait", f"lock waits: {blocker}. Shorten the blocking transaction, take "
                           "locks in one order, or use SKIP LOCKED / NOWAIT for queue-like access",
@@ -315,7 +385,7 @@ def _blocking_statement(row: dict, statements: pa.Table, kernel_events: pa.Table
     start, end, pid, node = row["start_ns"], row["end_ns"], row["pid"], row["node"]
     all_rows = [r for r in statements.to_pylist() if r["node"] == node]
     backends = {r["pid"] for r in all_rows} - {pid}
-    others = [r for r in all_rows if r["pid"] != pid and r["start_ns"] < end and r["end_ns"] > start - 60e9]
+    others = [r for r in all_rows if r["pid"] != pid and r["start_ns"] < end and r["end_ns"] > start - BLOCKER_LOOKBACK_NS]
     waker = None
     if kernel_events is not None and kernel_events.num_rows:
         wakes = [r for r in kernel_events.to_pylist()

@@ -190,6 +190,13 @@ def statement_inputs(statements: pa.Table, attribution: pa.Table,
                      statement_io: pa.Table | None) -> dict[int, dict]:
     """Per root statement: query_id, wall_ns, attributed ns per component, and the per-node model inputs."""
     con = _connect(statements, attribution, statement_io)
+    out = inputs_from(con)
+    con.close()
+    return out
+
+
+def inputs_from(con: duckdb.DuckDBPyConnection) -> dict[int, dict]:
+    """statement_inputs over a connection that holds `statements`, `attribution` and `statement_io`."""
     out: dict[int, dict] = {}
     for sid, qid, wall, comp, ns, workers in con.execute(_SHARES_SQL).fetchall():
         st = out.setdefault(sid, {"statement_id": sid, "query_id": qid, "wall_ns": wall, "attributed": {},
@@ -203,7 +210,6 @@ def statement_inputs(statements: pa.Table, attribution: pa.Table,
         n = dict(zip(cols, row))
         if n["statement_id"] in out:
             out[n["statement_id"]]["nodes"].append(n)
-    con.close()
     return out
 
 

@@ -34,6 +34,7 @@ class StatementSummary:
     components: dict[str, int]
     from_workers_ns: int
     kernel_functions: list[tuple[str, float, str]]  # (function, share, source)
+    example_id: int  # its longest execution: the one advice is given for
 
 
 def correlate(capture_dir: str | Path, write: bool = True, progress=None) -> CaptureDB:
@@ -67,7 +68,7 @@ def top_statements(db: CaptureDB, n: int = 5, by: str = "total", query_id: int |
     if not db.has("statement"):
         return []
     rank = ", ".join(f"'{c}'" for c in RANK_BY[by])
-    where = f"WHERE key = {literal(query_id)}" if query_id is not None else ""
+    where = f"WHERE g.key = {literal(query_id)}" if query_id is not None else ""
     rows = db.sql(f"""
         WITH a AS (
             SELECT coalesce(s.query_id, -s.statement_id) AS key, s.query_id, s.node, s.statement_id,
@@ -79,20 +80,24 @@ def top_statements(db: CaptureDB, n: int = 5, by: str = "total", query_id: int |
                    sum(ns) FILTER (WHERE component IN ({rank})) AS rank_ns,
                    sum(from_workers_ns) AS from_workers_ns
             FROM a GROUP BY key),
-        comp AS (SELECT key, component, sum(ns) AS ns FROM a GROUP BY ALL)
+        comp AS (SELECT key, component, sum(ns) AS ns FROM a GROUP BY ALL),
+        example AS (
+            SELECT key, arg_max(statement_id, wall) AS example_id
+            FROM (SELECT key, statement_id, sum(ns) AS wall FROM a GROUP BY ALL) GROUP BY key)
         SELECT g.key, g.query_id, g.nodes, g.calls, g.total_ns, g.from_workers_ns,
-               (SELECT list({{'c': component, 'ns': ns}}) FROM comp WHERE comp.key = g.key) AS comps
-        FROM g {where} ORDER BY g.rank_ns DESC NULLS LAST, g.total_ns DESC LIMIT {literal(n)}""").fetchall()
+               (SELECT list({{'c': component, 'ns': ns}}) FROM comp WHERE comp.key = g.key) AS comps, e.example_id
+        FROM g JOIN example e USING (key) {where}
+        ORDER BY g.rank_ns DESC NULLS LAST, g.total_ns DESC LIMIT {literal(n)}""").fetchall()
     texts = _texts(db)
     out = []
-    for key, qid, nodes, calls, total, workers, comps in rows:
+    for key, qid, nodes, calls, total, workers, comps, example_id in rows:
         components = {c: 0 for c in ATTRIBUTION_COMPONENTS}
         for item in comps:
             components[item["c"]] += int(item["ns"])
         out.append(StatementSummary(
             query_id=qid, text=texts.get(qid, "") if qid is not None else "", nodes=nodes, calls=calls,
             total_ns=int(total), components=components, from_workers_ns=int(workers or 0),
-            kernel_functions=_functions(db, key, functions_per_statement)))
+            kernel_functions=_functions(db, key, functions_per_statement), example_id=int(example_id)))
     return out
 
 

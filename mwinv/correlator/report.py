@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS, Capture
 from mwinv.correlator import svg
-from mwinv.correlator.advice import Advice, advise
+from mwinv.correlator.advice import LOCK_WAKEUPS_SQL, Advice, advise
 from mwinv.correlator.classify import MIN_RANKED_SAMPLES, classify, kernel_samples, thin_sources
 from mwinv.correlator.load import connect
 from mwinv.correlator.model import (MIN_TIMED_NS, WHAT_IFS, DiskWaitCheck, disk_wait_check, estimate,
@@ -104,11 +104,7 @@ def load(capture_dir: str | os.PathLike) -> ReportData:
     if cap.has("kernel_event"):
         data.con.execute(f"CREATE VIEW kernel_event AS SELECT * FROM read_parquet('{cap.glob('kernel_event')}')")
         # only the wake-ups of backends that waited for a lock: they name the blocker (advice.lock.wait)
-        wakeups = data.con.execute("""
-            SELECT k.* FROM kernel_event k
-            WHERE (k.event LIKE '%sched_waking' OR k.event LIKE '%sched_wakeup') AND k.target_pid IN (
-                SELECT s.pid FROM statements s JOIN attribution a USING (statement_id)
-                WHERE a.component = 'lock_wait' AND a.ns > 0)""").to_arrow_table()
+        wakeups = data.con.execute(LOCK_WAKEUPS_SQL).to_arrow_table()
     if statements.num_rows:
         data.classes = classify(statements, attribution, data.kernel_functions, statement_io)
         if calibration:

@@ -1,4 +1,5 @@
-"""Terminal presentation of the top statements (rich), and their JSON/CSV forms for scripts."""
+"""Terminal presentation of the top statements and what to change (rich), and their JSON/CSV forms for
+scripts."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
+from mwinv.correlator.advice import Advice
 from mwinv.correlator.pipeline import StatementSummary
 
 COLORS = {"cpu_user": "green", "cpu_sys": "bright_green", "disk_seq": "blue", "disk_random": "bright_blue",
@@ -67,24 +69,43 @@ def top_table(rows: list[StatementSummary], title: str) -> Table:
     return table
 
 
-def as_records(rows: list[StatementSummary]) -> list[dict]:
+def ranked_advice(advice: list[Advice]) -> list[Advice]:
+    """A statement's advice, the largest expected gain first (advice without a model estimate last)."""
+    return sorted(advice, key=lambda a: -(a.expected_gain_ns if a.expected_gain_ns is not None else -1))
+
+
+def advice_text(rows: list[StatementSummary], advice: dict[int, list[Advice]], per_statement: int = 3) -> Text:
+    """What to change, under the table: per statement its advice with the largest expected gains."""
+    out = Text("what to change (for each statement's longest execution; the evidence is in --report):\n",
+               style="bold")
+    for i, s in enumerate(rows, 1):
+        for a in ranked_advice(advice.get(s.example_id, []))[:per_statement]:
+            gain = f"-{a.expected_gain_ns / 1e6:,.1f} ms" if a.expected_gain_ns is not None else "gain ?"
+            line = " ".join(a.advice.split())
+            out.append(f"#{i} ").append(a.rule, style="bold").append(f" ({gain}: {a.basis}) ")
+            out.append((line if len(line) <= 150 else line[:149] + "…") + "\n")
+    return out
+
+
+def as_records(rows: list[StatementSummary], advice: dict[int, list[Advice]] | None = None) -> list[dict]:
     out = []
     for s in rows:
         d = asdict(s)
         d["kernel_functions"] = [{"function": f, "share": share, "source": src}
                                  for f, share, src in s.kernel_functions]
+        d["advice"] = [asdict(a) for a in ranked_advice((advice or {}).get(s.example_id, []))]
         out.append(d)
     return out
 
 
-def as_json(rows: list[StatementSummary]) -> str:
-    return json.dumps(as_records(rows), indent=2)
+def as_json(rows: list[StatementSummary], advice: dict[int, list[Advice]] | None = None) -> str:
+    return json.dumps(as_records(rows, advice), indent=2)
 
 
-def as_csv(rows: list[StatementSummary]) -> str:
+def as_csv(rows: list[StatementSummary], advice: dict[int, list[Advice]] | None = None) -> str:
     buf = io.StringIO()
     fields = ["query_id", "nodes", "calls", "total_ns", *[f"{c}_ns" for c in ATTRIBUTION_COMPONENTS],
-              "from_workers_ns", "top_kernel_function", "text"]
+              "from_workers_ns", "top_kernel_function", "top_advice", "text"]
     w = csv.DictWriter(buf, fieldnames=fields)
     w.writeheader()
     for s in rows:
@@ -92,5 +113,6 @@ def as_csv(rows: list[StatementSummary]) -> str:
                     **{f"{c}_ns": s.components[c] for c in ATTRIBUTION_COMPONENTS},
                     "from_workers_ns": s.from_workers_ns,
                     "top_kernel_function": s.kernel_functions[0][0] if s.kernel_functions else "",
+                    "top_advice": next((a.rule for a in ranked_advice((advice or {}).get(s.example_id, []))), ""),
                     "text": " ".join(s.text.split())})
     return buf.getvalue()
