@@ -112,7 +112,8 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
         texts = dict(zip(statement_text.column("query_text_hash").to_pylist(), statement_text.column("text").to_pylist()))
     srow = {r["statement_id"]: r for r in statements.to_pylist()}
     kfuncs = ranked_kernel_functions(kernel_functions)  # only sources with samples enough to rank
-    if con is None:
+    own_con = con is None
+    if own_con:
         con = connect(threads=1)
         con.register("statements", statements)
         con.register("attribution", attribution)
@@ -124,6 +125,8 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
     queued = [sid for sid, st in inputs.items()
               if st["attributed"] and class_shares(st["attributed"], st["wall_ns"])["run_queue"] >= MIN_RUN_QUEUE_SHARE]
     idle = _idle_cpus(con, queued) if queued else {}
+    if own_con:
+        con.close()
     out: list[Advice] = []
     for sid, st in inputs.items():
         row = srow[sid]
@@ -180,7 +183,10 @@ def advise_capture(capture_dir, statement_ids: list[int]) -> dict[int, list[Advi
                     arrow("SELECT * FROM statement_io"),
                     arrow(f"SELECT * FROM statement_kernel_function WHERE statement_id IN {wanted}"),
                     arrow("SELECT * FROM statement_text"), manifest.get("calibration"),
-                    kernel_events=arrow(LOCK_WAKEUPS_SQL), cpus=manifest.get("cpus"),
+                    # the wake-ups matter only to a lock wait: no scan of the kernel events without one
+                    kernel_events=arrow(LOCK_WAKEUPS_SQL) if con.execute(
+                        "SELECT count(*) FROM attribution WHERE component = 'lock_wait' AND ns > 0").fetchone()[0]
+                    else None, cpus=manifest.get("cpus"),
                     settings=manifest.get("settings") or {}, node_samples=arrow("SELECT * FROM node_sample"),
                     only=statement_ids, con=con)
     con.close()
