@@ -286,3 +286,17 @@ def test_access_time_what_if_scales_both_kinds_of_request():
     (p,) = predict(statements, attribution, statement_io, cal, factors={"rand_access": (3.0,)}).to_pylist()
     # each request waits 3x its access time: + 2 x (100 x 0.001 + 100 x 0.005) = + 1.2 s
     assert p["predicted_ns"] == 3200 * MS
+
+
+def test_parallel_workers_with_their_own_rows():
+    # attribution from the extension's rusage alone (no kernel side): each worker has rows of its own and
+    # the leader none from workers; the model must see the same 100 ms + 300 ms split as when rolled up
+    statements = pa.Table.from_pylist([{**stmt(1, 300, pid=200), "leader_pid": 200},
+                                       {**stmt(2, 300, pid=201, parent=1), "leader_pid": 200},
+                                       {**stmt(3, 300, pid=202, parent=1), "leader_pid": 200}],
+                                      schema=SCHEMAS["statement"])
+    attribution = pa.Table.from_pylist(attr(1, cpu_user=100, not_allocated=200) + attr(2, cpu_user=150)
+                                       + attr(3, cpu_user=150), schema=SCHEMAS["statement_attribution"])
+    (e,) = [r for r in estimate(statements, attribution, None, {**CAL, "cpu": {"cpus": 2}}).to_pylist()
+            if r["statement_id"] == 1]
+    assert e["t_cpu_ns"] == 200 * MS  # max(100, 300 / 2, 400 / 2)

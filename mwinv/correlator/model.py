@@ -158,7 +158,11 @@ both_ AS (
            coalesce(net_bytes, 0) AS net_bytes
     FROM cpu FULL JOIN io ON cpu.statement_id = io.statement_id AND cpu.node = io.node
 )
-SELECT r.root_id AS statement_id, b.node, sum(cpu_ns)::DOUBLE AS cpu_ns, sum(workers_cpu_ns)::DOUBLE AS workers_cpu_ns,
+SELECT r.root_id AS statement_id, b.node,
+       coalesce(sum(cpu_ns) FILTER (WHERE w.statement_id IS NULL), 0)::DOUBLE AS cpu_ns,
+       -- rolled up into the leader's rows by the correlator; a worker's own rows where they were not (rusage)
+       (sum(workers_cpu_ns) + coalesce(sum(cpu_ns) FILTER (WHERE w.statement_id IS NOT NULL), 0))::DOUBLE
+           AS workers_cpu_ns,
        count(w.statement_id)::DOUBLE AS workers, sum(seq_bytes)::DOUBLE AS seq_bytes,
        sum(seq_reqs)::DOUBLE AS seq_reqs, sum(random_reqs)::DOUBLE AS random_reqs, sum(random_bytes)::DOUBLE AS random_bytes,
        sum(net_bytes)::DOUBLE AS net_bytes
