@@ -25,8 +25,8 @@ from mwinv.correlator.pipeline import RANK_BY, correlate, top_statements
 def cli(capture, top, by, query_id, fmt, report_dir, baseline) -> None:
     """Attribute every statement's wall time in CAPTURE to CPU (user/sys), disk (sequential/random),
     network, lock waits, run queue, other waits and not-allocated time; show the top statements with
-    their breakdown, hot kernel functions and what to change (advice with the model's expected gain). Writes statement_attribution and
-    statement_kernel_function into CAPTURE.
+    their breakdown, hot kernel functions and what to change (advice with the model's expected gain).
+    Writes statement_attribution and statement_kernel_function into CAPTURE.
 
     \b
     Examples:

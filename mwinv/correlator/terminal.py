@@ -84,6 +84,8 @@ def advice_text(rows: list[StatementSummary], advice: dict[int, list[Advice]], p
             line = " ".join(a.advice.split())
             out.append(f"#{i} ").append(a.rule, style="bold").append(f" ({gain}: {a.basis}) ")
             out.append((line if len(line) <= 150 else line[:149] + "…") + "\n")
+    if not any(advice.get(s.example_id) for s in rows):
+        out.append("no advice: the capture has no attribution to base it on (correlate a capture with kernel events)\n")
     return out
 
 
