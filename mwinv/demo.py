@@ -13,7 +13,7 @@ from mwinv.correlator import terminal
 from mwinv.correlator.advice import advise_capture
 from mwinv.correlator.calibrate import calibrate, store
 from mwinv.correlator.pipeline import correlate, top_statements
-from mwinv.correlator.report import render_report, write_derived_tables
+from mwinv.correlator.report import load, render_report, write_derived_tables
 from mwinv.workloads import runner, tpch
 from mwinv.workloads.setup import tpch_server
 
@@ -49,7 +49,8 @@ def run_demo(scale: float, out: str) -> Path:
     top = top_statements(db, n=5)
     console.print(terminal.top_table(top, "top 5 statements by total time"))
     console.print(terminal.advice_text(top, advise_capture(capture_dir, [s.example_id for s in top])))
-    write_derived_tables(capture_dir)
-    html, md = render_report(capture_dir, out_dir / "report")
+    data = load(capture_dir)
+    write_derived_tables(data)
+    html, md = render_report(data, out_dir / "report")
     console.print(f"report: {html} (and {md})")
     return html

@@ -56,13 +56,14 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline) -> None:
         if rows:
             console.print(terminal.advice_text(rows, advice))
     if report_dir:
-        from mwinv.correlator.report import render_report, write_derived_tables
+        from mwinv.correlator.report import load, render_report, write_derived_tables
 
         if baseline:
             correlate(baseline)  # its derived tables must be as current as the capture's
             write_derived_tables(baseline)
-        write_derived_tables(capture)
-        html, md = render_report(capture, report_dir, baseline_capture=baseline)
+        data = load(capture)
+        write_derived_tables(data)
+        html, md = render_report(data, report_dir, baseline_capture=baseline)
         err.print(f"report: {html} (and {md})")
 
 

@@ -110,7 +110,8 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
     texts = {}
     if statement_text is not None:
         texts = dict(zip(statement_text.column("query_text_hash").to_pylist(), statement_text.column("text").to_pylist()))
-    srow = {r["statement_id"]: r for r in statements.to_pylist()}
+    wanted = set(only) if only is not None else None
+    srow = {r["statement_id"]: r for r in statements.to_pylist() if wanted is None or r["statement_id"] in wanted}
     kfuncs = ranked_kernel_functions(kernel_functions)  # only sources with samples enough to rank
     own_con = con is None
     if own_con:
@@ -119,9 +120,7 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
         con.register("attribution", attribution)
         con.register("statement_io", statement_io if statement_io is not None else empty_table(SCHEMAS["statement_io"]))
         con.register("node_sample", node_samples if node_samples is not None else empty_table(SCHEMAS["node_sample"]))
-    inputs = inputs_from(con)
-    if only is not None:
-        inputs = {sid: inputs[sid] for sid in only if sid in inputs}
+    inputs = inputs_from(con, only)
     queued = [sid for sid, st in inputs.items()
               if st["attributed"] and class_shares(st["attributed"], st["wall_ns"])["run_queue"] >= MIN_RUN_QUEUE_SHARE]
     idle = _idle_cpus(con, queued) if queued else {}

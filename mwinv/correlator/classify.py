@@ -14,7 +14,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from mwinv.capture.tables import SCHEMAS
-from mwinv.correlator.model import statement_inputs
+from mwinv.correlator.model import iter_inputs, model_connection
 
 CLASS_OF_COMPONENT = {"cpu_user": "cpu", "cpu_sys": "cpu", "disk_seq": "disk_seq", "disk_random": "disk_random",
                       "network": "network", "lock_wait": "lock", "run_queue": "run_queue"}
@@ -97,19 +97,24 @@ def classify(statements: pa.Table, attribution: pa.Table, kernel_functions: pa.T
     """The `statement_class` table."""
     kernel_rows, kernel_counts = ranked_kernel_functions(kernel_functions), kernel_samples(kernel_functions)
     node_of = dict(zip(statements.column("statement_id").to_pylist(), statements.column("node").to_pylist()))
-    rows = []
-    for sid, st in statement_inputs(statements, attribution, statement_io).items():
-        wall = st["wall_ns"]
-        if not st["attributed"]:
-            rows.append({"node": node_of.get(sid), "statement_id": sid, "query_id": st["query_id"], "limit": "unknown",
-                         "allocated_share": 0.0, "confidence": 0.0,
-                         "evidence": "no attribution rows for this statement (kernel side missing?)"})
+    columns: dict[str, list] = {f.name: [] for f in SCHEMAS["statement_class"]}
+
+    def add(st: dict, limit: str, allocated: float, confidence: float, evidence: str) -> None:
+        for name, value in (("node", node_of.get(st["statement_id"])), ("statement_id", st["statement_id"]),
+                            ("query_id", st["query_id"]), ("limit", limit), ("allocated_share", allocated),
+                            ("confidence", confidence), ("evidence", evidence)):
+            columns[name].append(value)
+
+    con = model_connection(statements, attribution, statement_io)
+    for st in iter_inputs(con):  # one at a time: hundreds of thousands of statements are common
+        sid, wall, a = st["statement_id"], st["wall_ns"], st["attributed"]
+        if not a:
+            add(st, "unknown", 0.0, 0.0, "no attribution rows for this statement (kernel side missing?)")
             continue
-        shares = class_shares(st["attributed"], wall)
+        shares = class_shares(a, wall)
         limit, explained, confidence = decide(shares, internal_threshold)
         ranked = sorted(LIMIT_CLASSES, key=lambda c: -shares[c])
         parts = [f"{c} {_pct(shares[c])}" for c in ranked if shares[c] >= 0.005]
-        a = st["attributed"]
         ev = [f"wall {wall / 1e6:.1f} ms; " + (", ".join(parts) or "no resource time"),
               f"explained {_pct(explained)} (threshold {_pct(internal_threshold)}), "
               f"unexplained {_pct(shares['unexplained'])} (other_wait {a.get('other_wait', 0) / 1e6:.1f} ms, "
@@ -118,13 +123,13 @@ def classify(statements: pa.Table, attribution: pa.Table, kernel_functions: pa.T
             ev.append(f"user {a.get('cpu_user', 0) / 1e6:.1f} ms, sys {a.get('cpu_sys', 0) / 1e6:.1f} ms")
         if st["from_workers_ns"]:
             ev.append(f"parallel workers {st['from_workers_ns'] / 1e6:.1f} ms")
-        io = [n for n in st["nodes"] if n["seq_bytes"] or n["random_reqs"] or n["net_bytes"]]
-        for n in io:
-            ev.append(f"node {n['node']}: seq {n['seq_bytes'] / 2**20:.1f} MiB, random {int(n['random_reqs'])} reqs "
-                      f"({n['random_bytes'] / 2**20:.1f} MiB), net {n['net_bytes'] / 2**20:.1f} MiB")
+        for n in st["nodes"]:
+            if n["seq_bytes"] or n["random_reqs"] or n["net_bytes"]:
+                ev.append(f"node {n['node']}: seq {n['seq_bytes'] / 2**20:.1f} MiB, random {int(n['random_reqs'])} "
+                          f"reqs ({n['random_bytes'] / 2**20:.1f} MiB), net {n['net_bytes'] / 2**20:.1f} MiB")
         kernel = kernel_evidence(kernel_rows.get(sid, []), kernel_counts.get(sid, {}))
         if kernel:
             ev.append(kernel)
-        rows.append({"node": node_of.get(sid), "statement_id": sid, "query_id": st["query_id"], "limit": limit,
-                     "allocated_share": explained, "confidence": confidence, "evidence": "; ".join(ev)})
-    return pa.Table.from_pylist(rows, schema=SCHEMAS["statement_class"])
+        add(st, limit, explained, confidence, "; ".join(ev))
+    con.close()
+    return pa.Table.from_pydict(columns, schema=SCHEMAS["statement_class"])

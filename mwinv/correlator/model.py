@@ -24,13 +24,16 @@ the part the model does not explain (locks, waits) is carried over unchanged."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import duckdb
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from mwinv.capture.columns import empty_table
-from mwinv.capture.tables import SCHEMAS
+from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS
 from mwinv.correlator.attribution import RUSAGE_MIN_WALL_NS
 from mwinv.correlator.load import connect
 from mwinv.errors import MwinvError
@@ -82,51 +85,80 @@ class Platform:
         return replace(self, **{field: getattr(self, field) * k for field in WHAT_IFS[what_if][0]})
 
 
-def node_cpu_ns(cpu_ns: float, workers_cpu_ns: float, workers: float, cpus: int | None) -> float:
+NODE_INPUTS = ("cpu_ns", "workers_cpu_ns", "workers", "seq_bytes", "seq_reqs", "random_reqs", "random_bytes",
+               "net_bytes")
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+
+
+def node_cpu_ns(cpu_ns: np.ndarray, workers_cpu_ns: np.ndarray, workers: np.ndarray, cpus: int | None) -> np.ndarray:
     """A node's CPU time on the statement's critical path. With parallel workers the CPU work is spread
     over 1 + workers processes, which run at once on at most `cpus` CPUs: the node needs the larger of
     its busiest process's CPU time (the workers' split evenly) and the total over the CPUs it can use."""
-    if not workers:
-        return cpu_ns
     processes = 1 + workers
-    lanes = min(processes, cpus or processes)
-    return max(cpu_ns, workers_cpu_ns / workers, (cpu_ns + workers_cpu_ns) / lanes)
+    lanes = np.minimum(processes, cpus) if cpus else processes
+    spread = np.maximum(np.maximum(cpu_ns, _ratio(workers_cpu_ns, workers)), (cpu_ns + workers_cpu_ns) / lanes)
+    return np.where(workers > 0, spread, cpu_ns)
 
 
-def node_components(platform: Platform, n: dict) -> dict[str, float]:
-    """Table 1 for one node (a row of statement_inputs' "nodes"), in seconds, and the overlap of streamed
-    reads with CPU."""
+def node_components(platform: Platform, n: dict) -> dict[str, np.ndarray]:
+    """Table 1 for nodes (columns NODE_INPUTS, one value or an array each), in seconds, and the overlap of
+    streamed reads with CPU."""
+    n = {k: np.asarray(n[k], dtype=float) for k in NODE_INPUTS}
     seq_bytes, seq_reqs, random_reqs = n["seq_bytes"], n["seq_reqs"], n["random_reqs"]
-    mean_random = n["random_bytes"] / random_reqs if random_reqs else 0.0
     comp = {
         "t_cpu": node_cpu_ns(n["cpu_ns"], n["workers_cpu_ns"], n["workers"], platform.cpus) / 1e9 / platform.cpu_speed,
         "t_seq": seq_reqs * platform.seq_access_s + seq_bytes / platform.disk_rate_bps,
-        "t_no_seq": random_reqs * (platform.rand_access_s + mean_random / platform.disk_rate_bps),
+        "t_no_seq": random_reqs * (platform.rand_access_s + _ratio(n["random_bytes"], random_reqs) / platform.disk_rate_bps),
         "t_net": n["net_bytes"] / platform.link_rate_bps,
     }
-    streamed = seq_reqs > 0 and seq_bytes / seq_reqs >= STREAM_REQUEST_BYTES
-    comp["overlap"] = min(comp["t_cpu"], comp["t_seq"]) if streamed else 0.0
+    streamed = (seq_reqs > 0) & (_ratio(seq_bytes, seq_reqs) >= STREAM_REQUEST_BYTES)
+    comp["overlap"] = np.where(streamed, np.minimum(comp["t_cpu"], comp["t_seq"]), 0.0)
     return comp
 
 
-def estimate_components(per_node: list[dict], platform: Platform) -> dict[str, float]:
-    """Max over nodes of each component and of the overlap (seconds), and the node holding the
-    largest total."""
-    out = {c: 0.0 for c in MODEL_COMPONENTS + ("overlap",)}
-    best_node, best = None, -1.0
-    for n in per_node:
-        comp = node_components(platform, n)
-        for c, v in comp.items():
-            out[c] = max(out[c], v)
-        if model_total(comp) > best:
-            best_node, best = n["node"], model_total(comp)
-    out["critical_node"] = best_node
-    return out
-
-
-def model_total(comp: dict[str, float]) -> float:
+def model_total(comp: dict) -> np.ndarray:
     """The estimate in seconds: the components' sum, the streamed reads' overlap with CPU counted once."""
     return sum(comp[c] for c in MODEL_COMPONENTS) - comp["overlap"]
+
+
+@dataclass
+class Estimates:
+    """Per statement (ids ascending): the max over its nodes of each component and of the overlap
+    (seconds), and the node holding the largest total."""
+    statement_id: np.ndarray
+    components: dict[str, np.ndarray]
+    critical_node: list
+
+    def total(self) -> np.ndarray:
+        return model_total(self.components)
+
+
+def estimate_all(frame: dict[str, np.ndarray], platform: Platform) -> Estimates:
+    """Table 1 for every statement of `frame` (one row per statement and node, sorted by statement)."""
+    ids = np.asarray(frame["statement_id"])
+    comp = node_components(platform, frame)
+    if not len(ids):
+        return Estimates(ids, {c: np.zeros(0) for c in comp}, [])
+    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+    group = np.cumsum(np.r_[True, ids[1:] != ids[:-1]]) - 1
+    # the first node (in node order) with the largest total: a stable sort by statement, then -total
+    order = np.lexsort((-model_total(comp), group))
+    nodes = np.asarray(frame["node"], dtype=object)
+    return Estimates(ids[starts], {c: np.maximum.reduceat(v, starts) for c, v in comp.items()},
+                     list(nodes[order[starts]]))
+
+
+def estimate_components(per_node: list[dict], platform: Platform) -> dict[str, float]:
+    """estimate_all for one statement's nodes (rows of statement_inputs' "nodes")."""
+    if not per_node:
+        return {**{c: 0.0 for c in MODEL_COMPONENTS + ("overlap",)}, "critical_node": None}
+    frame = {k: np.array([n[k] for n in per_node], dtype=float) for k in NODE_INPUTS}
+    est = estimate_all({**frame, "statement_id": np.zeros(len(per_node), np.int64),
+                        "node": [n["node"] for n in per_node]}, platform)
+    return {**{c: float(v[0]) for c, v in est.components.items()}, "critical_node": est.critical_node[0]}
 
 
 _PER_NODE_SQL = """
@@ -173,16 +205,19 @@ WHERE b.statement_id = r.root_id OR b.node <> r.root_node OR w.statement_id IS N
 GROUP BY ALL ORDER BY 1, 2
 """
 
-_SHARES_SQL = """
-SELECT s.statement_id, s.query_id, (s.end_ns - s.start_ns) AS wall_ns, a.component, sum(a.ns) AS ns,
-       sum(coalesce(a.from_workers_ns, 0)) AS from_workers_ns
+_SHARES_SQL = f"""
+SELECT s.statement_id, s.query_id, (s.end_ns - s.start_ns) AS wall_ns,
+       coalesce(sum(a.from_workers_ns), 0) AS from_workers_ns,
+       {", ".join(f"sum(a.ns) FILTER (WHERE a.component = '{c}')" for c in ATTRIBUTION_COMPONENTS)}
 FROM statements s LEFT JOIN attribution a USING (statement_id)
 WHERE s.parent_statement_id IS NULL
 GROUP BY ALL ORDER BY 1
 """
 
 
-def _connect(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table | None) -> duckdb.DuckDBPyConnection:
+def model_connection(statements: pa.Table, attribution: pa.Table,
+                     statement_io: pa.Table | None) -> duckdb.DuckDBPyConnection:
+    """A connection holding the tables the model's queries read (`statements`, `attribution`, `statement_io`)."""
     con = connect(threads=1)  # per-statement aggregates: threads only add contention
     con.register("statements", statements)
     con.register("attribution", attribution)
@@ -193,28 +228,37 @@ def _connect(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table
 def statement_inputs(statements: pa.Table, attribution: pa.Table,
                      statement_io: pa.Table | None) -> dict[int, dict]:
     """Per root statement: query_id, wall_ns, attributed ns per component, and the per-node model inputs."""
-    con = _connect(statements, attribution, statement_io)
+    con = model_connection(statements, attribution, statement_io)
     out = inputs_from(con)
     con.close()
     return out
 
 
-def inputs_from(con: duckdb.DuckDBPyConnection) -> dict[int, dict]:
-    """statement_inputs over a connection that holds `statements`, `attribution` and `statement_io`."""
-    out: dict[int, dict] = {}
-    for sid, qid, wall, comp, ns, workers in con.execute(_SHARES_SQL).fetchall():
-        st = out.setdefault(sid, {"statement_id": sid, "query_id": qid, "wall_ns": wall, "attributed": {},
-                                  "from_workers_ns": 0, "nodes": []})
-        if comp is not None:
-            st["attributed"][comp] = st["attributed"].get(comp, 0) + int(ns)
-            st["from_workers_ns"] += int(workers)
-    cols = ["statement_id", "node", "cpu_ns", "workers_cpu_ns", "workers", "seq_bytes", "seq_reqs", "random_reqs",
-            "random_bytes", "net_bytes"]
-    for row in con.execute(_PER_NODE_SQL).fetchall():
-        n = dict(zip(cols, row))
-        if n["statement_id"] in out:
-            out[n["statement_id"]]["nodes"].append(n)
-    return out
+def inputs_from(con: duckdb.DuckDBPyConnection, only: list[int] | None = None) -> dict[int, dict]:
+    """statement_inputs over a connection that holds `statements`, `attribution` and `statement_io` (of the
+    statements in `only`, if given)."""
+    return {st["statement_id"]: st for st in iter_inputs(con, only)}
+
+
+def iter_inputs(con: duckdb.DuckDBPyConnection, only: list[int] | None = None) -> Iterator[dict]:
+    """statement_inputs one statement at a time, in statement order: a capture's hundreds of thousands of
+    statements need not all be held as dicts at once."""
+    wanted = f"statement_id IN ({', '.join(str(int(i)) for i in only) or 'NULL'})" if only is not None else "true"
+    # the node rows as tuples (one connection runs one query at a time), the statements streamed
+    nodes = con.execute(f"SELECT * FROM ({_PER_NODE_SQL}) WHERE {wanted} ORDER BY 1, 2").fetchall()
+    shares = con.execute(f"SELECT * FROM ({_SHARES_SQL}) WHERE {wanted} ORDER BY 1")
+    cols = ("statement_id", "node", *NODE_INPUTS)
+    i = 0
+    while batch := shares.fetchmany(10_000):
+        for sid, qid, wall, workers, *ns in batch:
+            st = {"statement_id": sid, "query_id": qid, "wall_ns": wall, "from_workers_ns": int(workers),
+                  "attributed": {c: int(v) for c, v in zip(ATTRIBUTION_COMPONENTS, ns) if v is not None},
+                  "nodes": []}
+            while i < len(nodes) and nodes[i][0] <= sid:
+                if nodes[i][0] == sid:
+                    st["nodes"].append(dict(zip(cols, nodes[i])))
+                i += 1
+            yield st
 
 
 def allocated_share(attributed: dict[str, int], wall_ns: int) -> float:
@@ -222,24 +266,56 @@ def allocated_share(attributed: dict[str, int], wall_ns: int) -> float:
     return sum(attributed.get(c, 0) for c in RESOURCE_ATTRIBUTION) / wall_ns if wall_ns > 0 else 0.0
 
 
+_ROOTS_SQL = f"""
+SELECT s.statement_id, s.query_id, s.end_ns - s.start_ns AS wall_ns,
+       coalesce(sum(a.ns) FILTER (WHERE a.component IN {tuple(RESOURCE_ATTRIBUTION)}), 0) AS resource_ns
+FROM statements s LEFT JOIN attribution a USING (statement_id)
+WHERE s.parent_statement_id IS NULL
+GROUP BY ALL ORDER BY 1
+"""
+
+
+def _model_frames(statements: pa.Table, attribution: pa.Table,
+                  statement_io: pa.Table | None) -> tuple[pa.Table, dict[str, np.ndarray]]:
+    """The root statements (statement_id ascending, query_id, wall_ns, resource_ns) and the per-node model
+    inputs, as columns."""
+    con = model_connection(statements, attribution, statement_io)
+    roots = con.execute(_ROOTS_SQL).to_arrow_table()
+    frame = con.execute(_PER_NODE_SQL).fetchnumpy()
+    con.close()
+    return roots, frame
+
+
+def _on_roots(roots: pa.Table, est: Estimates) -> tuple[dict[str, np.ndarray], list]:
+    """Estimates laid on the root statements: zero (and no critical node) where a statement has no inputs."""
+    ids = np.array(roots.column("statement_id").to_pylist(), dtype=np.int64)
+    if not len(est.statement_id):
+        return {c: np.zeros(len(ids)) for c in est.components}, [None] * len(ids)
+    at = np.minimum(np.searchsorted(est.statement_id, ids), len(est.statement_id) - 1)
+    found = est.statement_id[at] == ids
+    comps = {c: np.where(found, v[at], 0.0) for c, v in est.components.items()}
+    return comps, [est.critical_node[i] if f else None for i, f in zip(at.tolist(), found.tolist())]
+
+
+def _ns(seconds: np.ndarray) -> pa.Array:
+    return pa.array(np.round(seconds * 1e9).astype(np.int64))
+
+
 def estimate(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table | None,
              calibration: dict | None, link: str | None = None) -> pa.Table:
     """The `statement_estimate` table: Table 1 components, estimate vs measured, error per statement."""
     platform = Platform.from_calibration(calibration, link)
-    rows = []
-    for st in statement_inputs(statements, attribution, statement_io).values():
-        comp = estimate_components(st["nodes"], platform)
-        est_s = model_total(comp)
-        wall = st["wall_ns"]
-        rows.append({
-            "statement_id": st["statement_id"], "query_id": st["query_id"],
-            **{f"{c}_ns": round(comp[c] * 1e9) for c in MODEL_COMPONENTS},
-            "estimated_ns": round(est_s * 1e9), "measured_ns": wall,
-            "allocated_share": allocated_share(st["attributed"], wall),
-            "error": (est_s * 1e9 - wall) / wall if wall > 0 else None,
-            "critical_node": comp["critical_node"],
-        })
-    return pa.Table.from_pylist(rows, schema=SCHEMAS["statement_estimate"])
+    roots, frame = _model_frames(statements, attribution, statement_io)
+    comps, nodes = _on_roots(roots, estimate_all(frame, platform))
+    total = model_total(comps)
+    wall = np.asarray(roots.column("wall_ns").to_pylist(), dtype=float)
+    resource = np.asarray(roots.column("resource_ns").to_pylist(), dtype=float)
+    timed = wall > 0
+    return pa.Table.from_arrays([
+        roots.column("statement_id"), roots.column("query_id"),
+        *[_ns(comps[c]) for c in MODEL_COMPONENTS], _ns(total), roots.column("wall_ns"),
+        pa.array(_ratio(resource, wall)), pa.array(_ratio(total * 1e9 - wall, wall), mask=~timed),
+        pa.array(nodes, pa.string())], schema=SCHEMAS["statement_estimate"])
 
 
 def predict(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table | None,
@@ -248,18 +324,19 @@ def predict(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table 
     """The `prediction` table: each statement under each what-if (measured_ns stays null until checked)."""
     platform = Platform.from_calibration(calibration, link)
     factors = factors or {w: DEFAULT_FACTORS for w in WHAT_IFS}
-    rows = []
-    for st in statement_inputs(statements, attribution, statement_io).values():
-        base = estimate_components(st["nodes"], platform)
-        base_s = model_total(base)
-        for what_if, ks in factors.items():
-            for k in ks:
-                new = estimate_components(st["nodes"], platform.scaled(what_if, k))
-                delta_s = model_total(new) - base_s
-                rows.append({"statement_id": st["statement_id"], "query_id": st["query_id"], "what_if": what_if,
-                             "factor": float(k), "predicted_ns": max(0, round(st["wall_ns"] + delta_s * 1e9)),
-                             "measured_ns": None, "baseline_ns": st["wall_ns"]})
-    return pa.Table.from_pylist(rows, schema=SCHEMAS["prediction"])
+    roots, frame = _model_frames(statements, attribution, statement_io)
+    base = model_total(_on_roots(roots, estimate_all(frame, platform))[0])
+    wall = np.asarray(roots.column("wall_ns").to_pylist(), dtype=float)
+    parts = []
+    for what_if, ks in factors.items():
+        for k in ks:
+            delta = model_total(_on_roots(roots, estimate_all(frame, platform.scaled(what_if, k)))[0]) - base
+            n = roots.num_rows
+            parts.append(pa.Table.from_arrays([
+                roots.column("statement_id"), roots.column("query_id"), pa.array([what_if] * n, pa.string()),
+                pa.array(np.full(n, float(k))), pa.array(np.maximum(0, np.round(wall + delta * 1e9)).astype(np.int64)),
+                pa.nulls(n, pa.int64()), roots.column("wall_ns")], schema=SCHEMAS["prediction"]))
+    return pa.concat_tables(parts) if parts else empty_table(SCHEMAS["prediction"])
 
 
 # A run whose disk waited this many times more (or less) per request than calibrated ran on another
@@ -296,22 +373,24 @@ def disk_wait_check(statements: pa.Table, attribution: pa.Table, statement_io: p
     disk's latency drifts; when the run's differs from the calibration's, a disk-latency-bound
     statement's estimate is off by about their ratio, and the report says so."""
     platform = Platform.from_calibration(calibration)
-    waits_s = calibrated_s = 0.0
-    requests = 0
-    for st in statement_inputs(statements, attribution, statement_io).values():
-        if st["from_workers_ns"] or len(st["nodes"]) != 1:
-            continue
-        (n,) = st["nodes"]
-        reqs = n["seq_reqs"] + n["random_reqs"]
-        if not reqs or (n["seq_bytes"] + n["random_bytes"]) / reqs >= STREAM_REQUEST_BYTES:
-            continue
-        disk_ns = st["attributed"].get("disk_seq", 0) + st["attributed"].get("disk_random", 0)
-        waits_s += disk_ns / 1e9 - (n["seq_bytes"] + n["random_bytes"]) / platform.disk_rate_bps
-        calibrated_s += n["seq_reqs"] * platform.seq_access_s + n["random_reqs"] * platform.rand_access_s
-        requests += int(reqs)
-    if requests < MIN_CHECKED_REQUESTS:
+    con = model_connection(statements, attribution, statement_io)
+    row = con.execute(f"""
+        WITH n AS ({_PER_NODE_SQL}),
+        single AS (SELECT statement_id FROM n GROUP BY 1 HAVING count(*) = 1),
+        waited AS (
+            SELECT statement_id, sum(ns) FILTER (WHERE component IN ('disk_seq', 'disk_random')) AS disk_ns
+            FROM attribution GROUP BY 1 HAVING sum(coalesce(from_workers_ns, 0)) = 0)
+        SELECT sum(coalesce(disk_ns, 0) / 1e9 - (seq_bytes + random_bytes) / {platform.disk_rate_bps}),
+               sum(seq_reqs * {platform.seq_access_s} + random_reqs * {platform.rand_access_s}),
+               sum(seq_reqs + random_reqs)
+        FROM n JOIN single USING (statement_id) JOIN waited USING (statement_id)
+        WHERE seq_reqs + random_reqs > 0 AND (seq_bytes + random_bytes) / (seq_reqs + random_reqs) < {STREAM_REQUEST_BYTES}
+        """).fetchone()
+    con.close()
+    waits_s, calibrated_s, requests = row
+    if not requests or requests < MIN_CHECKED_REQUESTS:
         return None
-    return DiskWaitCheck(requests, waits_s / requests, calibrated_s / requests)
+    return DiskWaitCheck(int(requests), waits_s / requests, calibrated_s / requests)
 
 
 # Statements shorter than this are left out of the accuracy figure: their CPU is known to a 4 ms
@@ -323,7 +402,7 @@ def mean_abs_error(estimates: pa.Table, min_allocated: float = 0.85,
                    min_measured_ns: int = 0) -> tuple[float | None, int]:
     """Seed 000's accuracy figure: mean |error| over statements whose allocated share >= min_allocated
     (and which lasted at least min_measured_ns)."""
-    errs = [abs(r["error"]) for r in estimates.to_pylist()
-            if r["error"] is not None and (r["allocated_share"] or 0) >= min_allocated
-            and r["measured_ns"] >= min_measured_ns]
-    return (sum(errs) / len(errs) if errs else None), len(errs)
+    counted = estimates.filter(pc.and_(pc.greater_equal(estimates["allocated_share"], min_allocated),
+                                       pc.greater_equal(estimates["measured_ns"], min_measured_ns)))
+    errs = pc.drop_null(counted["error"])
+    return (pc.mean(pc.abs(errs)).as_py() if len(errs) else None), len(errs)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS, Capture
 from mwinv.correlator import svg
@@ -47,7 +48,8 @@ class ReportData:
     classes: pa.Table | None = None
     predictions: pa.Table | None = None
     disk_wait: DiskWaitCheck | None = None
-    advice: list[Advice] = field(default_factory=list)
+    queries: list[dict] = field(default_factory=list)  # the top ones, shown in detail
+    advice: list[Advice] = field(default_factory=list)  # for the top queries' longest executions
     con: duckdb.DuckDBPyConnection | None = None
 
 
@@ -64,7 +66,9 @@ def rusage_attribution(statements: pa.Table) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=SCHEMAS["statement_attribution"])
 
 
-def load(capture_dir: str | os.PathLike) -> ReportData:
+def load(capture_dir: str | os.PathLike, top: int = 10) -> ReportData:
+    """The capture's tables and everything derived from them; advice for the `top` queries' longest
+    executions (the ones the report shows)."""
     cap = Capture(capture_dir)
     if not cap.path.is_dir():
         raise MwinvError(f"{cap.path}: no such capture directory")
@@ -111,10 +115,11 @@ def load(capture_dir: str | os.PathLike) -> ReportData:
             data.estimates = estimate(statements, attribution, statement_io, calibration)
             data.predictions = predict(statements, attribution, statement_io, calibration)
             data.disk_wait = disk_wait_check(statements, attribution, statement_io, calibration)
+        data.queries = top_queries(data, top)
         data.advice = advise(statements, attribution, statement_io, data.kernel_functions,
                              texts_t, calibration, kernel_events=wakeups,
                              cpus=manifest.get("cpus") or os.cpu_count(), settings=manifest.get("settings") or {},
-                             node_samples=data.node_sample)
+                             node_samples=data.node_sample, only=[q["example_id"] for q in data.queries])
     return data
 
 
@@ -239,11 +244,10 @@ def section_missing(data: ReportData) -> Section:
 def section_summary(data: ReportData) -> Section:
     m = data.manifest
     n = data.statements.num_rows
-    total = sum((r["end_ns"] - r["start_ns"]) for r in data.statements.select(["start_ns", "end_ns"]).to_pylist()) if n else 0
+    total = (pc.sum(pc.subtract(data.statements["end_ns"], data.statements["start_ns"])).as_py() or 0) if n else 0
     classes = {}
     if data.classes is not None:
-        for r in data.classes.to_pylist():
-            classes[r["limit"]] = classes.get(r["limit"], 0) + 1
+        classes = {r["values"]: r["counts"] for r in pc.value_counts(data.classes["limit"]).to_pylist()}
     nodes = sorted(m.get("nodes") or {}) or sorted(set(data.statements.column("node").to_pylist())
                                                     + data.node_sample.column("node").to_pylist())
     recorded = (datetime.fromtimestamp(m["created_wall_ns"] / 1e9, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -380,7 +384,7 @@ def section_model(data: ReportData) -> Section:
     if data.estimates is None:
         return Section("Model accuracy (seed 000, Table 1)", "<p>Not computed: no calibration.</p>",
                        "Not computed: no calibration.\n")
-    ests = sorted(data.estimates.to_pylist(), key=lambda r: -r["measured_ns"])[:30]
+    ests = data.estimates.sort_by([("measured_ns", "descending")]).slice(0, 30).to_pylist()
     rows = [[r["statement_id"], r["query_id"], _ms(r["t_cpu_ns"]), _ms(r["t_seq_ns"]), _ms(r["t_no_seq_ns"]),
              _ms(r["t_net_ns"]), _ms(r["estimated_ns"]), _ms(r["measured_ns"]),
              f"{100 * (r['allocated_share'] or 0):.0f}%",
@@ -406,7 +410,8 @@ def section_whatif(data: ReportData, queries: list[dict]) -> Section:
     if data.predictions is None:
         return Section("What-if predictions", "<p>Not computed: no calibration.</p>", "Not computed: no calibration.\n")
     examples = {q["example_id"]: q for q in queries}
-    preds = [r for r in data.predictions.to_pylist() if r["statement_id"] in examples]
+    shown = pc.is_in(data.predictions["statement_id"], value_set=pa.array(list(examples), pa.int64()))
+    preds = data.predictions.filter(shown).to_pylist()
     keys = sorted({(r["what_if"], r["factor"]) for r in preds})
     by = {(r["statement_id"], r["what_if"], r["factor"]): r for r in preds}
     headers = ["query_id", "measured ms"] + [f"{w} ×{k:g}" for w, k in keys]
@@ -459,12 +464,13 @@ def section_diff(data: ReportData, base: ReportData, top: int) -> Section:
                    intro + "\n\n" + md)
 
 
-def render_report(capture_dir: str | os.PathLike, out_dir: str | os.PathLike,
+def render_report(capture: str | os.PathLike | ReportData, out_dir: str | os.PathLike,
                   baseline_capture: str | os.PathLike | None = None, top: int = 10) -> tuple[Path, Path]:
-    """Write report.html and report.md for `capture_dir` (and its difference from `baseline_capture`)."""
-    data = load(capture_dir)
-    base = load(baseline_capture) if baseline_capture else None
-    queries = top_queries(data, top) if data.statements.num_rows else []
+    """Write report.html and report.md for a capture directory (or its loaded data), and its difference
+    from `baseline_capture`."""
+    data = capture if isinstance(capture, ReportData) else load(capture, top)
+    base = load(baseline_capture, top) if baseline_capture else None
+    queries = data.queries
     sections = [section_missing(data), section_summary(data)]
     if base is not None:
         sections.append(section_diff(data, base, top))
@@ -486,11 +492,11 @@ def render_report(capture_dir: str | os.PathLike, out_dir: str | os.PathLike,
     return html_path, md_path
 
 
-def write_derived_tables(capture_dir: str | os.PathLike) -> dict[str, int]:
+def write_derived_tables(capture: str | os.PathLike | ReportData) -> dict[str, int]:
     """Compute statement_estimate, statement_class and prediction and store them in the capture (replacing
     earlier versions of these derived tables). Returns rows written per table."""
-    data = load(capture_dir)
-    cap = Capture(capture_dir)
+    data = capture if isinstance(capture, ReportData) else load(capture)
+    cap = Capture(data.path)
     written = {}
     for table, rows in (("statement_estimate", data.estimates), ("statement_class", data.classes),
                         ("prediction", data.predictions)):
@@ -499,5 +505,6 @@ def write_derived_tables(capture_dir: str | os.PathLike) -> dict[str, int]:
         shutil.rmtree(cap.table_dir(table), ignore_errors=True)
         cap.write_part(table, rows, node="derived")
         written[table] = rows.num_rows
-    data.con.close()
+    if data is not capture:
+        data.con.close()
     return written
