@@ -194,3 +194,21 @@ def test_integer_fields_text_at_the_limits():
     assert format_int_fields(buf, np.array([0]), fields[:1]).to_pylist() == [f"__probe_ip={2**64 - 1}"]
     assert format_int_fields(buf, np.array([0]), fields).to_pylist() == \
         [f"__probe_ip={2**64 - 1} a={-(2**63)} b=-5 c=200"]
+
+
+def test_process_roles_of_children_forked_during_a_capture():
+    """A backend forked and gone between two polls of /proc has no /proc record: the trace's fork event
+    names the postmaster as its parent, and that makes it a connection's backend (the recorder's other
+    processes start with the server). One read before it set its title shows the postmaster's command line."""
+    from mwinv.kernel_trace.decode import DecodeState
+    from mwinv.kernel_trace.parse import process_rows
+
+    state = DecodeState("n1", {})
+    state.forks.update({200: 100, 201: 100, 300: 999})  # 300: a child of a process not ours
+    state.first_ts.update({200: 5, 201: 6, 300: 7})
+    post = "/usr/lib/postgresql/15/bin/postgres -D /data"
+    procs = {100: {"comm": "postgres", "ppid": 1, "cmdline": post},
+             150: {"comm": "postgres", "ppid": 100, "cmdline": "postgres: checkpointer"},
+             201: {"comm": "postgres", "ppid": 100, "cmdline": post}}
+    roles = {r["pid"]: r["role"] for r in process_rows(state, procs).to_pylist()}
+    assert roles == {100: "postmaster", 150: "checkpointer", 200: "backend", 201: "backend"}

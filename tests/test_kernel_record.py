@@ -92,7 +92,9 @@ def test_capture_of_tpch_queries(tpch_pg, tmp_path):
     for r in runs:
         near = [(s["pid"], role_of.get(s["pid"]), s["ts_ns"] - r.start_ns) for s in sends
                 if r.start_ns - 10**9 <= s["ts_ns"] <= r.end_ns + 10**9]
-        assert any(s["pid"] in backend and r.start_ns <= s["ts_ns"] <= r.end_ns for s in sends), (r, near, procs)
+        assert any(s["pid"] in backend and r.start_ns <= s["ts_ns"] <= r.end_ns for s in sends), (
+            f"Q{r.query} ({(r.end_ns - r.start_ns) / 1e6:.0f} ms): sends within 1 s of it (pid, role, ms from its "
+            f"start): {[(pid, role, round(dt / 1e6, 1)) for pid, role, dt in near]}")
     stacks = c.read("kernel_stack").to_pylist()
     assert any(s["frames"][:1] == ["__schedule"] for s in stacks)
     assert c.read("node_sample").num_rows > 0 and c.read("process_sample").num_rows > 0

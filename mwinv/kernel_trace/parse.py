@@ -98,10 +98,12 @@ def process_rows(state: DecodeState, procs: dict[int, dict] | None) -> pa.Table:
         p = procs.get(pid, {})
         cmd = p.get("cmdline", "")
         role = postgres_role(cmd) if cmd else None
-        parent = procs.get(p.get("ppid"), {})
-        if role == "postmaster" and parent.get("cmdline") == cmd:
-            # a child seen only before it set its process title: the server's other processes start
-            # with it, so one forked during a capture is a connection's backend
+        parent = procs.get(p.get("ppid", state.forks.get(pid)), {})
+        if (role == "postmaster" and parent.get("cmdline") == cmd) or \
+                (role is None and postgres_role(parent.get("cmdline", "")) == "postmaster"):
+            # a child seen only before it set its process title, or not read at all (forked and gone
+            # between two 50 ms polls of /proc): the server's other processes start with it, so one
+            # forked during a capture is a connection's backend
             role = "backend"
         rows.append({"node": state.node, "pid": pid, "ppid": p.get("ppid", state.forks.get(pid)),
                      "comm": p.get("comm") or state.comms.get(pid), "role": role,
