@@ -29,6 +29,8 @@ ARTIFACTS = Path(os.environ.get("MWINV_TEST_ARTIFACTS", Path(__file__).parent.pa
 pytestmark = [pytest.mark.kernel,
               pytest.mark.skipif(tracefs_usable() is not None, reason=f"real capture: {tracefs_usable()}")]
 
+SHORT_SQL = "SELECT count(*) FROM orders WHERE o_totalprice > 1000"
+SHORT_RUNS = 30
 STATEMENTS = [
     ("q1", tpch.query_sql(1)),
     ("q6", tpch.query_sql(6)),
@@ -45,6 +47,8 @@ STATEMENTS = [
                       "FROM lineitem_x20 GROUP BY 1"),
     ("cold-big-random", "SELECT sum(l_quantity) FROM lineitem_x20 WHERE l_suppkey = 7",
      {"enable_seqscan": "off", "enable_bitmapscan": "off"}),
+    # an OLTP-like statement: each execution a millisecond or two, too short to advise on alone
+    *[("short", SHORT_SQL)] * SHORT_RUNS,
 ]
 
 
@@ -249,6 +253,27 @@ def test_capped_backend_is_told_from_cpu_shortage(captures):
     assert "run_queue.oversubscription" not in rules
     idle = float(throttled.evidence.split("; ")[1].split(" of ")[0])
     assert idle >= 0.5 and "cpu.cfs_quota_us" in throttled.advice
+
+
+def test_advice_over_the_executions_of_a_short_statement(captures):
+    """A statement whose executions are each too short to advise on (an OLTP statement) is advised on over
+    all its executions: the evidence says how many, and the rules for one long query (parallel workers,
+    JIT) stay silent."""
+    from mwinv.correlator.advice import MIN_WALL_NS, advise_capture
+    before, _ = captures
+    ids = statement_ids(before, SHORT_SQL)
+    assert len(ids) == SHORT_RUNS
+    wall = {r["statement_id"]: r["end_ns"] - r["start_ns"] for r in before.read("statement").to_pylist()}
+    example = max(ids, key=wall.get)
+    if wall[example] >= MIN_WALL_NS:
+        pytest.skip(f"the machine made one execution {wall[example] / 1e6:.1f} ms long: not a short statement here")
+    advice = advise_capture(before.path, [example])[example]
+    print([(a.rule, a.evidence[:120]) for a in advice])
+    assert advice and all(a.evidence.startswith(f"over {SHORT_RUNS} executions: ") for a in advice), advice
+    rules = {a.rule for a in advice}
+    assert not rules & {"too-thin", "cpu.parallel", "cpu.jit"}, rules
+    if "cpu.faster" in rules:  # CPU-limited: the per-call advice comes with it
+        assert "cpu.per_call" in rules
 
 
 MIN_STATEMENTS_FOR_MEAN = 3

@@ -98,11 +98,12 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
            calibration: dict | None = None, kernel_events: pa.Table | None = None,
            cpus: int | None = None, settings: dict | None = None,
            node_samples: pa.Table | None = None, only: list[int] | None = None,
-           con: duckdb.DuckDBPyConnection | None = None) -> list[Advice]:
+           con: duckdb.DuckDBPyConnection | None = None, windows: str = "statements") -> list[Advice]:
     """Advice for every root statement (or those in `only`). settings: server GUCs the capture recorded
     (e.g. jit); node_samples: the nodes' CPU samples, which tell a CPU shortage from a capped process.
     con: a connection that already holds these as `statements`, `attribution`, `statement_io` and
-    `node_sample` (advise_capture reads them from Parquet: registering Arrow tables imports pandas)."""
+    `node_sample` (advise_capture reads them from Parquet: registering Arrow tables imports pandas).
+    windows: the table of the times the statements ran (see _idle_cpus)."""
     platform = None
     if calibration and "disk" in calibration:
         platform = Platform.from_calibration(calibration)
@@ -123,7 +124,7 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
     inputs = inputs_from(con, only)
     queued = [sid for sid, st in inputs.items()
               if st["attributed"] and class_shares(st["attributed"], st["wall_ns"])["run_queue"] >= MIN_RUN_QUEUE_SHARE]
-    idle = _idle_cpus(con, queued) if queued else {}
+    idle = _idle_cpus(con, queued, windows) if queued else {}
     if own_con:
         con.close()
     out: list[Advice] = []
@@ -142,52 +143,93 @@ LOCK_WAKEUPS_SQL = """
 
 
 def advise_capture(capture_dir, statement_ids: list[int]) -> dict[int, list[Advice]]:
-    """Advice for a few statements of a correlated capture (the terminal's top ones), reading the rows they
-    need rather than the whole capture: theirs and their workers' and remote parts', the statements that
-    overlap one of them that waited for a lock (to name the blocker), the wake-ups of those backends."""
+    """Advice for a few statements of a correlated capture (the terminal's and the report's top ones),
+    reading the rows they need rather than the whole capture.
+
+    An execution under MIN_WALL_NS is too short to advise on; when its query id ran more often (an OLTP
+    statement), the advice is over all its executions: times, requests, rows and kernel samples summed,
+    the example execution standing for them. Otherwise over the execution itself, with its workers and
+    remote parts, and, when it waited for a lock, the other backends' statements around the wait and the
+    wake-ups that name the blocker."""
     cap = Capture(capture_dir)
     if not statement_ids or not cap.has("statement") or not cap.has("statement_attribution"):
         return {}
     manifest = cap.manifest()
     con = connect()
-    for table in ("statement", "statement_attribution", "statement_kernel_function", "node_sample", "statement_text",
-                  "kernel_event"):
+    for table in ("statement", "statement_attribution", "statement_io", "statement_kernel_function", "node_sample",
+                  "statement_text", "kernel_event"):
         if cap.has(table):
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{cap.glob(table)}')")
         else:
             create_empty(con, table, "VIEW")
-    wanted = "(" + ", ".join(str(int(i)) for i in statement_ids) + ")"
+    con.execute(f"""
+        CREATE TABLE example AS
+        SELECT * FROM statement WHERE statement_id IN ({", ".join(str(int(i)) for i in statement_ids)})""")
+    # each example stands for itself, or (too short) for all root executions of its query id
+    con.execute(f"""
+        CREATE TABLE member AS
+        SELECT statement_id AS key, statement_id FROM example
+        UNION
+        SELECT e.statement_id, s.statement_id FROM example e JOIN statement s ON s.query_id = e.query_id
+        WHERE e.end_ns - e.start_ns < {MIN_WALL_NS} AND s.parent_statement_id IS NULL""")
     con.execute(f"""
         CREATE TABLE statements AS
-        WITH own AS (
-            SELECT * FROM statement WHERE statement_id IN {wanted} OR parent_statement_id IN {wanted}),
-        locked AS (
-            SELECT o.node, o.start_ns, o.end_ns FROM own o JOIN statement_attribution a USING (statement_id)
-            WHERE a.component = 'lock_wait' AND a.ns >= {MIN_LOCK_SHARE} * (o.end_ns - o.start_ns))
-        SELECT * FROM own
-        UNION
-        SELECT s.* FROM statement s JOIN locked l
-            ON s.node = l.node AND s.start_ns < l.end_ns AND s.end_ns > l.start_ns - {BLOCKER_LOOKBACK_NS}""")
-    ids = "(SELECT statement_id FROM statements)"
-    con.execute(f"CREATE TABLE attribution AS SELECT * FROM statement_attribution WHERE statement_id IN {ids}")
-    if cap.has("statement_io"):
-        con.execute(f"CREATE TABLE statement_io AS SELECT * FROM read_parquet('{cap.glob('statement_io')}') "
-                    f"WHERE statement_id IN {ids}")
-    else:
-        create_empty(con, "statement_io")
+        WITH g AS (
+            SELECT m.key, count(*) AS executions, sum(s.end_ns - s.start_ns)::BIGINT AS wall_ns,
+                   sum(s.rows)::BIGINT AS rows, sum(s.write_bytes)::BIGINT AS write_bytes
+            FROM member m JOIN statement s USING (statement_id) GROUP BY m.key),
+        locked AS (  -- the single executions that waited for a lock
+            SELECT e.node, e.start_ns, e.end_ns FROM example e JOIN g ON g.key = e.statement_id AND g.executions = 1
+            JOIN statement_attribution a USING (statement_id)
+            WHERE a.component = 'lock_wait' AND a.ns >= {MIN_LOCK_SHARE} * (e.end_ns - e.start_ns))
+        SELECT e.* REPLACE (e.start_ns + g.wall_ns AS end_ns, g.rows AS rows, g.write_bytes AS write_bytes),
+               g.executions
+        FROM example e JOIN g ON g.key = e.statement_id
+        UNION ALL BY NAME  -- the executions' parallel workers and remote parts, under their example
+        SELECT w.* REPLACE (m.key AS parent_statement_id), 1 AS executions
+        FROM statement w JOIN member m ON w.parent_statement_id = m.statement_id
+        UNION ALL BY NAME  -- other backends' statements around a lock wait
+        SELECT DISTINCT s.*, 1 AS executions FROM statement s JOIN locked l
+            ON s.node = l.node AND s.start_ns < l.end_ns AND s.end_ns > l.start_ns - {BLOCKER_LOOKBACK_NS}
+        WHERE s.statement_id NOT IN (SELECT statement_id FROM member)""")
+    con.execute("""
+        CREATE TABLE attribution AS
+        SELECT any_value(a.node) AS node, m.key AS statement_id, any_value(a.query_id) AS query_id, a.component,
+               sum(a.ns)::BIGINT AS ns, sum(a.from_workers_ns)::BIGINT AS from_workers_ns
+        FROM statement_attribution a JOIN member m USING (statement_id) GROUP BY m.key, a.component""")
+    sums = ", ".join(f"sum({c})::BIGINT AS {c}" for c in ("seq_bytes", "seq_reqs", "random_reqs", "random_bytes",
+                                                          "net_rx_bytes", "net_tx_bytes"))
+    con.execute(f"""
+        CREATE TABLE statement_io_of AS
+        SELECT i.node, m.key AS statement_id, {sums}
+        FROM statement_io i JOIN member m USING (statement_id) GROUP BY i.node, m.key
+        UNION ALL BY NAME
+        SELECT i.* FROM statement_io i JOIN statements s USING (statement_id)
+        WHERE s.parent_statement_id IN (SELECT key FROM member)""")
+    con.execute("""
+        CREATE TABLE kernel_function_of AS
+        SELECT any_value(k.node) AS node, m.key AS statement_id, any_value(k.query_id) AS query_id, k.function,
+               any_value(k.stack) AS stack, sum(k.samples)::BIGINT AS samples, sum(k.ns)::BIGINT AS ns,
+               sum(k.ns) / sum(sum(k.ns)) OVER (PARTITION BY m.key, k.source) AS share, k.source
+        FROM statement_kernel_function k JOIN member m USING (statement_id) GROUP BY m.key, k.source, k.function""")
+    # the CPU samples overlapping the executions themselves tell whether CPUs stood idle
+    con.execute("""
+        CREATE TABLE windows AS
+        SELECT m.key AS statement_id, s.node, s.start_ns, s.end_ns FROM member m JOIN statement s USING (statement_id)""")
+    con.execute("ALTER VIEW statement_io RENAME TO statement_io_all")
+    con.execute("ALTER TABLE statement_io_of RENAME TO statement_io")
 
     def arrow(sql: str) -> pa.Table:
         return con.execute(sql).to_arrow_table()
     advice = advise(arrow("SELECT * FROM statements"), arrow("SELECT * FROM attribution"),
-                    arrow("SELECT * FROM statement_io"),
-                    arrow(f"SELECT * FROM statement_kernel_function WHERE statement_id IN {wanted}"),
+                    arrow("SELECT * FROM statement_io"), arrow("SELECT * FROM kernel_function_of"),
                     arrow("SELECT * FROM statement_text"), manifest.get("calibration"),
                     # the wake-ups matter only to a lock wait: no scan of the kernel events without one
                     kernel_events=arrow(LOCK_WAKEUPS_SQL) if con.execute(
                         "SELECT count(*) FROM attribution WHERE component = 'lock_wait' AND ns > 0").fetchone()[0]
                     else None, cpus=manifest.get("cpus"),
                     settings=manifest.get("settings") or {}, node_samples=arrow("SELECT * FROM node_sample"),
-                    only=statement_ids, con=con)
+                    only=statement_ids, con=con, windows="windows")
     con.close()
     out: dict[int, list[Advice]] = {}
     for a in advice:
@@ -195,14 +237,15 @@ def advise_capture(capture_dir, statement_ids: list[int]) -> dict[int, list[Advi
     return out
 
 
-def _idle_cpus(con: duckdb.DuckDBPyConnection, statement_ids: list[int]) -> dict[int, float]:
+def _idle_cpus(con: duckdb.DuckDBPyConnection, statement_ids: list[int], windows: str = "statements") -> dict[int, float]:
     """The mean number of idle CPUs on each statement's node while it ran (idle and iowait time of the
-    samples overlapping the statement, each weighted by its overlap)."""
+    samples overlapping the statement, each weighted by its overlap). windows: a table of (statement_id,
+    node, start_ns, end_ns), several rows for a statement that stands for several executions."""
     rows = con.execute(f"""
         WITH o AS (
             SELECT s.statement_id, n.cpu_idle_ns + coalesce(n.cpu_iowait_ns, 0) AS idle_ns, n.interval_ns,
                    least(n.ts_ns, s.end_ns) - greatest(n.ts_ns - n.interval_ns, s.start_ns) AS overlap_ns
-            FROM statements s
+            FROM {windows} s
             JOIN node_sample n ON n.node = s.node AND n.ts_ns > s.start_ns AND n.ts_ns - n.interval_ns < s.end_ns
             WHERE n.interval_ns > 0 AND n.cpu_idle_ns IS NOT NULL  -- the CPU rows (disk and net rows have none)
               AND s.statement_id IN ({", ".join(map(str, statement_ids))}))
@@ -216,8 +259,11 @@ def _advise_one(st: dict, row: dict, texts: dict[int, str], kfuncs: list[dict], 
     sid, qid, wall = st["statement_id"], st["query_id"], st["wall_ns"]
     a = st["attributed"]
 
+    executions = row.get("executions") or 1  # > 1: the row stands for its query id's executions, summed
+    over = f"over {executions:,} executions: " if executions > 1 else ""
+
     def adv(rule, advice, evidence, gain=None, basis="no model estimate"):
-        return Advice(sid, qid, rule, advice, evidence, gain, basis)
+        return Advice(sid, qid, rule, advice, over + evidence, gain, basis)
 
     if not a or wall < MIN_WALL_NS:
         why = "no attribution rows" if not a else f"wall time {_ms(wall)} < {_ms(MIN_WALL_NS)}"
@@ -235,7 +281,15 @@ def _advise_one(st: dict, row: dict, texts: dict[int, str], kfuncs: list[dict], 
     # --- CPU
     if shares["cpu"] >= MIN_SHARE:
         ev = f"cpu {_pct(shares['cpu'])} of {_ms(wall)} (user {_ms(a.get('cpu_user', 0))}, sys {_ms(a.get('cpu_sys', 0))})"
-        if not st["from_workers_ns"]:
+        if executions > 1:
+            per_call = wall / executions
+            each = _ms(per_call) if per_call >= 1e6 else f"{per_call / 1e3:.1f} µs"
+            result.append(adv("cpu.per_call", f"{executions:,} executions of {each} each on "
+                              "average: too short for parallel query or JIT to pay off. Cut the calls or the work per "
+                              "call: batch rows into fewer statements, cache what is read again and again, check the "
+                              "plan (EXPLAIN (ANALYZE, BUFFERS)) for a narrower index or a covering one",
+                              ev, None, "depends on how many calls or how much work per call goes away"))
+        elif not st["from_workers_ns"]:
             k = float(cpus)
             result.append(adv("cpu.parallel",
                               f"let it run in parallel: raise max_parallel_workers_per_gather (to {cpus - 1} "
@@ -243,7 +297,8 @@ def _advise_one(st: dict, row: dict, texts: dict[int, str], kfuncs: list[dict], 
                               "parallel_setup_cost/parallel_tuple_cost if the planner refuses",
                               ev + "; no time came from parallel workers",
                               _gain(st, platform, "cpu", k), f"model what-if CPU x{k:g} (ideal {cpus}-way parallelism)"))
-        if str(settings.get("jit", "")).lower() in ("off", "false", "0") and shares["cpu"] >= 0.5 and wall >= 500e6:
+        if executions == 1 and str(settings.get("jit", "")).lower() in ("off", "false", "0") and \
+                shares["cpu"] >= 0.5 and wall >= 500e6:
             result.append(adv("cpu.jit", "try jit=on: expression-heavy scans (aggregates over many rows) "
                               "spend less CPU when compiled", ev + "; jit is off in this capture",
                               _gain(st, platform, "cpu", 1.3), "model what-if CPU x1.3 (typical JIT gain on "
@@ -387,6 +442,9 @@ def _blocking_statement(row: dict, statements: pa.Table, kernel_events: pa.Table
     else sched_wakeup, whose pid is the waker's only when both ran on one CPU), else the overlapping
     statement of another backend that ended last before the waiter went on. Wake-ups from other contexts
     (pid 0: interrupts, timers such as deadlock_timeout's) are not lock releases."""
+    if (row.get("executions") or 1) > 1:
+        return (f"summed over its {row['executions']:,} executions, whose blockers differ: each execution of "
+                "MIN_WALL_NS or more names its own")
     start, end, pid, node = row["start_ns"], row["end_ns"], row["pid"], row["node"]
     all_rows = [r for r in statements.to_pylist() if r["node"] == node]
     backends = {r["pid"] for r in all_rows} - {pid}

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS, Capture
 from mwinv.correlator import svg
-from mwinv.correlator.advice import LOCK_WAKEUPS_SQL, Advice, advise
+from mwinv.correlator.advice import Advice, advise, advise_capture
 from mwinv.correlator.classify import MIN_RANKED_SAMPLES, classify, kernel_samples, thin_sources
 from mwinv.correlator.load import connect
 from mwinv.correlator.model import (MIN_TIMED_NS, WHAT_IFS, DiskWaitCheck, disk_wait_check, estimate,
@@ -104,11 +104,8 @@ def load(capture_dir: str | os.PathLike, top: int = 10) -> ReportData:
     data.con.register("statements", statements)
     data.con.register("attribution", attribution)
     data.con.register("node_sample", data.node_sample)
-    wakeups = None
     if cap.has("kernel_event"):
         data.con.execute(f"CREATE VIEW kernel_event AS SELECT * FROM read_parquet('{cap.glob('kernel_event')}')")
-        # only the wake-ups of backends that waited for a lock: they name the blocker (advice.lock.wait)
-        wakeups = data.con.execute(LOCK_WAKEUPS_SQL).to_arrow_table()
     if statements.num_rows:
         data.classes = classify(statements, attribution, data.kernel_functions, statement_io)
         if calibration:
@@ -116,10 +113,14 @@ def load(capture_dir: str | os.PathLike, top: int = 10) -> ReportData:
             data.predictions = predict(statements, attribution, statement_io, calibration)
             data.disk_wait = disk_wait_check(statements, attribution, statement_io, calibration)
         data.queries = top_queries(data, top)
-        data.advice = advise(statements, attribution, statement_io, data.kernel_functions,
-                             texts_t, calibration, kernel_events=wakeups,
-                             cpus=manifest.get("cpus") or os.cpu_count(), settings=manifest.get("settings") or {},
-                             node_samples=data.node_sample, only=[q["example_id"] for q in data.queries])
+        examples = [q["example_id"] for q in data.queries]
+        if cap.has("statement_attribution"):  # as mwinv-correlate gives it (over all executions of a short one)
+            data.advice = [a for advice in advise_capture(cap.path, examples).values() for a in advice]
+        else:  # from the extension's rusage alone
+            data.advice = advise(statements, attribution, statement_io, data.kernel_functions, texts_t, calibration,
+                                 cpus=manifest.get("cpus") or os.cpu_count(),
+                                 settings=manifest.get("settings") or {}, node_samples=data.node_sample,
+                                 only=examples)
     return data
 
 
