@@ -16,8 +16,10 @@ a statement's time is inflated now and then, its CPU time too (this VM's hypervi
 of the time without reporting it as steal), so the free re-runs are compared with each other and with the
 capture first: a machine too noisy to time is a skip, with the figures."""
 
+import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -228,3 +230,81 @@ def test_access_time_what_if_checked_by_running(tpch_pg_larger, tmp_path):
     for _, p, capped, read, i in rows:
         assert capped > 3 * p["baseline_ns"], "the cap must really slow the statement down"
     assert abs(median(errors)) <= MAX_ERROR
+
+
+LINK_MBIT = 80
+RESULT_ROWS = 10_000  # x 1,000 bytes: ~10 MB sent to the client, ~1 s at 80 Mbit/s
+
+
+def _veth(ns: str, host_if: str, ns_if: str, host_ip: str, ns_ip: str) -> None:
+    def ip(*args):
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+    ip("netns", "add", ns)
+    ip("link", "add", host_if, "type", "veth", "peer", "name", ns_if)
+    ip("link", "set", ns_if, "netns", ns)
+    ip("addr", "add", f"{host_ip}/24", "dev", host_if)
+    ip("link", "set", host_if, "up")
+    ip("-n", ns, "addr", "add", f"{ns_ip}/24", "dev", ns_if)
+    ip("-n", ns, "link", "set", ns_if, "up")
+    ip("-n", ns, "link", "set", "lo", "up")
+    # small send buffers in the server's namespace: a backend's send waits end when the client has the
+    # data, not megabytes earlier (PostgreSQL's statement ends once its last row is in the socket)
+    subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.tcp_wmem=4096 16384 65536"], check=True)
+
+
+def _shape(ns: str, host_if: str, ns_if: str, mbit: int) -> None:
+    """tbf at `mbit` on both ends of the veth (the calibration sends one way, the result flows the other)."""
+    for where in (["dev", host_if], ["-n", ns, "dev", ns_if]):
+        netns, dev = (where[:2], where[2:]) if where[0] == "-n" else ([], where)
+        subprocess.run(["tc", *netns, "qdisc", "replace", *dev, "root", "tbf", "rate", f"{mbit}mbit", "burst", "64kb",
+                        "latency", "200ms"], check=True, capture_output=True)
+
+
+def test_link_rate_what_if_checked_by_running(tmp_path):
+    """A statement whose time goes to sending its result over a shaped link (the server in a network
+    namespace, the client outside, tbf at 80 Mbit/s on the veth) is captured and calibrated; the link-rate
+    what-if x0.5 is then checked by re-running it with the shaper at 40 Mbit/s. The capture also checks
+    the attribution: the backend waits in epoll_wait after a send that would block, which is network time."""
+    from mwinv.correlator.calibrate import calibrate_cpu, calibrate_disk, calibrate_link
+    from mwinv.correlator.classify import classify
+    from mwinv.pgserver import PgServer
+
+    tag = uuid.uuid4().hex[:6]
+    ns, host_if, ns_if = f"mwinv-net-{tag}", f"mwn{tag}h", f"mwn{tag}n"
+    host_ip, ns_ip = "10.213.79.1", "10.213.79.2"
+    sql = f"SELECT repeat('x', 1000) FROM generate_series(1, {RESULT_ROWS})"
+    try:
+        _veth(ns, host_if, ns_if, host_ip, ns_ip)
+        _shape(ns, host_if, ns_if, LINK_MBIT)
+        with PgServer(name="pytest-whatif-net", netns=ns, listen_addresses=ns_ip, shared_preload_libraries=["mwinv"],
+                      gucs={"compute_query_id": "on"}) as server:
+            calibration = {"disk": calibrate_disk(server.data_dir, file_mb=16, random_reads=100),
+                           "cpu": calibrate_cpu(),
+                           "links": {ns_ip: calibrate_link(f"{ns}:{ns_ip}", bulk_mb=4, pings=50)}}
+            cap = make_capture_from_run(server, [("result", sql)] * REPEATS, tmp_path / "baseline", dbname="postgres",
+                                        calibration=calibration)
+            _shape(ns, host_if, ns_if, LINK_MBIT // 2)
+            capped = []
+            with server.connect("postgres") as conn:
+                for _ in range(REPEATS):
+                    t0 = time.monotonic_ns()
+                    conn.execute(sql).fetchall()
+                    capped.append(time.monotonic_ns() - t0)
+    finally:
+        subprocess.run(["ip", "link", "del", host_if], capture_output=True)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    st, at, io = cap.read("statement"), cap.read("statement_attribution"), cap.read("statement_io")
+    ids = statement_ids(cap, sql)
+    wall = {r["statement_id"]: r["end_ns"] - r["start_ns"] for r in st.to_pylist()}
+    sid = median(ids, key=wall.get)
+    classes = {r["statement_id"]: r for r in classify(st, at, None, io).to_pylist()}
+    assert classes[sid]["limit"] == "network", classes[sid]
+    p = next(r for r in predict(st, at, io, calibration, factors={"link_rate": (0.5,)}).to_pylist()
+             if r["statement_id"] == sid)
+    error = p["predicted_ns"] / median(capped) - 1
+    print(f"link x0.5: link calibrated at {calibration['links'][ns_ip]['rate_bps'] / 1e6:.2f} MB/s; captured "
+          f"{sorted(round(wall[i] / 1e6) for i in ids)} ms, predicted {p['predicted_ns'] / 1e6:.0f} ms, capped "
+          f"{sorted(round(c / 1e6) for c in capped)} ms, error {error:+.1%}; network share "
+          f"{classes[sid]['allocated_share']:.2f} allocated, class {classes[sid]['limit']}")
+    assert median(capped) > 1.5 * wall[sid], "the slower link must really slow the statement down"
+    assert abs(error) <= MAX_ERROR

@@ -21,7 +21,9 @@ from mwinv.kernel_trace.syscalls import numbers
 
 # x86_64 syscalls. Network: the client/remote socket calls; PostgreSQL reads its client socket
 # with recv() and libpq waits with poll(). epoll_wait is PostgreSQL's latch wait (pg_sleep, parallel
-# leader waiting, heavyweight lock waits) and stays "other" unless a lock probe says otherwise.
+# leader waiting, heavyweight lock waits) and stays "other" unless a lock probe says otherwise, or the
+# syscall before it was a socket call that returned EAGAIN: PostgreSQL's non-blocking client socket
+# then waits in epoll_wait until it can send (a result the client reads slowly) or receive.
 NETWORK_SYSCALLS = numbers("poll", "select", "connect", "accept", "sendto", "recvfrom", "sendmsg", "recvmsg",
                            "ppoll", "accept4")
 # futex (POSIX semaphores: LWLock waits) and SysV semop.
@@ -31,6 +33,8 @@ FILE_IO_SYSCALLS = numbers("read", "write", "pread64", "pwrite64", "readv", "wri
                            "preadv", "pwritev", "readahead")
 NET_RX_SYSCALLS = numbers("recvfrom", "recvmsg")
 NET_TX_SYSCALLS = numbers("sendto", "sendmsg")
+EPOLL_SYSCALLS = numbers("epoll_wait", "epoll_pwait")
+EAGAIN = 11
 
 # The kinds of point (build_points) and the labels of the segment's code columns (build_segments).
 POINT_KINDS = ("on", "off", "wake", "enter", "exit", "lock_start", "lock_done", "lwlock_start", "lwlock_done",
@@ -414,6 +418,8 @@ def _segment_state(raw: dict[str, np.ndarray], infos: list[str],
     lock, lwlock = is_kind("lock_start", "lock_done"), is_kind("lwlock_start", "lwlock_done")
     io_start = is_kind("io_start") & (nr >= 0)
     off_info = off & (info_c >= 0)
+    # a socket call that would have blocked: the wait that follows (epoll) is for the network
+    socket_eagain = exit_ & np.isin(nr, NET_RX_SYSCALLS + NET_TX_SYSCALLS) & (raw["ret"] == -EAGAIN)
 
     def waiting(start_kind: str, changes: np.ndarray) -> np.ndarray:
         return _carried(is_kind(start_kind), _forward(changes, start, rows), False)
@@ -451,6 +457,7 @@ def _segment_state(raw: dict[str, np.ndarray], infos: list[str],
         "next_onoff": _carried(onoff, _backward(onoff >= 0, end, rows)).astype(np.int8),
         "disk_sleep": _carried(disk_sleep_info[info_c], _forward(off_info, start, rows), False),
         "file_pattern": _carried(file_c, call).astype(np.int8),
+        "socket_blocked": _carried(socket_eagain, _forward(exit_, start, rows), False),
     }
     if last_slice:
         return columns, None
@@ -459,7 +466,7 @@ def _segment_state(raw: dict[str, np.ndarray], infos: list[str],
     counted = ~tail
     picks = [_last_per_group(m & counted, start) for m in
              (on | off, event_state >= 0, enter | exit_, is_kind("stmt_start", "stmt_end"), off, io_start,
-              lock, lwlock, off_info)]
+              lock, lwlock, off_info, exit_)]
     context = np.unique(np.concatenate(picks))
     carry = {c: v[context] for c, v in raw.items()}
     carry["context"][:] = True
@@ -540,6 +547,7 @@ def _component_sql() -> str:
                     WHEN last_io_kind = 1 THEN 'disk_seq' WHEN last_io_kind = 2 THEN 'disk_random'
                     ELSE 'disk_unknown' END
           WHEN syscall IN {_in(NETWORK_SYSCALLS)} THEN 'network'
+          WHEN syscall IN {_in(EPOLL_SYSCALLS)} AND socket_blocked THEN 'network'
           WHEN syscall IN {_in(LOCK_SYSCALLS)} THEN 'lock_wait'
           ELSE 'other_wait'
         END"""
