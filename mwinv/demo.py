@@ -49,7 +49,7 @@ def run_demo(scale: float, out: str) -> Path:
     top = top_statements(db, n=5)
     console.print(terminal.top_table(top, "top 5 statements by total time"))
     console.print(terminal.advice_text(top, advise_capture(capture_dir, [s.example_id for s in top])))
-    data = load(capture_dir)
+    data = load(capture_dir, progress=lambda s: console.log(s))
     write_derived_tables(data)
     html, md = render_report(data, out_dir / "report")
     console.print(f"report: {html} (and {md})")

@@ -61,7 +61,8 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline) -> None:
         if baseline:
             correlate(baseline)  # its derived tables must be as current as the capture's
             write_derived_tables(baseline)
-        data = load(capture)
+        data = load(capture, progress=lambda s: err.log(s))
+        err.log("writing the derived tables and the report")
         write_derived_tables(data)
         html, md = render_report(data, report_dir, baseline_capture=baseline)
         err.print(f"report: {html} (and {md})")

@@ -66,9 +66,10 @@ def rusage_attribution(statements: pa.Table) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=SCHEMAS["statement_attribution"])
 
 
-def load(capture_dir: str | os.PathLike, top: int = 10) -> ReportData:
+def load(capture_dir: str | os.PathLike, top: int = 10, progress=None) -> ReportData:
     """The capture's tables and everything derived from them; advice for the `top` queries' longest
-    executions (the ones the report shows)."""
+    executions (the ones the report shows). progress(step) is called as each step begins."""
+    step = progress or (lambda _: None)
     cap = Capture(capture_dir)
     if not cap.path.is_dir():
         raise MwinvError(f"{cap.path}: no such capture directory")
@@ -107,11 +108,14 @@ def load(capture_dir: str | os.PathLike, top: int = 10) -> ReportData:
     if cap.has("kernel_event"):
         data.con.execute(f"CREATE VIEW kernel_event AS SELECT * FROM read_parquet('{cap.glob('kernel_event')}')")
     if statements.num_rows:
+        step(f"classifying {statements.num_rows:,} statements")
         data.classes = classify(statements, attribution, data.kernel_functions, statement_io)
         if calibration:
+            step("model estimates and what-if predictions")
             data.estimates = estimate(statements, attribution, statement_io, calibration)
             data.predictions = predict(statements, attribution, statement_io, calibration)
             data.disk_wait = disk_wait_check(statements, attribution, statement_io, calibration)
+        step(f"advice for the top {top} statements")
         data.queries = top_queries(data, top)
         examples = [q["example_id"] for q in data.queries]
         if cap.has("statement_attribution"):  # as mwinv-correlate gives it (over all executions of a short one)
