@@ -9,6 +9,9 @@ startup options, so the capture holds exactly the statements given."""
 from __future__ import annotations
 
 import os
+import subprocess
+import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 from mwinv.capture.run import KernelCapture
@@ -88,3 +91,29 @@ def calibrate_disk_in_cgroup(cgroup, directory, file_mb: int = 16) -> dict:
         f"print(json.dumps(calibrate_disk(sys.argv[1], file_mb={int(file_mb)}, random_reads=100)))", str(directory)],
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": root}, timeout=300, check=True).stdout
     return json.loads(out)
+
+
+@contextmanager
+def veth_namespace(subnet: str):
+    """A network namespace joined to this one by a veth pair: yields (netns, host_if, ns_if, host_ip, ns_ip)
+    on `subnet` ("10.213.77": .1 here, .2 there); both removed on exit."""
+    tag = uuid.uuid4().hex[:6]
+    ns, host_if, ns_if = f"mwinv-{tag}", f"mw{tag}h", f"mw{tag}n"
+    host_ip, ns_ip = f"{subnet}.1", f"{subnet}.2"
+
+    def ip(*args):
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+
+    ip("netns", "add", ns)
+    try:
+        ip("link", "add", host_if, "type", "veth", "peer", "name", ns_if)
+        ip("link", "set", ns_if, "netns", ns)
+        ip("addr", "add", f"{host_ip}/24", "dev", host_if)
+        ip("link", "set", host_if, "up")
+        ip("-n", ns, "addr", "add", f"{ns_ip}/24", "dev", ns_if)
+        ip("-n", ns, "link", "set", ns_if, "up")
+        ip("-n", ns, "link", "set", "lo", "up")
+        yield ns, host_if, ns_if, host_ip, ns_ip
+    finally:
+        subprocess.run(["ip", "link", "del", host_if], capture_output=True)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)

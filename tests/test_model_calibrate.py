@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from mwinv.cgroup import Cgroup, block_device_of
 from mwinv.correlator.calibrate import calibrate_disk, calibrate_link
 
 sys.path.insert(0, str(Path(__file__).parent))
-from model_capture import calibrate_disk_in_cgroup  # noqa: E402
+from model_capture import calibrate_disk_in_cgroup, veth_namespace  # noqa: E402
 
 ROOT = Path(__file__).parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -42,29 +41,11 @@ def test_disk_rate_follows_a_blkio_throttle(tmp_path):
 
 @needs_root
 def test_link_rate_follows_tbf_on_a_veth(tmp_path):
-    tag = uuid.uuid4().hex[:6]
-    ns, host_if, ns_if = f"mwinv-cal-{tag}", f"mwc{tag}h", f"mwc{tag}n"
-    host_ip, ns_ip = "10.213.77.1", "10.213.77.2"
-
-    def ip(*args):
-        subprocess.run(["ip", *args], check=True, capture_output=True)
-
-    ip("netns", "add", ns)
-    try:
-        ip("link", "add", host_if, "type", "veth", "peer", "name", ns_if)
-        ip("link", "set", ns_if, "netns", ns)
-        ip("addr", "add", f"{host_ip}/24", "dev", host_if)
-        ip("link", "set", host_if, "up")
-        ip("-n", ns, "addr", "add", f"{ns_ip}/24", "dev", ns_if)
-        ip("-n", ns, "link", "set", ns_if, "up")
-        ip("-n", ns, "link", "set", "lo", "up")
+    with veth_namespace("10.213.77") as (ns, host_if, _ns_if, _host_ip, ns_ip):
         unshaped = calibrate_link(f"{ns}:{ns_ip}", bulk_mb=8, pings=50)
         subprocess.run(["tc", "qdisc", "add", "dev", host_if, "root", "tbf", "rate", "16mbit", "burst", "256kb",
                         "latency", "400ms"], check=True, capture_output=True)
         shaped = calibrate_link(f"{ns}:{ns_ip}", bulk_mb=4, pings=50)
-    finally:
-        subprocess.run(["ip", "link", "del", host_if], capture_output=True)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
     assert shaped["netns"] == ns and shaped["address"] == ns_ip
     # 16 Mbit/s = 2 MB/s at most; what one TCP stream gets through tbf on this VM depends on the burst
     # and on timer load (measured 0.96-1.4 MB/s): the calibration reports what a connection really gets

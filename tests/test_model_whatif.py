@@ -19,13 +19,12 @@ capture first: a machine too noisy to time is a skip, with the figures."""
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from model_capture import make_capture_from_run, statement_ids, tracefs_usable  # noqa: E402
+from model_capture import make_capture_from_run, statement_ids, tracefs_usable, veth_namespace  # noqa: E402
 
 from mwinv.cgroup import Cgroup, block_device_of, drop_page_cache  # noqa: E402
 from mwinv.correlator.model import predict  # noqa: E402
@@ -236,22 +235,6 @@ LINK_MBIT = 80
 RESULT_ROWS = 10_000  # x 1,000 bytes: ~10 MB sent to the client, ~1 s at 80 Mbit/s
 
 
-def _veth(ns: str, host_if: str, ns_if: str, host_ip: str, ns_ip: str) -> None:
-    def ip(*args):
-        subprocess.run(["ip", *args], check=True, capture_output=True)
-    ip("netns", "add", ns)
-    ip("link", "add", host_if, "type", "veth", "peer", "name", ns_if)
-    ip("link", "set", ns_if, "netns", ns)
-    ip("addr", "add", f"{host_ip}/24", "dev", host_if)
-    ip("link", "set", host_if, "up")
-    ip("-n", ns, "addr", "add", f"{ns_ip}/24", "dev", ns_if)
-    ip("-n", ns, "link", "set", ns_if, "up")
-    ip("-n", ns, "link", "set", "lo", "up")
-    # small send buffers in the server's namespace: a backend's send waits end when the client has the
-    # data, not megabytes earlier (PostgreSQL's statement ends once its last row is in the socket)
-    subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.tcp_wmem=4096 16384 65536"], check=True)
-
-
 def _shape(ns: str, host_if: str, ns_if: str, mbit: int) -> None:
     """tbf at `mbit` on both ends of the veth (the calibration sends one way, the result flows the other)."""
     for where in (["dev", host_if], ["-n", ns, "dev", ns_if]):
@@ -269,12 +252,11 @@ def test_link_rate_what_if_checked_by_running(tmp_path):
     from mwinv.correlator.classify import classify
     from mwinv.pgserver import PgServer
 
-    tag = uuid.uuid4().hex[:6]
-    ns, host_if, ns_if = f"mwinv-net-{tag}", f"mwn{tag}h", f"mwn{tag}n"
-    host_ip, ns_ip = "10.213.79.1", "10.213.79.2"
     sql = f"SELECT repeat('x', 1000) FROM generate_series(1, {RESULT_ROWS})"
-    try:
-        _veth(ns, host_if, ns_if, host_ip, ns_ip)
+    with veth_namespace("10.213.79") as (ns, host_if, ns_if, _host_ip, ns_ip):
+        # small send buffers in the server's namespace: a backend's send waits end when the client has the
+        # data, not megabytes earlier (PostgreSQL's statement ends once its last row is in the socket)
+        subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.tcp_wmem=4096 16384 65536"], check=True)
         _shape(ns, host_if, ns_if, LINK_MBIT)
         with PgServer(name="pytest-whatif-net", netns=ns, listen_addresses=ns_ip, shared_preload_libraries=["mwinv"],
                       gucs={"compute_query_id": "on"}) as server:
@@ -290,9 +272,6 @@ def test_link_rate_what_if_checked_by_running(tmp_path):
                     t0 = time.monotonic_ns()
                     conn.execute(sql).fetchall()
                     capped.append(time.monotonic_ns() - t0)
-    finally:
-        subprocess.run(["ip", "link", "del", host_if], capture_output=True)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
     st, at, io = cap.read("statement"), cap.read("statement_attribution"), cap.read("statement_io")
     ids = statement_ids(cap, sql)
     wall = {r["statement_id"]: r["end_ns"] - r["start_ns"] for r in st.to_pylist()}

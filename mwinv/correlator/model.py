@@ -152,7 +152,7 @@ def estimate_all(frame: dict[str, np.ndarray], platform: Platform) -> Estimates:
 
 
 def estimate_components(per_node: list[dict], platform: Platform) -> dict[str, float]:
-    """estimate_all for one statement's nodes (rows of statement_inputs' "nodes")."""
+    """estimate_all for one statement's nodes (rows of iter_inputs' "nodes")."""
     if not per_node:
         return {**{c: 0.0 for c in MODEL_COMPONENTS + ("overlap",)}, "critical_node": None}
     frame = {k: np.array([n[k] for n in per_node], dtype=float) for k in NODE_INPUTS}
@@ -225,23 +225,15 @@ def model_connection(statements: pa.Table, attribution: pa.Table,
     return con
 
 
-def statement_inputs(statements: pa.Table, attribution: pa.Table,
-                     statement_io: pa.Table | None) -> dict[int, dict]:
-    """Per root statement: query_id, wall_ns, attributed ns per component, and the per-node model inputs."""
-    con = model_connection(statements, attribution, statement_io)
-    out = inputs_from(con)
-    con.close()
-    return out
-
-
 def inputs_from(con: duckdb.DuckDBPyConnection, only: list[int] | None = None) -> dict[int, dict]:
-    """statement_inputs over a connection that holds `statements`, `attribution` and `statement_io` (of the
-    statements in `only`, if given)."""
+    """Per root statement: query_id, wall_ns, attributed ns per component, and the per-node model inputs,
+    from a connection that holds `statements`, `attribution` and `statement_io` (model_connection); of the
+    statements in `only`, if given."""
     return {st["statement_id"]: st for st in iter_inputs(con, only)}
 
 
 def iter_inputs(con: duckdb.DuckDBPyConnection, only: list[int] | None = None) -> Iterator[dict]:
-    """statement_inputs one statement at a time, in statement order: a capture's hundreds of thousands of
+    """inputs_from one statement at a time, in statement order: a capture's hundreds of thousands of
     statements need not all be held as dicts at once."""
     wanted = f"statement_id IN ({', '.join(str(int(i)) for i in only) or 'NULL'})" if only is not None else "true"
     # the node rows as tuples (one connection runs one query at a time), the statements streamed
