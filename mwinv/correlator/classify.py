@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from mwinv.capture.tables import SCHEMAS
-from mwinv.correlator.model import iter_inputs, model_connection
+from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS
+from mwinv.correlator.model import PER_NODE_SQL, SHARES_SQL, model_connection
 
 CLASS_OF_COMPONENT = {"cpu_user": "cpu", "cpu_sys": "cpu", "disk_seq": "disk_seq", "disk_random": "disk_random",
                       "network": "network", "lock_wait": "lock", "run_queue": "run_queue"}
@@ -91,45 +91,68 @@ def kernel_evidence(ranked: list[dict], counts: dict[str, int], top: int = 3) ->
     return None
 
 
+def _classify_sql(internal_threshold: float) -> str:
+    """statement_class rows for all root statements at once (the Python rules of class_shares and decide,
+    and their evidence text, as one query: hundreds of thousands of statements are common)."""
+    share = {"cpu": "coalesce(cpu_user, 0) + coalesce(cpu_sys, 0)", "disk_seq": "coalesce(disk_seq, 0)",
+             "disk_random": "coalesce(disk_random, 0)", "network": "coalesce(network, 0)",
+             "lock": "coalesce(lock_wait, 0)", "run_queue": "coalesce(run_queue, 0)",
+             "unexplained": "coalesce(other_wait, 0) + coalesce(not_allocated, 0)"}
+    shares = ", ".join(f"CASE WHEN wall_ns > 0 THEN ({v}) / wall_ns ELSE 0 END AS s_{k}" for k, v in share.items())
+    first_max = " ".join(f"WHEN s_{c} = top THEN '{c}'" for c in LIMIT_CLASSES)
+    share_of = " ".join(f"WHEN '{c}' THEN s_{c}" for c in LIMIT_CLASSES)
+    # (share, -position, name): sorted descending, equal shares keep LIMIT_CLASSES' order
+    parts = ", ".join(f"{{'share': s_{c}, 'pos': {-i}, 'name': '{c}'}}" for i, c in enumerate(LIMIT_CLASSES))
+    return f"""
+        WITH c AS (
+            SELECT sh.*, s.node, {shares}, {" AND ".join(f"{c} IS NULL" for c in ATTRIBUTION_COMPONENTS)} AS none
+            FROM ({SHARES_SQL}) sh JOIN statements s USING (statement_id)),
+        d AS (SELECT *, {" + ".join(f"s_{c}" for c in LIMIT_CLASSES)} AS explained,
+                     greatest({", ".join(f"s_{c}" for c in LIMIT_CLASSES)}) AS top FROM c),
+        e AS (SELECT *, CASE WHEN explained < {internal_threshold} THEN 'dbms-internal' {first_max} END AS lim FROM d),
+        io AS (
+            SELECT statement_id, string_agg(printf('; node %s: seq %.1f MiB, random %d reqs (%.1f MiB), net %.1f MiB',
+                                                   node, seq_bytes / 1048576, random_reqs::BIGINT,
+                                                   random_bytes / 1048576, net_bytes / 1048576), '' ORDER BY node) AS lines
+            FROM ({PER_NODE_SQL}) WHERE seq_bytes <> 0 OR random_reqs <> 0 OR net_bytes <> 0 GROUP BY 1)
+        SELECT node, statement_id, query_id,
+               CASE WHEN none THEN 'unknown' ELSE lim END AS "limit",
+               CASE WHEN none THEN 0.0 ELSE explained END AS allocated_share,
+               CASE WHEN none THEN 0.0 WHEN lim = 'dbms-internal' THEN 1 - explained
+                    ELSE (CASE lim {share_of} END) / explained END AS confidence,
+               CASE WHEN none THEN 'no attribution rows for this statement (kernel side missing?)' ELSE
+                   printf('wall %.1f ms; ', wall_ns / 1e6)
+                   || coalesce(nullif(array_to_string(list_transform(
+                          list_filter(list_sort([{parts}], 'DESC'), x -> x.share >= 0.005),
+                          x -> printf('%s %.0f%%', x.name, 100 * x.share)), ', '), ''), 'no resource time')
+                   || printf('; explained %.0f%% (threshold %.0f%%), unexplained %.0f%% (other_wait %.1f ms, '
+                             'not_allocated %.1f ms)', 100 * explained, {100 * internal_threshold}, 100 * s_unexplained,
+                             coalesce(other_wait, 0) / 1e6, coalesce(not_allocated, 0) / 1e6)
+                   || CASE WHEN lim = 'cpu' THEN printf('; user %.1f ms, sys %.1f ms', coalesce(cpu_user, 0) / 1e6,
+                                                        coalesce(cpu_sys, 0) / 1e6) ELSE '' END
+                   || CASE WHEN from_workers_ns <> 0 THEN printf('; parallel workers %.1f ms', from_workers_ns / 1e6)
+                           ELSE '' END
+                   || coalesce(io.lines, '')
+               END AS evidence
+        FROM e LEFT JOIN io USING (statement_id) ORDER BY statement_id"""
+
+
 def classify(statements: pa.Table, attribution: pa.Table, kernel_functions: pa.Table | None = None,
              statement_io: pa.Table | None = None,
              internal_threshold: float = DEFAULT_INTERNAL_THRESHOLD) -> pa.Table:
     """The `statement_class` table."""
-    kernel_rows, kernel_counts = ranked_kernel_functions(kernel_functions), kernel_samples(kernel_functions)
-    node_of = dict(zip(statements.column("statement_id").to_pylist(), statements.column("node").to_pylist()))
-    columns: dict[str, list] = {f.name: [] for f in SCHEMAS["statement_class"]}
-
-    def add(st: dict, limit: str, allocated: float, confidence: float, evidence: str) -> None:
-        for name, value in (("node", node_of.get(st["statement_id"])), ("statement_id", st["statement_id"]),
-                            ("query_id", st["query_id"]), ("limit", limit), ("allocated_share", allocated),
-                            ("confidence", confidence), ("evidence", evidence)):
-            columns[name].append(value)
-
     con = model_connection(statements, attribution, statement_io)
-    for st in iter_inputs(con):  # one at a time: hundreds of thousands of statements are common
-        sid, wall, a = st["statement_id"], st["wall_ns"], st["attributed"]
-        if not a:
-            add(st, "unknown", 0.0, 0.0, "no attribution rows for this statement (kernel side missing?)")
-            continue
-        shares = class_shares(a, wall)
-        limit, explained, confidence = decide(shares, internal_threshold)
-        ranked = sorted(LIMIT_CLASSES, key=lambda c: -shares[c])
-        parts = [f"{c} {_pct(shares[c])}" for c in ranked if shares[c] >= 0.005]
-        ev = [f"wall {wall / 1e6:.1f} ms; " + (", ".join(parts) or "no resource time"),
-              f"explained {_pct(explained)} (threshold {_pct(internal_threshold)}), "
-              f"unexplained {_pct(shares['unexplained'])} (other_wait {a.get('other_wait', 0) / 1e6:.1f} ms, "
-              f"not_allocated {a.get('not_allocated', 0) / 1e6:.1f} ms)"]
-        if limit == "cpu":
-            ev.append(f"user {a.get('cpu_user', 0) / 1e6:.1f} ms, sys {a.get('cpu_sys', 0) / 1e6:.1f} ms")
-        if st["from_workers_ns"]:
-            ev.append(f"parallel workers {st['from_workers_ns'] / 1e6:.1f} ms")
-        for n in st["nodes"]:
-            if n["seq_bytes"] or n["random_reqs"] or n["net_bytes"]:
-                ev.append(f"node {n['node']}: seq {n['seq_bytes'] / 2**20:.1f} MiB, random {int(n['random_reqs'])} "
-                          f"reqs ({n['random_bytes'] / 2**20:.1f} MiB), net {n['net_bytes'] / 2**20:.1f} MiB")
-        kernel = kernel_evidence(kernel_rows.get(sid, []), kernel_counts.get(sid, {}))
-        if kernel:
-            ev.append(kernel)
-        add(st, limit, explained, confidence, "; ".join(ev))
+    classes = con.execute(_classify_sql(internal_threshold)).to_arrow_table()
     con.close()
-    return pa.Table.from_pydict(columns, schema=SCHEMAS["statement_class"])
+    if kernel_functions is None or not kernel_functions.num_rows:
+        return classes.cast(SCHEMAS["statement_class"])
+    # the kernel functions' evidence, for the few statements that have some
+    kernel_rows, kernel_counts = ranked_kernel_functions(kernel_functions), kernel_samples(kernel_functions)
+    evidence = classes.column("evidence").to_pylist()
+    for i, (sid, limit) in enumerate(zip(classes.column("statement_id").to_pylist(), classes.column("limit").to_pylist())):
+        if sid in kernel_counts and limit != "unknown":
+            kernel = kernel_evidence(kernel_rows.get(sid, []), kernel_counts[sid])
+            if kernel:
+                evidence[i] += "; " + kernel
+    classes = classes.set_column(classes.schema.get_field_index("evidence"), "evidence", pa.array(evidence, pa.string()))
+    return classes.cast(SCHEMAS["statement_class"])

@@ -24,7 +24,6 @@ the part the model does not explain (locks, waits) is carried over unchanged."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import duckdb
@@ -152,7 +151,7 @@ def estimate_all(frame: dict[str, np.ndarray], platform: Platform) -> Estimates:
 
 
 def estimate_components(per_node: list[dict], platform: Platform) -> dict[str, float]:
-    """estimate_all for one statement's nodes (rows of iter_inputs' "nodes")."""
+    """estimate_all for one statement's nodes (rows of inputs_from's "nodes")."""
     if not per_node:
         return {**{c: 0.0 for c in MODEL_COMPONENTS + ("overlap",)}, "critical_node": None}
     frame = {k: np.array([n[k] for n in per_node], dtype=float) for k in NODE_INPUTS}
@@ -161,7 +160,7 @@ def estimate_components(per_node: list[dict], platform: Platform) -> dict[str, f
     return {**{c: float(v[0]) for c, v in est.components.items()}, "critical_node": est.critical_node[0]}
 
 
-_PER_NODE_SQL = """
+PER_NODE_SQL = """
 WITH RECURSIVE roots AS (  -- remote sub-statements and parallel workers belong to their root
     SELECT statement_id, statement_id AS root_id, node AS root_node FROM statements WHERE parent_statement_id IS NULL
     UNION ALL
@@ -205,10 +204,10 @@ WHERE b.statement_id = r.root_id OR b.node <> r.root_node OR w.statement_id IS N
 GROUP BY ALL ORDER BY 1, 2
 """
 
-_SHARES_SQL = f"""
+SHARES_SQL = f"""
 SELECT s.statement_id, s.query_id, (s.end_ns - s.start_ns) AS wall_ns,
        coalesce(sum(a.from_workers_ns), 0) AS from_workers_ns,
-       {", ".join(f"sum(a.ns) FILTER (WHERE a.component = '{c}')" for c in ATTRIBUTION_COMPONENTS)}
+       {", ".join(f"sum(a.ns) FILTER (WHERE a.component = '{c}') AS {c}" for c in ATTRIBUTION_COMPONENTS)}
 FROM statements s LEFT JOIN attribution a USING (statement_id)
 WHERE s.parent_statement_id IS NULL
 GROUP BY ALL ORDER BY 1
@@ -228,29 +227,18 @@ def model_connection(statements: pa.Table, attribution: pa.Table,
 def inputs_from(con: duckdb.DuckDBPyConnection, only: list[int] | None = None) -> dict[int, dict]:
     """Per root statement: query_id, wall_ns, attributed ns per component, and the per-node model inputs,
     from a connection that holds `statements`, `attribution` and `statement_io` (model_connection); of the
-    statements in `only`, if given."""
-    return {st["statement_id"]: st for st in iter_inputs(con, only)}
-
-
-def iter_inputs(con: duckdb.DuckDBPyConnection, only: list[int] | None = None) -> Iterator[dict]:
-    """inputs_from one statement at a time, in statement order: a capture's hundreds of thousands of
-    statements need not all be held as dicts at once."""
+    statements in `only`, if given (the advice's few: the classification and the model run on columns)."""
     wanted = f"statement_id IN ({', '.join(str(int(i)) for i in only) or 'NULL'})" if only is not None else "true"
-    # the node rows as tuples (one connection runs one query at a time), the statements streamed
-    nodes = con.execute(f"SELECT * FROM ({_PER_NODE_SQL}) WHERE {wanted} ORDER BY 1, 2").fetchall()
-    shares = con.execute(f"SELECT * FROM ({_SHARES_SQL}) WHERE {wanted} ORDER BY 1")
+    out: dict[int, dict] = {}
+    for sid, qid, wall, workers, *ns in con.execute(f"SELECT * FROM ({SHARES_SQL}) WHERE {wanted}").fetchall():
+        out[sid] = {"statement_id": sid, "query_id": qid, "wall_ns": wall, "from_workers_ns": int(workers),
+                    "attributed": {c: int(v) for c, v in zip(ATTRIBUTION_COMPONENTS, ns) if v is not None},
+                    "nodes": []}
     cols = ("statement_id", "node", *NODE_INPUTS)
-    i = 0
-    while batch := shares.fetchmany(10_000):
-        for sid, qid, wall, workers, *ns in batch:
-            st = {"statement_id": sid, "query_id": qid, "wall_ns": wall, "from_workers_ns": int(workers),
-                  "attributed": {c: int(v) for c, v in zip(ATTRIBUTION_COMPONENTS, ns) if v is not None},
-                  "nodes": []}
-            while i < len(nodes) and nodes[i][0] <= sid:
-                if nodes[i][0] == sid:
-                    st["nodes"].append(dict(zip(cols, nodes[i])))
-                i += 1
-            yield st
+    for row in con.execute(f"SELECT * FROM ({PER_NODE_SQL}) WHERE {wanted} ORDER BY 1, 2").fetchall():
+        if row[0] in out:
+            out[row[0]]["nodes"].append(dict(zip(cols, row)))
+    return out
 
 
 def allocated_share(attributed: dict[str, int], wall_ns: int) -> float:
@@ -273,7 +261,7 @@ def _model_frames(statements: pa.Table, attribution: pa.Table,
     inputs, as columns."""
     con = model_connection(statements, attribution, statement_io)
     roots = con.execute(_ROOTS_SQL).to_arrow_table()
-    frame = con.execute(_PER_NODE_SQL).fetchnumpy()
+    frame = con.execute(PER_NODE_SQL).fetchnumpy()
     con.close()
     return roots, frame
 
@@ -367,7 +355,7 @@ def disk_wait_check(statements: pa.Table, attribution: pa.Table, statement_io: p
     platform = Platform.from_calibration(calibration)
     con = model_connection(statements, attribution, statement_io)
     row = con.execute(f"""
-        WITH n AS ({_PER_NODE_SQL}),
+        WITH n AS ({PER_NODE_SQL}),
         single AS (SELECT statement_id FROM n GROUP BY 1 HAVING count(*) = 1),
         waited AS (
             SELECT statement_id, sum(ns) FILTER (WHERE component IN ('disk_seq', 'disk_random')) AS disk_ns
