@@ -31,9 +31,10 @@ def test_disk_rate_follows_a_blkio_throttle(tmp_path):
     finally:
         cg.remove()
     # Through the page cache the reads would not see the throttle at all; with O_DIRECT they do. (On this
-    # kernel a 4 MiB O_DIRECT request gets about half the configured rate: the calibration reports what a
-    # process really gets, which is the figure the model needs.)
-    assert 0.3 * limit <= throttled["disk_rate_bps"] <= 1.1 * limit, throttled
+    # kernel a 4 MiB O_DIRECT request got about half the configured rate in some sessions and 1.10x it in
+    # one (session 9: blk-throttle's slices let a pass start with a burst); the calibration reports what a
+    # process really gets, which is the figure the model needs. Unthrottled, this disk reads ~2 GB/s.)
+    assert 0.3 * limit <= throttled["disk_rate_bps"] <= 1.3 * limit, throttled
     assert free["disk_rate_bps"] > 1.5 * throttled["disk_rate_bps"], free  # (other tests share the disk)
     assert throttled["rand_access_s"] >= 0 and throttled["rand_latency_p50_s"] > 0
     assert not list(tmp_path.glob(".mwinv-calibrate-*"))  # the test file is removed
