@@ -300,3 +300,15 @@ def test_parallel_workers_with_their_own_rows():
     (e,) = [r for r in estimate(statements, attribution, None, {**CAL, "cpu": {"cpus": 2}}).to_pylist()
             if r["statement_id"] == 1]
     assert e["t_cpu_ns"] == 200 * MS  # max(100, 300 / 2, 400 / 2)
+
+
+def test_lock_advice_over_many_executions_names_no_single_blocker():
+    # a row standing for 40 executions of a short statement (advise_capture's aggregate): their lock waits
+    # are summed, and no one blocker is named for them
+    statements = pa.Table.from_pylist([stmt(1, 400, pid=102), stmt(2, 50, pid=200)], schema=SCHEMAS["statement"])
+    statements = statements.append_column("executions", pa.array([40, 1], pa.int64()))
+    attribution = pa.Table.from_pylist(attr(1, cpu_user=100, lock_wait=300) + attr(2, cpu_user=50),
+                                       schema=SCHEMAS["statement_attribution"])
+    (lock,) = [a for a in advise(statements, attribution) if a.rule == "lock.wait"]
+    assert "summed over its 40 executions" in lock.advice and "statement 2" not in lock.advice
+    assert lock.evidence.startswith("over 40 executions: ")

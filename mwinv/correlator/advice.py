@@ -443,8 +443,8 @@ def _blocking_statement(row: dict, statements: pa.Table, kernel_events: pa.Table
     statement of another backend that ended last before the waiter went on. Wake-ups from other contexts
     (pid 0: interrupts, timers such as deadlock_timeout's) are not lock releases."""
     if (row.get("executions") or 1) > 1:
-        return (f"summed over its {row['executions']:,} executions, whose blockers differ: each execution of "
-                "MIN_WALL_NS or more names its own")
+        return (f"summed over its {row['executions']:,} executions, whose blockers may differ: an execution of "
+                f"{_ms(MIN_WALL_NS)} or more is advised on alone and names its own")
     start, end, pid, node = row["start_ns"], row["end_ns"], row["pid"], row["node"]
     all_rows = [r for r in statements.to_pylist() if r["node"] == node]
     backends = {r["pid"] for r in all_rows} - {pid}
