@@ -1,5 +1,5 @@
 """Correlator throughput (issue 6, "Performance"): mwinv's correlate() end to end against a naive
-pandas merge of the same Parquet inputs, side by side in one run.
+pandas merge of the same Parquet inputs, side by side in one run; and the report on the same capture.
 
 `record` makes a real capture once: pgbench (-S by default, --tpcb for the TPC-B-like script) for
 --seconds against a PostgreSQL with the mwinv extension (every statement records rusage), under
@@ -13,7 +13,11 @@ at --timeout seconds or --memory-limit of resident memory:
   mwinv   correlate(capture): load + checks, attribution, kernel hot spots, writing the derived tables
   pandas  what a user writes first: read kernel_event and statement into DataFrames, on-CPU intervals
           from sched_switch, pd.merge_asof by pid onto the statements, per-statement on-CPU sums
-and compares their per-statement CPU time (mwinv cpu_user + cpu_sys vs pandas on-CPU).
+  report  what `mwinv-correlate --report` adds once the capture is correlated: classification, model
+          estimates and what-if predictions for every statement, advice for the top ones, the derived
+          tables and report.html/.md (the capture is calibrated first, untimed, if it is not)
+and compares mwinv's and pandas' per-statement CPU time (mwinv cpu_user + cpu_sys vs pandas on-CPU), and the
+report's time with the correlation's.
 
 Usage:
     python -m bench.bench_correlate                    # record if missing, then measure
@@ -22,6 +26,7 @@ Usage:
     python -m bench.bench_correlate measure --capture /tmp/small --timeout 600 --memory-limit 8
     python -m bench.bench_correlate measure --only mwinv --steps    # timing of each correlator step
     python -m bench.bench_correlate measure --repeat 3              # best and median of 3 interleaved rounds
+    python -m bench.bench_correlate measure --only mwinv --only report
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from mwinv.cli.common import run_main
 from mwinv.errors import MwinvError
 
 DEFAULT_CAPTURE = "/tmp/mwinv-bench-capture"
-CONTENDERS = ("mwinv", "pandas")
+CONTENDERS = ("mwinv", "pandas", "report")
 GOAL_EVENTS_PER_S = 1_000_000
 GOAL_RSS_BYTES = 2 * 2**30
 
@@ -198,6 +203,25 @@ def run_pandas(capture_dir: Path, cpu_out: Path) -> None:
     cpu.astype({"cpu_ns": "int64"}).to_parquet(cpu_out)
 
 
+def run_report(capture_dir: Path, out: Path) -> None:
+    """The report on a correlated capture, timed: load (classes, model, predictions, advice), the derived
+    tables, report.html and report.md (into a directory beside `out`)."""
+    from mwinv.correlator.calibrate import calibrate, store
+    from mwinv.correlator.pipeline import correlate
+    from mwinv.correlator.report import load, render_report, write_derived_tables
+
+    cap = Capture(capture_dir)
+    if not cap.has("statement_attribution"):
+        correlate(capture_dir)
+    if not cap.manifest().get("calibration"):
+        store(capture_dir, calibrate(capture_dir))  # the model needs the platform: measured once, untimed
+    started = time.perf_counter()
+    data = load(capture_dir)
+    write_derived_tables(data)
+    render_report(data, out.with_suffix(""))
+    report_seconds(time.perf_counter() - started)
+
+
 # ---------------------------------------------------------------------------------------------- measure
 
 @dataclass
@@ -309,12 +333,12 @@ def measure(capture_dir: Path, only: tuple[str, ...], timeout_s: float, memory_l
         # rounds interleave the contenders, so a slow spell of the machine falls on both
         for round_ in range(repeat):
             for name in only:
-                with console.status(f"round {round_ + 1}/{repeat}, {name}: correlating {events:,} kernel events"):
+                with console.status(f"round {round_ + 1}/{repeat}, {name}: {events:,} kernel events"):
                     r = run_contender(name, capture_dir, outs[name], timeout_s, memory_limit, steps)
                 runs[name].results.append(r)
                 console.print(f"round {round_ + 1}, {name}: " + (r.failure or f"{r.seconds:.1f} s")
                               + f", peak RSS {r.max_rss / 2**20:,.0f} MiB; {memory_line()}")
-        table = Table(title=f"correlating {events:,} kernel events and {info['statements']:,} statements, "
+        table = Table(title=f"{events:,} kernel events and {info['statements']:,} statements, "
                             f"{repeat} round(s)")
         for col in ("contender", "best s", "median s", "kernel events/s (best)", "peak RSS"):
             table.add_column(col, justify="left" if col == "contender" else "right")
@@ -322,7 +346,10 @@ def measure(capture_dir: Path, only: tuple[str, ...], timeout_s: float, memory_l
             table.add_row(r.name, f"{r.best:.1f}" if r.best else r.failure, f"{r.median:.1f}" if r.median else "-",
                           f"{events / r.best:,.0f}" if r.best else "-", f"{r.max_rss / 2**20:,.0f} MiB")
         console.print(table)
-        m, p = runs.get("mwinv"), runs.get("pandas")
+        m, p, rep = runs.get("mwinv"), runs.get("pandas"), runs.get("report")
+        if m and rep and m.best and rep.best:
+            console.print(f"report vs correlation: {rep.best / m.best:.2f}x its time (report seconds / correlate "
+                          f"seconds, best of each), peak RSS {rep.max_rss / max(m.max_rss, 1):.2f}x")
         if m and m.best:
             ok = events / m.best >= GOAL_EVENTS_PER_S and m.max_rss <= GOAL_RSS_BYTES
             console.print(f"goal (>= {GOAL_EVENTS_PER_S:,} events/s, <= 2 GiB): {'met' if ok else 'MISSED'}")
@@ -408,6 +435,8 @@ def contender_cmd(name: str, capture_dir: Path, cpu_out: Path, steps: bool) -> N
     """Child process of `measure`: runs one contender, prints {"seconds": ...}."""
     if name == "mwinv":
         run_mwinv(capture_dir, cpu_out, steps)
+    elif name == "report":
+        run_report(capture_dir, cpu_out)
     else:
         run_pandas(capture_dir, cpu_out)
 
