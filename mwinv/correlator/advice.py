@@ -17,9 +17,9 @@ import pyarrow as pa
 
 from mwinv.capture.columns import empty_table
 from mwinv.capture.tables import SCHEMAS, Capture
-from mwinv.correlator.classify import class_shares, decide, ranked_kernel_functions
+from mwinv.correlator.classify import class_shares, ranked_kernel_functions
 from mwinv.correlator.load import connect, create_empty
-from mwinv.correlator.model import Platform, estimate_components, inputs_from, model_total
+from mwinv.correlator.model import Platform, estimate_components, inputs_from, model_connection, model_total
 
 MIN_WALL_NS = 10_000_000  # below 10 ms a handful of samples decide the shares: too thin to advise on
 MIN_SHARE = 0.25  # a resource has to hold a quarter of the wall time before it is worth tuning
@@ -116,22 +116,19 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
     kfuncs = ranked_kernel_functions(kernel_functions)  # only sources with samples enough to rank
     own_con = con is None
     if own_con:
-        con = connect(threads=1)
-        con.register("statements", statements)
-        con.register("attribution", attribution)
-        con.register("statement_io", statement_io if statement_io is not None else empty_table(SCHEMAS["statement_io"]))
+        con = model_connection(statements, attribution, statement_io)
         con.register("node_sample", node_samples if node_samples is not None else empty_table(SCHEMAS["node_sample"]))
     inputs = inputs_from(con, only)
-    queued = [sid for sid, st in inputs.items()
-              if st["attributed"] and class_shares(st["attributed"], st["wall_ns"])["run_queue"] >= MIN_RUN_QUEUE_SHARE]
+    classes = class_shares(con, only)
+    queued = [sid for sid, (shares, _, _) in classes.items() if shares["run_queue"] >= MIN_RUN_QUEUE_SHARE]
     idle = _idle_cpus(con, queued, windows) if queued else {}
     if own_con:
         con.close()
     out: list[Advice] = []
     for sid, st in inputs.items():
         row = srow[sid]
-        out.extend(_advise_one(st, row, texts, kfuncs.get(sid, []), platform, statements, kernel_events,
-                               cpus or 2, settings, idle.get(sid)))
+        out.extend(_advise_one(st, classes[sid], row, texts, kfuncs.get(sid, []), platform, statements,
+                               kernel_events, cpus or 2, settings, idle.get(sid)))
     return out
 
 
@@ -156,8 +153,8 @@ def advise_capture(capture_dir, statement_ids: list[int]) -> dict[int, list[Advi
         return {}
     manifest = cap.manifest()
     con = connect()
-    for table in ("statement", "statement_attribution", "statement_io", "statement_kernel_function", "node_sample",
-                  "statement_text", "kernel_event"):
+    for table in ("statement", "statement_attribution", "statement_kernel_function", "node_sample", "statement_text",
+                  "kernel_event"):
         if cap.has(table):
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{cap.glob(table)}')")
         else:
@@ -197,15 +194,19 @@ def advise_capture(capture_dir, statement_ids: list[int]) -> dict[int, list[Advi
         SELECT any_value(a.node) AS node, m.key AS statement_id, any_value(a.query_id) AS query_id, a.component,
                sum(a.ns)::BIGINT AS ns, sum(a.from_workers_ns)::BIGINT AS from_workers_ns
         FROM statement_attribution a JOIN member m USING (statement_id) GROUP BY m.key, a.component""")
-    sums = ", ".join(f"sum({c})::BIGINT AS {c}" for c in ("seq_bytes", "seq_reqs", "random_reqs", "random_bytes",
-                                                          "net_rx_bytes", "net_tx_bytes"))
-    con.execute(f"""
-        CREATE TABLE statement_io_of AS
-        SELECT i.node, m.key AS statement_id, {sums}
-        FROM statement_io i JOIN member m USING (statement_id) GROUP BY i.node, m.key
-        UNION ALL BY NAME
-        SELECT i.* FROM statement_io i JOIN statements s USING (statement_id)
-        WHERE s.parent_statement_id IN (SELECT key FROM member)""")
+    if cap.has("statement_io"):  # the executions' requests summed, their workers' and remote parts' as they are
+        io = f"read_parquet('{cap.glob('statement_io')}')"
+        sums = ", ".join(f"sum({c})::BIGINT AS {c}" for c in ("seq_bytes", "seq_reqs", "random_reqs", "random_bytes",
+                                                              "net_rx_bytes", "net_tx_bytes"))
+        con.execute(f"""
+            CREATE TABLE statement_io AS
+            SELECT i.node, m.key AS statement_id, {sums}
+            FROM {io} i JOIN member m USING (statement_id) GROUP BY i.node, m.key
+            UNION ALL BY NAME
+            SELECT i.* FROM {io} i JOIN statements s USING (statement_id)
+            WHERE s.parent_statement_id IN (SELECT key FROM member)""")
+    else:
+        create_empty(con, "statement_io")
     con.execute("""
         CREATE TABLE kernel_function_of AS
         SELECT any_value(k.node) AS node, m.key AS statement_id, any_value(k.query_id) AS query_id, k.function,
@@ -216,8 +217,6 @@ def advise_capture(capture_dir, statement_ids: list[int]) -> dict[int, list[Advi
     con.execute("""
         CREATE TABLE windows AS
         SELECT m.key AS statement_id, s.node, s.start_ns, s.end_ns FROM member m JOIN statement s USING (statement_id)""")
-    con.execute("ALTER VIEW statement_io RENAME TO statement_io_all")
-    con.execute("ALTER TABLE statement_io_of RENAME TO statement_io")
 
     def arrow(sql: str) -> pa.Table:
         return con.execute(sql).to_arrow_table()
@@ -253,7 +252,8 @@ def _idle_cpus(con: duckdb.DuckDBPyConnection, statement_ids: list[int], windows
     return {sid: float(v) for sid, v in rows if v is not None}
 
 
-def _advise_one(st: dict, row: dict, texts: dict[int, str], kfuncs: list[dict], platform: Platform | None,
+def _advise_one(st: dict, cls: tuple[dict[str, float], str, float], row: dict, texts: dict[int, str],
+                kfuncs: list[dict], platform: Platform | None,
                 statements: pa.Table, kernel_events: pa.Table | None, cpus: int, settings: dict,
                 idle_cpus: float | None) -> list[Advice]:
     sid, qid, wall = st["statement_id"], st["query_id"], st["wall_ns"]
@@ -269,8 +269,7 @@ def _advise_one(st: dict, row: dict, texts: dict[int, str], kfuncs: list[dict], 
         why = "no attribution rows" if not a else f"wall time {_ms(wall)} < {_ms(MIN_WALL_NS)}"
         return [adv("too-thin", "no advice: the data is too thin to tell what limits this statement",
                     why + "; the shares rest on too few events or samples")]
-    shares = class_shares(a, wall)
-    limit, explained, _ = decide(shares)
+    shares, limit, explained = cls
     result: list[Advice] = []
     io = {k: sum(n[k] for n in st["nodes"]) for k in ("seq_bytes", "random_reqs", "random_bytes", "net_bytes")}
     shares_txt = f"cpu {_pct(shares['cpu'])}, disk_seq {_pct(shares['disk_seq'])}, " \

@@ -16,31 +16,43 @@ import pyarrow as pa
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS
 from mwinv.correlator.model import PER_NODE_SQL, SHARES_SQL, model_connection
 
-CLASS_OF_COMPONENT = {"cpu_user": "cpu", "cpu_sys": "cpu", "disk_seq": "disk_seq", "disk_random": "disk_random",
-                      "network": "network", "lock_wait": "lock", "run_queue": "run_queue"}
 LIMIT_CLASSES = ("cpu", "disk_seq", "disk_random", "network", "lock", "run_queue")
 DEFAULT_INTERNAL_THRESHOLD = 0.20
+# the components summed into each class's share; "unexplained" is the rest of the wall time's split
+CLASS_COMPONENTS = {"cpu": ("cpu_user", "cpu_sys"), "disk_seq": ("disk_seq",), "disk_random": ("disk_random",),
+                    "network": ("network",), "lock": ("lock_wait",), "run_queue": ("run_queue",),
+                    "unexplained": ("other_wait", "not_allocated")}
 
 
-def class_shares(attributed: dict[str, int], wall_ns: int) -> dict[str, float]:
-    """Share of wall time per limit class, plus 'unexplained' (other_wait + not_allocated)."""
-    shares = {c: 0.0 for c in LIMIT_CLASSES}
-    if wall_ns <= 0:
-        return {**shares, "unexplained": 0.0}
-    for comp, ns in attributed.items():
-        if comp in CLASS_OF_COMPONENT:
-            shares[CLASS_OF_COMPONENT[comp]] += ns / wall_ns
-    shares["unexplained"] = (attributed.get("other_wait", 0) + attributed.get("not_allocated", 0)) / wall_ns
-    return shares
+def class_sql(internal_threshold: float = DEFAULT_INTERNAL_THRESHOLD) -> str:
+    """Per root statement of a model_connection: its SHARES_SQL row, node, the share of wall time per class
+    (s_cpu, ..., s_unexplained), `explained` (all but the unexplained), `lim` (dbms-internal below
+    internal_threshold, else the first largest of LIMIT_CLASSES), `confidence` and `none` (no attribution
+    rows). The one place these rules are written: the classification and the advice both read it."""
+    shares = ", ".join(f"CASE WHEN wall_ns > 0 THEN ({' + '.join(f'coalesce({c}, 0)' for c in comps)}) / wall_ns "
+                       f"ELSE 0 END AS s_{k}" for k, comps in CLASS_COMPONENTS.items())
+    first_max = " ".join(f"WHEN s_{c} = top THEN '{c}'" for c in LIMIT_CLASSES)
+    share_of = " ".join(f"WHEN '{c}' THEN s_{c}" for c in LIMIT_CLASSES)
+    return f"""
+        WITH c AS (
+            SELECT sh.*, s.node, {shares}, {" AND ".join(f"{c} IS NULL" for c in ATTRIBUTION_COMPONENTS)} AS none
+            FROM ({SHARES_SQL}) sh JOIN statements s USING (statement_id)),
+        d AS (SELECT *, {" + ".join(f"s_{c}" for c in LIMIT_CLASSES)} AS explained,
+                     greatest({", ".join(f"s_{c}" for c in LIMIT_CLASSES)}) AS top FROM c),
+        e AS (SELECT *, CASE WHEN explained < {internal_threshold} THEN 'dbms-internal' {first_max} END AS lim FROM d)
+        SELECT *, CASE WHEN lim = 'dbms-internal' THEN 1 - explained ELSE (CASE lim {share_of} END) / explained END
+                  AS confidence
+        FROM e"""
 
 
-def decide(shares: dict[str, float], internal_threshold: float = DEFAULT_INTERNAL_THRESHOLD) -> tuple[str, float, float]:
-    """(limit, explained share, confidence) from class shares."""
-    explained = sum(shares[c] for c in LIMIT_CLASSES)
-    if explained < internal_threshold:
-        return "dbms-internal", explained, 1.0 - explained
-    limit = max(LIMIT_CLASSES, key=lambda c: shares[c])
-    return limit, explained, shares[limit] / explained
+def class_shares(con, only: list[int] | None = None) -> dict[int, tuple[dict[str, float], str, float]]:
+    """For the root statements of a model_connection (those in `only`, if given): (share per class and
+    "unexplained", limit, explained share), from class_sql."""
+    cols = [f"s_{k}" for k in CLASS_COMPONENTS]
+    wanted = f"statement_id IN ({', '.join(str(int(i)) for i in only) or 'NULL'})" if only is not None else "true"
+    rows = con.execute(f"SELECT statement_id, {', '.join(cols)}, lim, explained FROM ({class_sql()}) "
+                       f"WHERE {wanted}").fetchall()
+    return {sid: (dict(zip(CLASS_COMPONENTS, vals)), lim, explained) for sid, *vals, lim, explained in rows}
 
 
 def _pct(x: float) -> str:
@@ -92,24 +104,12 @@ def kernel_evidence(ranked: list[dict], counts: dict[str, int], top: int = 3) ->
 
 
 def _classify_sql(internal_threshold: float) -> str:
-    """statement_class rows for all root statements at once (the Python rules of class_shares and decide,
-    and their evidence text, as one query: hundreds of thousands of statements are common)."""
-    share = {"cpu": "coalesce(cpu_user, 0) + coalesce(cpu_sys, 0)", "disk_seq": "coalesce(disk_seq, 0)",
-             "disk_random": "coalesce(disk_random, 0)", "network": "coalesce(network, 0)",
-             "lock": "coalesce(lock_wait, 0)", "run_queue": "coalesce(run_queue, 0)",
-             "unexplained": "coalesce(other_wait, 0) + coalesce(not_allocated, 0)"}
-    shares = ", ".join(f"CASE WHEN wall_ns > 0 THEN ({v}) / wall_ns ELSE 0 END AS s_{k}" for k, v in share.items())
-    first_max = " ".join(f"WHEN s_{c} = top THEN '{c}'" for c in LIMIT_CLASSES)
-    share_of = " ".join(f"WHEN '{c}' THEN s_{c}" for c in LIMIT_CLASSES)
+    """statement_class rows for all root statements at once: class_sql and the evidence text (hundreds of
+    thousands of statements are common)."""
     # (share, -position, name): sorted descending, equal shares keep LIMIT_CLASSES' order
     parts = ", ".join(f"{{'share': s_{c}, 'pos': {-i}, 'name': '{c}'}}" for i, c in enumerate(LIMIT_CLASSES))
     return f"""
-        WITH c AS (
-            SELECT sh.*, s.node, {shares}, {" AND ".join(f"{c} IS NULL" for c in ATTRIBUTION_COMPONENTS)} AS none
-            FROM ({SHARES_SQL}) sh JOIN statements s USING (statement_id)),
-        d AS (SELECT *, {" + ".join(f"s_{c}" for c in LIMIT_CLASSES)} AS explained,
-                     greatest({", ".join(f"s_{c}" for c in LIMIT_CLASSES)}) AS top FROM c),
-        e AS (SELECT *, CASE WHEN explained < {internal_threshold} THEN 'dbms-internal' {first_max} END AS lim FROM d),
+        WITH e AS ({class_sql(internal_threshold)}),
         io AS (
             SELECT statement_id, string_agg(printf('; node %s: seq %.1f MiB, random %d reqs (%.1f MiB), net %.1f MiB',
                                                    node, seq_bytes / 1048576, random_reqs::BIGINT,
@@ -118,8 +118,7 @@ def _classify_sql(internal_threshold: float) -> str:
         SELECT node, statement_id, query_id,
                CASE WHEN none THEN 'unknown' ELSE lim END AS "limit",
                CASE WHEN none THEN 0.0 ELSE explained END AS allocated_share,
-               CASE WHEN none THEN 0.0 WHEN lim = 'dbms-internal' THEN 1 - explained
-                    ELSE (CASE lim {share_of} END) / explained END AS confidence,
+               CASE WHEN none THEN 0.0 ELSE confidence END AS confidence,
                CASE WHEN none THEN 'no attribution rows for this statement (kernel side missing?)' ELSE
                    printf('wall %.1f ms; ', wall_ns / 1e6)
                    || coalesce(nullif(array_to_string(list_transform(

@@ -13,8 +13,9 @@ less the overlap of streamed reads with CPU: where the sequential requests are r
 so min(t_cpu, t_seq) of that node is counted once. Two refinements of Table 1, both measured
 (docs/model.md): without them a cold 185 MB scan was over-estimated by 16 % and a cold index scan,
 whose ~400 short sequential reads each paid an access time, under-estimated by 33-45 %. The
-sequential access time is calibrated apart (8 KiB reads of adjacent pages; 0 for calibrations made
-before it existed, which gives Table 1's t_seq).
+access times are what a read waits off-CPU (the kernel's work for a request is on-CPU, in t_cpu
+already), calibrated for random reads and for reads a short hop apart (0 for calibrations made before
+the latter existed, which gives Table 1's t_seq).
 On-CPU time is measured rather than derived from instruction counts x CPI x clock: this VM has no
 PMU counters, and the measured time already contains the CPI.
 
@@ -131,9 +132,6 @@ class Estimates:
     components: dict[str, np.ndarray]
     critical_node: list
 
-    def total(self) -> np.ndarray:
-        return model_total(self.components)
-
 
 def estimate_all(frame: dict[str, np.ndarray], platform: Platform) -> Estimates:
     """Table 1 for every statement of `frame` (one row per statement and node, sorted by statement)."""
@@ -241,11 +239,6 @@ def inputs_from(con: duckdb.DuckDBPyConnection, only: list[int] | None = None) -
     return out
 
 
-def allocated_share(attributed: dict[str, int], wall_ns: int) -> float:
-    """Share of wall time attributed to a machine resource the model covers (CPU, disk, network)."""
-    return sum(attributed.get(c, 0) for c in RESOURCE_ATTRIBUTION) / wall_ns if wall_ns > 0 else 0.0
-
-
 _ROOTS_SQL = f"""
 SELECT s.statement_id, s.query_id, s.end_ns - s.start_ns AS wall_ns,
        coalesce(sum(a.ns) FILTER (WHERE a.component IN {tuple(RESOURCE_ATTRIBUTION)}), 0) AS resource_ns
@@ -255,10 +248,10 @@ GROUP BY ALL ORDER BY 1
 """
 
 
-def _model_frames(statements: pa.Table, attribution: pa.Table,
-                  statement_io: pa.Table | None) -> tuple[pa.Table, dict[str, np.ndarray]]:
+def model_frames(statements: pa.Table, attribution: pa.Table,
+                 statement_io: pa.Table | None) -> tuple[pa.Table, dict[str, np.ndarray]]:
     """The root statements (statement_id ascending, query_id, wall_ns, resource_ns) and the per-node model
-    inputs, as columns."""
+    inputs, as columns: what estimate and predict read (computed once when both run)."""
     con = model_connection(statements, attribution, statement_io)
     roots = con.execute(_ROOTS_SQL).to_arrow_table()
     frame = con.execute(PER_NODE_SQL).fetchnumpy()
@@ -282,10 +275,10 @@ def _ns(seconds: np.ndarray) -> pa.Array:
 
 
 def estimate(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table | None,
-             calibration: dict | None, link: str | None = None) -> pa.Table:
+             calibration: dict | None, link: str | None = None, frames: tuple | None = None) -> pa.Table:
     """The `statement_estimate` table: Table 1 components, estimate vs measured, error per statement."""
     platform = Platform.from_calibration(calibration, link)
-    roots, frame = _model_frames(statements, attribution, statement_io)
+    roots, frame = frames or model_frames(statements, attribution, statement_io)
     comps, nodes = _on_roots(roots, estimate_all(frame, platform))
     total = model_total(comps)
     wall = np.asarray(roots.column("wall_ns").to_pylist(), dtype=float)
@@ -300,11 +293,11 @@ def estimate(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table
 
 def predict(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table | None,
             calibration: dict | None, factors: dict[str, tuple[float, ...]] | None = None,
-            link: str | None = None) -> pa.Table:
+            link: str | None = None, frames: tuple | None = None) -> pa.Table:
     """The `prediction` table: each statement under each what-if (measured_ns stays null until checked)."""
     platform = Platform.from_calibration(calibration, link)
     factors = factors or {w: DEFAULT_FACTORS for w in WHAT_IFS}
-    roots, frame = _model_frames(statements, attribution, statement_io)
+    roots, frame = frames or model_frames(statements, attribution, statement_io)
     base = model_total(_on_roots(roots, estimate_all(frame, platform))[0])
     wall = np.asarray(roots.column("wall_ns").to_pylist(), dtype=float)
     parts = []

@@ -119,4 +119,4 @@ def _functions(db: CaptureDB, key: int, limit: int) -> list[tuple[str, float, st
               FROM statement_kernel_function k2 JOIN statement_clean s2 USING (node, statement_id)
               GROUP BY ALL) t ON t.key = coalesce(s.query_id, -s.statement_id) AND t.source = k.source
         WHERE coalesce(s.query_id, -s.statement_id) = {literal(key)}
-        GROUP BY function, k.source ORDER BY sum(k.ns) DESC LIMIT {literal(limit)}""").fetchall()]
+        GROUP BY function, k.source ORDER BY sum(k.ns) DESC, function LIMIT {literal(limit)}""").fetchall()]

@@ -27,7 +27,7 @@ from mwinv.correlator.advice import Advice, advise, advise_capture
 from mwinv.correlator.classify import MIN_RANKED_SAMPLES, classify, kernel_samples, thin_sources
 from mwinv.correlator.load import connect
 from mwinv.correlator.model import (MIN_TIMED_NS, WHAT_IFS, DiskWaitCheck, disk_wait_check, estimate,
-                                    mean_abs_error, predict)
+                                    mean_abs_error, model_frames, predict)
 from mwinv.errors import MwinvError
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -66,9 +66,10 @@ def rusage_attribution(statements: pa.Table) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=SCHEMAS["statement_attribution"])
 
 
-def load(capture_dir: str | os.PathLike, top: int = 10, progress=None) -> ReportData:
+def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: bool = True) -> ReportData:
     """The capture's tables and everything derived from them; advice for the `top` queries' longest
-    executions (the ones the report shows). progress(step) is called as each step begins."""
+    executions (the ones the report shows). progress(step) is called as each step begins. derive=False:
+    the tables only (a differential report's baseline needs no classes, model or advice)."""
     step = progress or (lambda _: None)
     cap = Capture(capture_dir)
     if not cap.path.is_dir():
@@ -107,13 +108,14 @@ def load(capture_dir: str | os.PathLike, top: int = 10, progress=None) -> Report
     data.con.register("node_sample", data.node_sample)
     if cap.has("kernel_event"):
         data.con.execute(f"CREATE VIEW kernel_event AS SELECT * FROM read_parquet('{cap.glob('kernel_event')}')")
-    if statements.num_rows:
+    if statements.num_rows and derive:
         step(f"classifying {statements.num_rows:,} statements")
         data.classes = classify(statements, attribution, data.kernel_functions, statement_io)
         if calibration:
             step("model estimates and what-if predictions")
-            data.estimates = estimate(statements, attribution, statement_io, calibration)
-            data.predictions = predict(statements, attribution, statement_io, calibration)
+            frames = model_frames(statements, attribution, statement_io)  # once for both
+            data.estimates = estimate(statements, attribution, statement_io, calibration, frames=frames)
+            data.predictions = predict(statements, attribution, statement_io, calibration, frames=frames)
             data.disk_wait = disk_wait_check(statements, attribution, statement_io, calibration)
         step(f"advice for the top {top} statements")
         data.queries = top_queries(data, top)
@@ -474,7 +476,7 @@ def render_report(capture: str | os.PathLike | ReportData, out_dir: str | os.Pat
     """Write report.html and report.md for a capture directory (or its loaded data), and its difference
     from `baseline_capture`."""
     data = capture if isinstance(capture, ReportData) else load(capture, top)
-    base = load(baseline_capture, top) if baseline_capture else None
+    base = load(baseline_capture, top, derive=False) if baseline_capture else None
     queries = data.queries
     sections = [section_missing(data), section_summary(data)]
     if base is not None:
