@@ -8,6 +8,7 @@ CREATE TYPE mwinv_record AS (
     statement_id bigint, parent_statement_id bigint, query_id bigint,
     pid integer, leader_pid integer, database text, username text,
     start_ns bigint, end_ns bigint, start_wall_ns bigint, plan_ns bigint,
+    parse_ns bigint, client_wait_ns bigint,
     cpu_user_ns bigint, cpu_sys_ns bigint, read_bytes bigint, write_bytes bigint,
     minflt bigint, majflt bigint, inblock bigint, oublock bigint,
     nvcsw bigint, nivcsw bigint, rows bigint, nesting_level integer,

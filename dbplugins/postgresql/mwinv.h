@@ -63,6 +63,8 @@ typedef struct MwinvRecord
 	int64		end_ns;
 	int64		start_wall_ns;	/* CLOCK_REALTIME */
 	int64		plan_ns;		/* -1: not planned for this execution */
+	int64		parse_ns;		/* parse analysis, from start_ns; -1: not parsed for this execution */
+	int64		client_wait_ns; /* idle gaps between the portal's runs, waiting for the client */
 	int64		rows;
 	MwinvResources res;
 	int32		pid;

@@ -24,7 +24,7 @@ PG_FUNCTION_INFO_V1(mwinv_query_texts);
 PG_FUNCTION_INFO_V1(mwinv_info);
 PG_FUNCTION_INFO_V1(mwinv_reset);
 
-#define RECORD_COLS 25
+#define RECORD_COLS 27
 
 static void
 require_preloaded(void)
@@ -115,6 +115,9 @@ put_records(ReturnSetInfo *rsinfo, MwinvRecord *recs, int n)
 		values[c++] = Int64GetDatum(r->start_wall_ns);
 		nulls[c] = r->plan_ns < 0;
 		values[c++] = Int64GetDatum(r->plan_ns);
+		nulls[c] = r->parse_ns < 0;
+		values[c++] = Int64GetDatum(r->parse_ns);
+		values[c++] = Int64GetDatum(r->client_wait_ns);
 		nulls[c] = !res;
 		values[c++] = Int64GetDatum(r->res.cpu_user_ns);
 		nulls[c] = !res;

@@ -6,6 +6,13 @@
  * its QueryDesc (portals may interleave: cursors, extended protocol); errors end it in the
  * PG_CATCH of the hook that saw them, and transaction/subtransaction abort and process exit end
  * whatever is left, so no record leaks and no nesting level stays stale.
+ *
+ * A record is the execution as the client's message started it: a top-level statement of a client
+ * backend starts when PostgreSQL read the message that began it (statement_timestamp(), so parse
+ * analysis and the table-lock waits inside it count), and the time a portal sits idle waiting for
+ * the client's next message is not the statement's: gaps between runs of one portal go to
+ * client_wait_ns, and a portal closed only by a later message (the unnamed portal of the extended
+ * protocol in a transaction block, a cursor) ends where its last run returned.
  */
 #include "mwinv.h"
 
@@ -15,10 +22,12 @@
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "optimizer/planner.h"
+#include "parser/analyze.h"
 #include "storage/ipc.h"
 #include "storage/proc.h"
 #include "tcop/utility.h"
 #include "utils/queryjumble.h"
+#include "utils/timestamp.h"
 
 #include "mwinv_probes.h"
 
@@ -28,7 +37,12 @@ typedef struct MwinvActive
 	QueryDesc  *query_desc;		/* NULL for a utility statement */
 	int			xact_level;		/* transaction nesting level at start */
 	bool		in_utility;		/* its ProcessUtility is on the stack (ROLLBACK, CALL) */
+	bool		closed;			/* a later client message came before its end: ends at last_return_ns */
+	TimestampTz msg_ts;			/* statement_timestamp() of the message it last ran in */
+	int64		last_return_ns; /* return of its last ExecutorStart/Run/Finish; 0: none yet */
+	bool		has_res_last;
 	MwinvResources res_start;
+	MwinvResources res_last;	/* CPU counters at last_return_ns (measured statements) */
 	MwinvRecord rec;
 } MwinvActive;
 
@@ -52,6 +66,19 @@ static struct
 	MwinvResources res_start;
 } pending_plan;
 
+/* parse analysis of the next top-level statement, claimed by its record */
+static struct
+{
+	bool		valid;
+	int64		query_id;
+	TimestampTz msg_ts;
+	int64		start_ns;
+	int64		end_ns;
+} pending_parse;
+
+/* end of this backend's last top-level record: a statement starts no earlier */
+static int64 last_top_end_ns = 0;
+
 /* query ids whose text this backend has already stored (cleared when texts are reset) */
 #define TEXT_CACHE_SIZE 256
 static int64 text_cache[TEXT_CACHE_SIZE];
@@ -59,6 +86,7 @@ static uint64 text_cache_generation = 0;
 
 static int	exit_callback_pid = 0;
 
+static post_parse_analyze_hook_type prev_post_parse_analyze_hook = NULL;
 static planner_hook_type prev_planner_hook = NULL;
 static ExecutorStart_hook_type prev_ExecutorStart = NULL;
 static ExecutorRun_hook_type prev_ExecutorRun = NULL;
@@ -70,6 +98,32 @@ static ProcessUtility_hook_type prev_ProcessUtility = NULL;
 	(mwinv_track == MWINV_TRACK_ALL || (mwinv_track == MWINV_TRACK_TOP && (level) == 0))
 
 static void end_statement(MwinvActive *a, bool errored, int64 rows);
+
+/* A top-level statement of a client backend: its start is the message's, not the hook's. */
+static inline bool
+client_top_level(void)
+{
+	return nesting_level == 0 && MyBackendType == B_BACKEND && !IsParallelWorker();
+}
+
+/*
+ * A statement_timestamp()-clock instant on CLOCK_MONOTONIC, measured as the distance back from now
+ * on the wall clock (one vDSO read): a per-backend offset would drift with NTP's slewing.
+ */
+static int64
+monotonic_of_timestamp(TimestampTz ts, int64 now_ns)
+{
+	return now_ns - (int64) (GetCurrentTimestamp() - ts) * 1000;
+}
+
+/* When this top-level statement began: the message's start, after the previous statement's end. */
+static int64
+statement_start_ns(int64 now_ns)
+{
+	int64		start = monotonic_of_timestamp(GetCurrentStatementStartTimestamp(), now_ns);
+
+	return Min(Max(start, last_top_end_ns), now_ns);
+}
 
 static void
 set_current_statement(int64 id)
@@ -110,6 +164,7 @@ mwinv_xact_callback(XactEvent event, void *arg)
 		nesting_level = 0;
 		set_current_statement(0);
 		pending_plan.query_id = 0;
+		pending_parse.valid = false;
 	}
 }
 
@@ -198,16 +253,36 @@ begin_statement(QueryDesc *query_desc, int64 query_id, const char *source, int l
 
 	rec->start_ns = mwinv_monotonic_ns();
 	rec->plan_ns = -1;
+	rec->parse_ns = -1;
+	rec->client_wait_ns = 0;
 	rec->has_resources = measure;
+	if (client_top_level())
+	{
+		/*
+		 * Parsed in this message, or in the Parse message before this Bind: the record starts where
+		 * that message started; otherwise where this one did (Bind revalidating a cached plan waits
+		 * for the same locks).
+		 */
+		if (pending_parse.valid &&
+			((query_id != 0 && pending_parse.query_id == query_id) ||
+			 pending_parse.msg_ts == GetCurrentStatementStartTimestamp()))
+		{
+			rec->parse_ns = pending_parse.end_ns - pending_parse.start_ns;
+			rec->start_ns = pending_parse.start_ns;
+		}
+		else
+			rec->start_ns = statement_start_ns(rec->start_ns);
+		pending_parse.valid = false;
+	}
 	if (pending_plan.query_id != 0 && pending_plan.query_id == query_id && pending_plan.level == nesting_level)
 	{
 		/*
-		 * Planned just before: the execution starts where its planning started, and so does its CPU
-		 * (planning a first statement in a fresh backend, catalogs not yet cached, can take longer
-		 * than executing it).  /proc/self/io starts from now: planning reads catalogs only.
+		 * Planned just before: the execution starts no later than its planning started, and so does
+		 * its CPU (planning a first statement in a fresh backend, catalogs not yet cached, can take
+		 * longer than executing it).  /proc/self/io starts from now: planning reads catalogs only.
 		 */
 		rec->plan_ns = pending_plan.plan_ns;
-		rec->start_ns = pending_plan.start_ns;
+		rec->start_ns = Min(rec->start_ns, pending_plan.start_ns);
 		res_from_plan = measure && pending_plan.has_res;
 		if (res_from_plan)
 		{
@@ -224,6 +299,10 @@ begin_statement(QueryDesc *query_desc, int64 query_id, const char *source, int l
 
 	a->query_desc = query_desc;
 	a->in_utility = utility;
+	a->closed = false;
+	a->msg_ts = GetCurrentStatementStartTimestamp();
+	a->last_return_ns = 0;
+	a->has_res_last = false;
 	a->xact_level = GetCurrentTransactionNestLevel();
 	a->next = active_list;
 	active_list = a;
@@ -239,14 +318,24 @@ end_statement(MwinvActive *a, bool errored, int64 rows)
 	MwinvRecord *rec = &a->rec;
 	MwinvActive **link;
 
-	rec->end_ns = mwinv_monotonic_ns();
+	if (!a->closed && a->last_return_ns != 0 && GetCurrentStatementStartTimestamp() != a->msg_ts)
+		a->closed = true;
+	rec->end_ns = a->closed ? a->last_return_ns : mwinv_monotonic_ns();
 	rec->errored = errored;
 	rec->rows = rows;
 	if (rec->has_resources)
 	{
-		mwinv_resources_read(&rec->res);
+		if (a->closed && a->has_res_last)
+		{
+			rec->res = a->res_last;
+			mwinv_resources_read_io(&rec->res);
+		}
+		else
+			mwinv_resources_read(&rec->res);
 		mwinv_resources_delta(&rec->res, &a->res_start);
 	}
+	if (rec->nesting_level == 0 && rec->leader_pid == 0)
+		last_top_end_ns = rec->end_ns;
 	if (MWINV_STATEMENT_DONE_ENABLED())
 		MWINV_STATEMENT_DONE(rec->statement_id, rec->query_id);
 	mwinv_ring_put(rec);
@@ -284,6 +373,65 @@ planning_done(int64 query_id, int64 start_ns, const MwinvResources *res_start)
 	pending_plan.has_res = res_start != NULL;
 	if (res_start != NULL)
 		pending_plan.res_start = *res_start;
+}
+
+/* Parse analysis of a top-level statement ends: it began when its message did. */
+static void
+mwinv_post_parse_analyze(ParseState *pstate, Query *query, JumbleState *jstate)
+{
+	if (prev_post_parse_analyze_hook)
+		prev_post_parse_analyze_hook(pstate, query, jstate);
+	if (mwinv_track != MWINV_TRACK_NONE && client_top_level())
+	{
+		int64		now = mwinv_monotonic_ns();
+
+		pending_parse.valid = true;
+		pending_parse.query_id = (int64) query->queryId;
+		pending_parse.msg_ts = GetCurrentStatementStartTimestamp();
+		pending_parse.start_ns = statement_start_ns(now);
+		pending_parse.end_ns = now;
+	}
+}
+
+/* Back from one of the portal's executor calls: the statement is idle from here until the next. */
+static void
+executor_returned(MwinvActive *a)
+{
+	if (a->closed)
+		return;
+	a->last_return_ns = mwinv_monotonic_ns();
+	if (a->rec.has_resources)
+	{
+		mwinv_resources_read_cpu(&a->res_last);
+		a->has_res_last = true;
+	}
+}
+
+/*
+ * Back in the executor for this portal: if the client sent a message since the last return, the
+ * time until that message arrived was the client's.  A run (Execute of a suspended portal, FETCH)
+ * continues the statement; ExecutorFinish/End (the portal dropped by a later Bind, CLOSE, COMMIT)
+ * only clean up after it, and the record ends where the last run returned.
+ */
+static void
+executor_resumed(MwinvActive *a, bool run)
+{
+	TimestampTz ts = GetCurrentStatementStartTimestamp();
+	int64		now_ns,
+				msg_ns;
+
+	if (a->closed || a->last_return_ns == 0 || ts == a->msg_ts)
+		return;
+	if (!run)
+	{
+		a->closed = true;
+		return;
+	}
+	now_ns = mwinv_monotonic_ns();
+	msg_ns = monotonic_of_timestamp(ts, now_ns);
+	if (msg_ns > a->last_return_ns)
+		a->rec.client_wait_ns += msg_ns - a->last_return_ns;
+	a->msg_ts = ts;
 }
 
 static PlannedStmt *
@@ -330,6 +478,7 @@ static void
 mwinv_ExecutorStart(QueryDesc *queryDesc, int eflags)
 {
 	bool		track;
+	MwinvActive *a = NULL;
 
 	if (IsParallelWorker())
 	{
@@ -349,14 +498,16 @@ mwinv_ExecutorStart(QueryDesc *queryDesc, int eflags)
 			(IsParallelWorker() || ps->planTree->total_cost >= mwinv_resource_min_cost);
 
 		/* errors in ExecutorStart end the record in the (sub)transaction abort callback */
-		begin_statement(queryDesc, (int64) ps->queryId, queryDesc->sourceText, ps->stmt_location,
-						ps->stmt_len, measure, false);
+		a = begin_statement(queryDesc, (int64) ps->queryId, queryDesc->sourceText, ps->stmt_location,
+							ps->stmt_len, measure, false);
 	}
 
 	if (prev_ExecutorStart)
 		prev_ExecutorStart(queryDesc, eflags);
 	else
 		standard_ExecutorStart(queryDesc, eflags);
+	if (a)
+		executor_returned(a);
 }
 
 typedef struct RunArgs
@@ -391,13 +542,16 @@ call_executor_finish(QueryDesc *queryDesc, void *arg)
  * (parent of nested statements, link target of parallel workers); an error ends its record.
  */
 static void
-executor_nested(QueryDesc *queryDesc, void (*call) (QueryDesc *, void *), void *arg)
+executor_nested(QueryDesc *queryDesc, void (*call) (QueryDesc *, void *), void *arg, bool run)
 {
 	int64		outer_statement = current_statement_id;
 	MwinvActive *a = active_list ? find_active(queryDesc) : NULL;
 
 	if (a)
+	{
+		executor_resumed(a, run);
 		set_current_statement(a->rec.statement_id);
+	}
 	nesting_level++;
 	PG_TRY();
 	{
@@ -409,14 +563,20 @@ executor_nested(QueryDesc *queryDesc, void (*call) (QueryDesc *, void *), void *
 		if (a)
 		{
 			set_current_statement(outer_statement);
-			end_statement(a, true, queryDesc->estate ? (int64) queryDesc->estate->es_processed : 0);
+			end_statement(a, true, a->rec.rows + (run && queryDesc->estate ? (int64) queryDesc->estate->es_processed : 0));
 		}
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 	nesting_level--;
 	if (a)
+	{
+		/* ExecutorRun counts from zero each call: a cursor's rows are the sum of its fetches */
+		if (run && queryDesc->estate)
+			a->rec.rows += (int64) queryDesc->estate->es_processed;
+		executor_returned(a);
 		set_current_statement(outer_statement);
+	}
 }
 
 static void
@@ -424,27 +584,28 @@ mwinv_ExecutorRun(QueryDesc *queryDesc, ScanDirection direction, uint64 count, b
 {
 	RunArgs		run = {direction, count, execute_once};
 
-	executor_nested(queryDesc, call_executor_run, &run);
+	executor_nested(queryDesc, call_executor_run, &run, true);
 }
 
 static void
 mwinv_ExecutorFinish(QueryDesc *queryDesc)
 {
-	executor_nested(queryDesc, call_executor_finish, NULL);
+	executor_nested(queryDesc, call_executor_finish, NULL, false);
 }
 
 static void
 mwinv_ExecutorEnd(QueryDesc *queryDesc)
 {
 	MwinvActive *a = active_list ? find_active(queryDesc) : NULL;
-	int64		rows = queryDesc->estate ? (int64) queryDesc->estate->es_processed : 0;
 
+	if (a)
+		executor_resumed(a, false);
 	if (prev_ExecutorEnd)
 		prev_ExecutorEnd(queryDesc);
 	else
 		standard_ExecutorEnd(queryDesc);
 	if (a)
-		end_statement(a, false, rows);
+		end_statement(a, false, a->rec.rows);
 }
 
 /* Utility statements whose cost is always tiny: no resource syscalls for them. */
@@ -519,6 +680,8 @@ mwinv_ProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyT
 void
 mwinv_install_hooks(void)
 {
+	prev_post_parse_analyze_hook = post_parse_analyze_hook;
+	post_parse_analyze_hook = mwinv_post_parse_analyze;
 	prev_planner_hook = planner_hook;
 	planner_hook = mwinv_planner;
 	prev_ExecutorStart = ExecutorStart_hook;

@@ -29,7 +29,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("node", s), ("dbms", s), ("pid", i32), ("leader_pid", i32), ("statement_id", i64),
         ("parent_statement_id", i64), ("query_id", i64), ("query_text_hash", i64), ("database", s),
         ("username", s), ("start_ns", i64), ("end_ns", i64), ("start_wall_ns", i64),
-        ("plan_ns", i64), ("cpu_user_ns", i64), ("cpu_sys_ns", i64), ("read_bytes", i64),
+        ("plan_ns", i64), ("parse_ns", i64), ("client_wait_ns", i64), ("cpu_user_ns", i64), ("cpu_sys_ns", i64), ("read_bytes", i64),
         ("write_bytes", i64), ("minflt", i64), ("majflt", i64), ("inblock", i64), ("oublock", i64),
         ("nvcsw", i64), ("nivcsw", i64), ("rows", i64), ("nesting_level", i32), ("errored", b),
     ]),

@@ -28,7 +28,7 @@ DRAIN_BATCH = 50_000
 # mwinv_drain() columns copied unchanged into the `statement` table
 _RECORD_COLUMNS = (
     "statement_id", "parent_statement_id", "query_id", "pid", "leader_pid", "database", "username",
-    "start_ns", "end_ns", "start_wall_ns", "plan_ns", "cpu_user_ns", "cpu_sys_ns", "read_bytes",
+    "start_ns", "end_ns", "start_wall_ns", "plan_ns", "parse_ns", "client_wait_ns", "cpu_user_ns", "cpu_sys_ns", "read_bytes",
     "write_bytes", "minflt", "majflt", "inblock", "oublock", "nvcsw", "nivcsw", "rows", "nesting_level",
     "errored",
 )
