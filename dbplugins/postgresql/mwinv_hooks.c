@@ -38,6 +38,7 @@ typedef struct MwinvActive
 	int			xact_level;		/* transaction nesting level at start */
 	bool		in_utility;		/* its ProcessUtility is on the stack (ROLLBACK, CALL) */
 	bool		closed;			/* a later client message came before its end: ends at last_return_ns */
+	bool		ran;			/* an ExecutorRun returned */
 	TimestampTz msg_ts;			/* statement_timestamp() of the message it last ran in */
 	int64		last_return_ns; /* return of its last ExecutorStart/Run/Finish; 0: none yet */
 	bool		has_res_last;
@@ -300,6 +301,7 @@ begin_statement(QueryDesc *query_desc, int64 query_id, const char *source, int l
 	a->query_desc = query_desc;
 	a->in_utility = utility;
 	a->closed = false;
+	a->ran = false;
 	a->msg_ts = GetCurrentStatementStartTimestamp();
 	a->last_return_ns = 0;
 	a->has_res_last = false;
@@ -408,10 +410,11 @@ executor_returned(MwinvActive *a)
 }
 
 /*
- * Back in the executor for this portal: if the client sent a message since the last return, the
- * time until that message arrived was the client's.  A run (Execute of a suspended portal, FETCH)
- * continues the statement; ExecutorFinish/End (the portal dropped by a later Bind, CLOSE, COMMIT)
- * only clean up after it, and the record ends where the last run returned.
+ * Back in the executor for this portal after a later client message: a run of a suspended portal
+ * (Execute with a row limit, FETCH) continues the statement, the time until that message arrived
+ * was the client's; ExecutorFinish/End (the portal dropped by a later Bind, CLOSE, COMMIT) only clean
+ * up after it, and the record ends where the last run returned.  The first run's Execute follows
+ * its Bind in the same packet (libpq, JDBC): that gap is the protocol's work, counted as execution.
  */
 static void
 executor_resumed(MwinvActive *a, bool run)
@@ -427,11 +430,13 @@ executor_resumed(MwinvActive *a, bool run)
 		a->closed = true;
 		return;
 	}
+	a->msg_ts = ts;
+	if (!a->ran)
+		return;
 	now_ns = mwinv_monotonic_ns();
 	msg_ns = monotonic_of_timestamp(ts, now_ns);
 	if (msg_ns > a->last_return_ns)
 		a->rec.client_wait_ns += msg_ns - a->last_return_ns;
-	a->msg_ts = ts;
 }
 
 static PlannedStmt *
@@ -574,6 +579,7 @@ executor_nested(QueryDesc *queryDesc, void (*call) (QueryDesc *, void *), void *
 		/* ExecutorRun counts from zero each call: a cursor's rows are the sum of its fetches */
 		if (run && queryDesc->estate)
 			a->rec.rows += (int64) queryDesc->estate->es_processed;
+		a->ran |= run;
 		executor_returned(a);
 		set_current_statement(outer_statement);
 	}

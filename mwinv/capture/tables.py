@@ -100,7 +100,8 @@ DERIVED_TABLES = ("statement_attribution", "statement_kernel_function", "stateme
                   "statement_io", "statement_estimate")
 
 ATTRIBUTION_COMPONENTS = ("cpu_user", "cpu_sys", "disk_seq", "disk_random", "network", "lock_wait",
-                          "run_queue", "other_wait", "not_allocated")
+                          "run_queue", "other_wait", "client_wait",
+                          "not_allocated")
 
 
 def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:

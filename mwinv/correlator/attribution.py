@@ -418,8 +418,11 @@ def _segment_state(raw: dict[str, np.ndarray], infos: list[str],
     lock, lwlock = is_kind("lock_start", "lock_done"), is_kind("lwlock_start", "lwlock_done")
     io_start = is_kind("io_start") & (nr >= 0)
     off_info = off & (info_c >= 0)
-    # a socket call that would have blocked: the wait that follows (epoll) is for the network
-    socket_eagain = exit_ & np.isin(nr, NET_RX_SYSCALLS + NET_TX_SYSCALLS) & (raw["ret"] == -EAGAIN)
+    # a socket call that would have blocked: the wait that follows (epoll) is for the network to
+    # take a result, or for the client to send its next message (a portal resumed by a later Execute)
+    eagain = exit_ & (raw["ret"] == -EAGAIN)
+    socket_eagain = eagain & np.isin(nr, NET_TX_SYSCALLS)
+    client_eagain = eagain & np.isin(nr, NET_RX_SYSCALLS)
 
     def waiting(start_kind: str, changes: np.ndarray) -> np.ndarray:
         return _carried(is_kind(start_kind), _forward(changes, start, rows), False)
@@ -458,6 +461,7 @@ def _segment_state(raw: dict[str, np.ndarray], infos: list[str],
         "disk_sleep": _carried(disk_sleep_info[info_c], _forward(off_info, start, rows), False),
         "file_pattern": _carried(file_c, call).astype(np.int8),
         "socket_blocked": _carried(socket_eagain, _forward(exit_, start, rows), False),
+        "client_blocked": _carried(client_eagain, _forward(exit_, start, rows), False),
     }
     if last_slice:
         return columns, None
@@ -548,6 +552,7 @@ def _component_sql() -> str:
                     ELSE 'disk_unknown' END
           WHEN syscall IN {_in(NETWORK_SYSCALLS)} THEN 'network'
           WHEN syscall IN {_in(EPOLL_SYSCALLS)} AND socket_blocked THEN 'network'
+          WHEN syscall IN {_in(EPOLL_SYSCALLS)} AND client_blocked THEN 'client_wait'
           WHEN syscall IN {_in(LOCK_SYSCALLS)} THEN 'lock_wait'
           ELSE 'other_wait'
         END"""
@@ -578,6 +583,7 @@ def attribute(db: CaptureDB, progress=None) -> None:
             SELECT s.node, s.statement_id, s.query_id, s.pid, s.leader_pid,
                    s.parent_statement_id, s.end_ns - s.start_ns AS wall_ns,
                    coalesce(s.cpu_user_ns, 0) AS u, coalesce(s.cpu_sys_ns, 0) AS k,
+                   least(coalesce(s.client_wait_ns, 0), s.end_ns - s.start_ns) AS idle,
                    s.cpu_user_ns IS NOT NULL AS has_rusage,
                    (tr.node IS NOT NULL AND s.start_ns >= tr.lo AND s.end_ns <= tr.hi) AS traced
             FROM statement_clean s LEFT JOIN trace_range_or_empty tr USING (node)
@@ -629,7 +635,11 @@ def attribute(db: CaptureDB, progress=None) -> None:
                    least(u, wall_ns) FROM base WHERE NOT traced
             UNION ALL
             SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'cpu_sys',
-                   least(k, wall_ns - least(u, wall_ns)) FROM base WHERE NOT traced)
+                   least(k, wall_ns - least(u, wall_ns)) FROM base WHERE NOT traced
+            UNION ALL
+            -- the extension's own count of the portal's idle gaps (the trace tells them by epoll waits)
+            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'client_wait',
+                   least(idle, wall_ns - least(u + k, wall_ns)) FROM base WHERE NOT traced)
         SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, component,
                CAST(round(sum(ns)) AS BIGINT) AS ns
         FROM split GROUP BY ALL""")

@@ -117,11 +117,15 @@ def _check(db: CaptureDB, manifest: dict) -> None:
         db.warnings.append(f"table statement: statement_id {sid} on {node} appears {n} times: first kept")
     if len(dups) > 5:
         db.warnings.append(f"table statement: {len(dups) - 5} more duplicate statement ids: first kept")
-    # The clean table every analysis uses (a table: a view would run its window again in each query).
-    db.con.execute("""
+    # The clean table every analysis uses (a table: a view would run its window again in each query);
+    # columns a capture from an older recorder lacks are NULL.
+    have = _columns(db, "statement")
+    absent = "".join(f", CAST(NULL AS {_duck_type(f.type)}) AS \"{f.name}\""
+                     for f in SCHEMAS["statement"] if f.name not in have)
+    db.con.execute(f"""
         CREATE OR REPLACE TABLE statement_clean AS
         SELECT * EXCLUDE (rn) FROM (
-            SELECT *, row_number() OVER (PARTITION BY node, statement_id ORDER BY start_ns) AS rn
+            SELECT *{absent}, row_number() OVER (PARTITION BY node, statement_id ORDER BY start_ns) AS rn
             FROM statement WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL AND end_ns >= start_ns)
         WHERE rn = 1""")
     if db.has("kernel_event"):

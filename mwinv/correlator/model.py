@@ -202,8 +202,11 @@ WHERE b.statement_id = r.root_id OR b.node <> r.root_node OR w.statement_id IS N
 GROUP BY ALL ORDER BY 1, 2
 """
 
+# A statement's execution: its record's window less the portal's idle gaps waiting for the client.
+EXECUTION_NS = "any_value(s.end_ns - s.start_ns) - coalesce(sum(a.ns) FILTER (WHERE a.component = 'client_wait'), 0)"
+
 SHARES_SQL = f"""
-SELECT s.statement_id, s.query_id, (s.end_ns - s.start_ns) AS wall_ns,
+SELECT s.statement_id, s.query_id, {EXECUTION_NS} AS wall_ns,
        coalesce(sum(a.from_workers_ns), 0) AS from_workers_ns,
        {", ".join(f"sum(a.ns) FILTER (WHERE a.component = '{c}') AS {c}" for c in ATTRIBUTION_COMPONENTS)}
 FROM statements s LEFT JOIN attribution a USING (statement_id)
@@ -240,7 +243,7 @@ def inputs_from(con: duckdb.DuckDBPyConnection, only: list[int] | None = None) -
 
 
 _ROOTS_SQL = f"""
-SELECT s.statement_id, s.query_id, s.end_ns - s.start_ns AS wall_ns,
+SELECT s.statement_id, s.query_id, {EXECUTION_NS} AS wall_ns,
        coalesce(sum(a.ns) FILTER (WHERE a.component IN {tuple(RESOURCE_ATTRIBUTION)}), 0) AS resource_ns
 FROM statements s LEFT JOIN attribution a USING (statement_id)
 WHERE s.parent_statement_id IS NULL

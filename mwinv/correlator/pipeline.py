@@ -20,6 +20,7 @@ RANK_BY = {
     "lock": ("lock_wait",),
     "run_queue": ("run_queue",),
     "other": ("other_wait",),
+    "client_wait": ("client_wait",),
     "not_allocated": ("not_allocated",),
 }
 

@@ -54,13 +54,16 @@ class ReportData:
 
 
 def rusage_attribution(statements: pa.Table) -> pa.Table:
-    """What the extension alone tells: user and system CPU from rusage, the rest not allocated."""
+    """What the extension alone tells: user and system CPU from rusage, the portal's idle gaps waiting
+    for the client, the rest not allocated."""
     rows = []
     for r in statements.to_pylist():
         wall = max(0, (r["end_ns"] or 0) - (r["start_ns"] or 0))
         user = min(r["cpu_user_ns"] or 0, wall)
         sys_ = min(r["cpu_sys_ns"] or 0, wall - user)
-        for comp, ns in (("cpu_user", user), ("cpu_sys", sys_), ("not_allocated", wall - user - sys_)):
+        idle = min(r.get("client_wait_ns") or 0, wall - user - sys_)
+        for comp, ns in (("cpu_user", user), ("cpu_sys", sys_), ("client_wait", idle),
+                         ("not_allocated", wall - user - sys_ - idle)):
             rows.append({"node": r["node"], "statement_id": r["statement_id"], "query_id": r["query_id"],
                          "component": comp, "ns": ns, "from_workers_ns": 0})
     return pa.Table.from_pylist(rows, schema=SCHEMAS["statement_attribution"])
