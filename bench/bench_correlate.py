@@ -5,8 +5,8 @@ pandas merge of the same Parquet inputs, side by side in one run; and the report
 --seconds against a PostgreSQL with the mwinv extension (every statement records rusage), under
 KernelCapture with the default events. It is kept in --capture and reused (--rerecord to record
 again); it fails, keeping the capture, when it holds fewer than --min-events kernel events or
---min-statements statements (this VM recorded 25-35k kernel events/s under load in session 3, ~1 M/s
-on a quiet day in session 8: 30 s of pgbench -S gave 30 M events).
+--min-statements statements (a 2-vCPU VM recorded 25-35k kernel events/s under load, ~1 M/s when
+quiet: 30 s of pgbench -S gave 30 M events).
 
 `measure` runs each contender in its own child process (peak RSS = that child's ru_maxrss), killed
 at --timeout seconds or --memory-limit of resident memory:
@@ -77,7 +77,7 @@ def record(capture_dir: Path, seconds: int, clients: int, scale: int, select_onl
         shutil.rmtree(capture_dir)
     gucs = {"compute_query_id": "on", "mwinv.resource_min_cost": "0", "mwinv.buffer_size": "1048576",
             "shared_buffers": "'256MB'", "max_wal_size": "'4GB'",
-            # commits without waiting for the WAL flush: this VM's fsync would hold TPC-B to ~100 tps
+            # commits without waiting for the WAL flush: a VM's slow fsync held TPC-B to ~100 tps
             "synchronous_commit": "off"}
     with PgServer(name="bench-correlate", shared_preload_libraries=["mwinv"], gucs=gucs) as server:
         with console.status(f"pgbench -i -s {scale}"):
@@ -387,7 +387,7 @@ def main(ctx: click.Context, capture_dir: Path) -> None:
 @click.option("--clients", default=2, show_default=True, help="pgbench clients (as many as cores).")
 @click.option("--scale", default=10, show_default=True, help="pgbench scale factor.")
 @click.option("--select-only/--tpcb", default=True, show_default=True,
-              help="pgbench -S, or the TPC-B-like script (on this VM -S gives ~35k kernel events/s, TPC-B ~25k).")
+              help="pgbench -S, or the TPC-B-like script (on a loaded 2-vCPU VM -S gave ~35k kernel events/s, TPC-B ~25k).")
 @click.option("--min-events", default=10_000_000, show_default=True, help="Fail below this many kernel events.")
 @click.option("--min-statements", default=100_000, show_default=True, help="Fail below this many statements.")
 @click.pass_context

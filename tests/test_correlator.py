@@ -214,7 +214,7 @@ def test_top_sql_ranks_and_names_kernel_functions(capture):
 
 def test_top_sql_does_not_import_pandas(capture, tmp_path):
     # pyarrow's to_numpy(), DuckDB's scan of an Arrow table and Schema.empty_table() import pandas when it is
-    # installed (it is here: a test extra); `import pandas` took 29 s on this VM, and the correlator needs none of it
+    # installed (it is here: a test extra); `import pandas` took 29 s on a slow disk, and the correlator needs none of it
     import shutil
     import subprocess
     import sys

@@ -67,7 +67,7 @@ def test_cpu_bound_statement_matches_backend_cpu(server):
         # statement's hooks and took > 100 ms on a loaded machine)
         # generate_series in the select list streams its rows (ProjectSet); in FROM it fills a tuplestore
         # that spills to a temp file and is freed after the executor's end, outside the statement's hooks:
-        # on this VM that clean-up once took 295 ms of a 2.7 s statement (3 of 4 times < 16 ms)
+        # on the test VM that clean-up once took 295 ms of a 2.7 s statement (3 of 4 times < 16 ms)
         sql = "SELECT sum(i * 2) FROM (SELECT generate_series(1, {}) AS i) s"
         conn.execute(sql.format(1000))
         # long enough (> 300 ms) on this machine, whatever its speed: 10 M rows took 2.7 s on a slow

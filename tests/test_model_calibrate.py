@@ -32,7 +32,7 @@ def test_disk_rate_follows_a_blkio_throttle(tmp_path):
         cg.remove()
     # Through the page cache the reads would not see the throttle at all; with O_DIRECT they do. (On this
     # kernel a 4 MiB O_DIRECT request got about half the configured rate in some sessions and 1.10x it in
-    # one (session 9: blk-throttle's slices let a pass start with a burst); the calibration reports what a
+    # one (blk-throttle's slices let a pass start with a burst); the calibration reports what a
     # process really gets, which is the figure the model needs. Unthrottled, this disk reads ~2 GB/s.)
     assert 0.3 * limit <= throttled["disk_rate_bps"] <= 1.3 * limit, throttled
     assert free["disk_rate_bps"] > 1.5 * throttled["disk_rate_bps"], free  # (other tests share the disk)
@@ -48,10 +48,10 @@ def test_link_rate_follows_tbf_on_a_veth(tmp_path):
                         "latency", "400ms"], check=True, capture_output=True)
         shaped = calibrate_link(f"{ns}:{ns_ip}", bulk_mb=4, pings=50)
     assert shaped["netns"] == ns and shaped["address"] == ns_ip
-    # 16 Mbit/s = 2 MB/s at most; what one TCP stream gets through tbf on this VM depends on the burst
+    # 16 Mbit/s = 2 MB/s at most; what one TCP stream gets through tbf on a VM depends on the burst
     # and on timer load (measured 0.96-1.4 MB/s): the calibration reports what a connection really gets
     assert 0.3 * 2e6 <= shaped["rate_bps"] <= 1.1 * 2e6, shaped
-    # without the shaper one stream gets well past the shaper's 2 MB/s (8.5 MB/s over this VM's veth in a slow CI run)
+    # without the shaper one stream gets well past the shaper's 2 MB/s (8.5 MB/s over a veth in a slow CI run)
     assert unshaped["rate_bps"] > 2 * 2e6 and unshaped["rate_bps"] > 2.5 * shaped["rate_bps"], (unshaped, shaped)
     assert 0 < unshaped["latency_s"] < 0.01
 

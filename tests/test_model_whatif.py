@@ -12,7 +12,7 @@ next to nothing; at SF 0.1 lineitem is 94 MB.
 The CPU factor is not assumed to be 0.5: a statement that is all CPU runs free and capped next to Q1,
 and the slow-down it gets is the factor predicted with. The check compares slow-downs: predicted / captured time against capped / free time of runs made side by
 side, each capped run with the free run just before it (the median of REPEATS such pairs). On a shared VM
-a statement's time is inflated now and then, its CPU time too (this VM's hypervisor takes up to a third
+a statement's time is inflated now and then, its CPU time too (the test VM's hypervisor took up to a third
 of the time without reporting it as steal), so the free re-runs are compared with each other and with the
 capture first: a machine too noisy to time is a skip, with the figures."""
 
@@ -68,7 +68,7 @@ def tpch_pg_larger():
 def tpch_pg_warm():
     """SF 0.1 with shared buffers that keep lineitem (94 MB): a sequential scan of a table over a quarter of
     shared_buffers goes through a 256 KiB ring, so 512 MB. Warm Q1 then reads nothing from the OS; with 16 MB
-    it re-read lineitem through the page cache, which this VM keeps small, i.e. partly from disk. One test
+    it re-read lineitem through the page cache, which the test VM keeps small, i.e. partly from disk. One test
     uses it: stopped right after, so that it does not run beside the disk test."""
     yield from _server("pytest-whatif-warm", "512MB")
 
@@ -149,9 +149,8 @@ def check_what_if(server, tmp_path, query: tuple[str, str], what_if: str, cgroup
     assert abs(error) <= MAX_ERROR
 
 
-# No longer xfail: on a quiet machine (session 8) the model predicted Q1's slow-down under a 52 % CPU
-# cap as x1.92 and the capped runs measured x1.94 (error -0.9 %). The -23.5 % and -28 % of session 7
-# came from runs the noise check skipped (the VM took the vCPU away: run queue the model does not scale).
+# On a quiet machine the model predicted Q1's slow-down under a 52 % CPU cap as x1.92 and the capped
+# runs measured x1.94 (error -0.9 %). Errors of -23.5 % and -28 % came from runs the noise check skipped (the VM took the vCPU away: run queue the model does not scale).
 def test_cpu_what_if_checked_by_running(tpch_pg_warm, tmp_path):
     check_what_if(tpch_pg_warm, tmp_path, ("q1", tpch.query_sql(1)), "cpu",
                   Cgroup("mwinv-test-whatif-cpu", cpu_fraction=0.5), cold=False,
@@ -164,7 +163,7 @@ def test_disk_what_if_checked_by_running(tpch_pg_larger, tmp_path):
 
     def throttled_rate_factor(cap):
         # The capped platform's disk rate is the throttle's, known exactly. (Calibrating it inside the
-        # cgroup, seed 000's way, measured ~79 % of it: the calibration's synchronous 128 KiB reads each
+        # cgroup, [Taufer]'s way, measured ~79 % of it: the calibration's synchronous 128 KiB reads each
         # wait one 4 ms tick more than the throttle's rate, PostgreSQL's read-ahead keeps requests queued.)
         return THROTTLE_BPS / cap.manifest()["calibration"]["disk"]["disk_rate_bps"]
 

@@ -292,7 +292,7 @@ def _estimates(before: Capture) -> tuple[list[dict], float | None, int]:
 
 def test_model_accuracy_scan_and_aggregate(captures):
     """A cold scan (reads streamed while the CPU works) and a CPU-bound aggregate, each long enough to
-    time (>= 50 ms), are estimated within 10 % (session 8: scan -0.8 to -2.1 %, aggregate -0.6 to +0.1 %)."""
+    time (>= 50 ms), are estimated within 10 % (measured: scan -0.8 to -2.1 %, aggregate -0.6 to +0.1 %)."""
     before, _ = captures
     rows, _, _ = _estimates(before)
     by_label = dict((s[0], s[1]) for s in STATEMENTS)
@@ -315,9 +315,9 @@ def test_model_leaves_the_sleep_unexplained(captures):
 
 def test_model_accuracy_on_real_run(captures):
     """Seed 000's claim: mean |error| <= 10 % for statements whose allocated share is >= 85 % (of 50 ms or
-    more: shorter ones are timed to the scheduler tick), on a platform that behaved as calibrated. This
+    more: shorter ones are timed to the scheduler tick), on a platform that behaved as calibrated. A
     VM's disk moves between latency levels for seconds at a time (8 KiB reads waited 22-49 µs off-CPU
-    within a minute, session 9): when the run's disk wait per request is DISK_DRIFT_RATIO times the
+    within a minute on the test VM): when the run's disk wait per request is DISK_DRIFT_RATIO times the
     calibration's or more (either way), the report says so and the test skips with the figures."""
     before, _ = captures
     _, mae, n = _estimates(before)

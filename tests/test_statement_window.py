@@ -78,7 +78,7 @@ def test_pgbench_transaction_block_agrees_with_pg_stat_statements(server, protoc
         mine = [r for r in recs if r["query_id"] == qid]
         assert len(mine) == calls == 300, (qid, len(mine), calls)
         # pg_stat_statements has no parse analysis: compared without it (30 µs of a 140 µs extended-protocol
-        # range select on this VM; the 1 ms client sleep after the point select would have been in it)
+        # range select on the test VM; the 1 ms client sleep after the point select would have been in it)
         mean = sum(r["end_ns"] - r["start_ns"] - max(r["parse_ns"] or 0, 0) for r in mine) / len(mine)
         assert 0.8 * exec_ns <= mean <= 1.5 * plan_exec_ns + 30_000, (protocol, qid, mean, plan_exec_ns)
         assert all(r["client_wait_ns"] == 0 for r in mine)

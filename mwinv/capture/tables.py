@@ -82,7 +82,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("measured_ns", i64),  # measured under the what-if (a checking re-run), null until then
         ("baseline_ns", i64),  # measured wall time of the captured run
     ]),
-    # Per statement x node I/O counts the model needs (seed 000's response variables), from the correlator.
+    # Per statement x node I/O counts the model needs ([Taufer]'s response variables), from the correlator.
     "statement_io": pa.schema([
         ("node", s), ("statement_id", i64), ("seq_bytes", i64), ("seq_reqs", i64), ("random_reqs", i64),
         ("random_bytes", i64), ("net_rx_bytes", i64), ("net_tx_bytes", i64),

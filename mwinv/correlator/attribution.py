@@ -53,7 +53,7 @@ SELF_EVIDENCE_KINDS = ("enter", "exit", "lock_start", "lock_done", "lwlock_start
 RUSAGE_MIN_WALL_NS = 50_000_000
 
 # A request is sequential when it starts within this many sectors after the previous request of the
-# same pid on the same device ends (seed 000: sequential accesses show a stride of ~2 blocks).
+# same pid on the same device ends ([Taufer]: sequential accesses show a stride of ~2 blocks).
 SEQ_GAP_SECTORS = 256
 
 

@@ -1,4 +1,4 @@
-"""Platform calibration: the variable factors of seed 000's model (Table 1), measured on this machine.
+"""Platform calibration: the variable factors of [Taufer]'s model (Table 1), measured on this machine.
 
 - disk: sequential rate (O_DIRECT reads of the device's readahead size, so the page cache is out of
   the way), random access time (the median off-CPU part of an O_DIRECT read of one PostgreSQL page at

@@ -4,7 +4,7 @@ Classes: cpu, disk_seq, disk_random, network, lock, run_queue, dbms-internal, un
 - Shares are of the statement's wall time, from `statement_attribution` (cpu = cpu_user + cpu_sys).
 - The explained share is what a resource or a known wait accounts for (all components except
   other_wait and not_allocated). Below `internal_threshold` the statement is dbms-internal: no
-  machine resource or lock explains it (seed 000's query 8, under 20 % explained).
+  machine resource or lock explains it ([Taufer]'s query 8, under 20 % explained).
 - Otherwise the limit is the largest of cpu, disk_seq, disk_random, network, lock, run_queue;
   the confidence is its share of the explained time.
 - unknown: no attribution rows for the statement."""

@@ -1,4 +1,4 @@
-"""Kernel hot spots per statement (seed 003, per statement and automatic): the kernel functions
+"""Kernel hot spots per statement ([Tanigawa], per statement and automatic): the kernel functions
 that ran on the statement's behalf (perf cpu-clock kernel samples, or function tracer hits where the
 kernel allows it) and the kernel paths it slept in (stacks recorded on sched_switch)."""
 

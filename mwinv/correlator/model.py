@@ -7,7 +7,7 @@ parallel workers belong to their leader's node):
     t_no_seq(j) = random requests x (random access time + mean random request size / disk_rate)
     t_net(j)    = (bytes received + bytes sent) / link rate
 The estimate is the sum over components of the max over nodes (the components are constrained per
-node; seed 000: "max values of the time components given by the several nodes and the coordinator"),
+node; [Taufer]: "max values of the time components given by the several nodes and the coordinator"),
 less the overlap of streamed reads with CPU: where the sequential requests are read-ahead windows
 (>= 128 KiB on average), the kernel reads the next window while the backend works on the last one,
 so min(t_cpu, t_seq) of that node is counted once. Two refinements of Table 1, both measured
@@ -16,8 +16,8 @@ whose ~400 short sequential reads each paid an access time, under-estimated by 3
 access times are what a read waits off-CPU (the kernel's work for a request is on-CPU, in t_cpu
 already), calibrated for random reads and for reads a short hop apart (0 for calibrations made before
 the latter existed, which gives Table 1's t_seq).
-On-CPU time is measured rather than derived from instruction counts x CPI x clock: this VM has no
-PMU counters, and the measured time already contains the CPI.
+On-CPU time is measured rather than derived from instruction counts x CPI x clock: virtual machines often
+expose no PMU counters (the project's test VM does not), and the measured time already contains the CPI.
 
 What-if: a factor k changes the platform (CPU k times faster, disk rate x k, random access time x k,
 link rate x k); the prediction is the measured wall time plus the change of the model's estimate, so

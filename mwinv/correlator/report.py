@@ -392,7 +392,7 @@ def section_nodes(data: ReportData) -> Section:
 
 def section_model(data: ReportData) -> Section:
     if data.estimates is None:
-        return Section("Model accuracy (seed 000, Table 1)", "<p>Not computed: no calibration.</p>",
+        return Section("Model accuracy ([Taufer], Table 1)", "<p>Not computed: no calibration.</p>",
                        "Not computed: no calibration.\n")
     ests = data.estimates.sort_by([("measured_ns", "descending")]).slice(0, 30).to_pylist()
     rows = [[r["statement_id"], r["query_id"], _ms(r["t_cpu_ns"]), _ms(r["t_seq_ns"]), _ms(r["t_no_seq_ns"]),
@@ -401,7 +401,7 @@ def section_model(data: ReportData) -> Section:
              f"{100 * r['error']:+.1f}%" if r["error"] is not None else "-"] for r in ests]
     mae, k = mean_abs_error(data.estimates, min_measured_ns=MIN_TIMED_NS)
     note = (f"Mean |error| {100 * mae:.1f} % over {k} statements of ≥ {MIN_TIMED_NS // 10**6} ms with ≥ 85 % of their time allocated to CPU, "
-            "disk or network (seed 000 claims < 10 %)." if mae is not None else
+            "disk or network ([Taufer] claims < 10 %)." if mae is not None else
             f"No statement of ≥ {MIN_TIMED_NS // 10**6} ms has ≥ 85 % of its time allocated; the error is not meaningful.")
     dw = data.disk_wait
     if dw is not None and dw.ratio is not None:
@@ -413,7 +413,7 @@ def section_model(data: ReportData) -> Section:
                      "bound by disk latency are off by about that ratio; calibrate again close to the run.")
     h, md = _table(["statement", "query_id", "t_cpu ms", "t_seq ms", "t_no_seq ms", "t_net ms", "estimate ms",
                     "measured ms", "allocated", "error"], rows)
-    return Section("Model accuracy (seed 000, Table 1)", f"<p>{escape(note)}</p>" + h, note + "\n\n" + md)
+    return Section("Model accuracy ([Taufer], Table 1)", f"<p>{escape(note)}</p>" + h, note + "\n\n" + md)
 
 
 def section_whatif(data: ReportData, queries: list[dict]) -> Section:
