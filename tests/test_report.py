@@ -314,7 +314,7 @@ def test_model_leaves_the_sleep_unexplained(captures):
 
 
 def test_model_accuracy_on_real_run(captures):
-    """Seed 000's claim: mean |error| <= 10 % for statements whose allocated share is >= 85 % (of 50 ms or
+    """[Taufer]'s claim: mean |error| <= 10 % for statements whose allocated share is >= 85 % (of 50 ms or
     more: shorter ones are timed to the scheduler tick), on a platform that behaved as calibrated. A
     VM's disk moves between latency levels for seconds at a time (8 KiB reads waited 22-49 µs off-CPU
     within a minute on the test VM): when the run's disk wait per request is DISK_DRIFT_RATIO times the

@@ -87,7 +87,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("node", s), ("statement_id", i64), ("seq_bytes", i64), ("seq_reqs", i64), ("random_reqs", i64),
         ("random_bytes", i64), ("net_rx_bytes", i64), ("net_tx_bytes", i64),
     ]),
-    # Seed 000 Table 1 per statement: component times (max over nodes), estimate vs measured wall time.
+    # [Taufer]'s Table 1 per statement: component times (max over nodes), estimate vs measured wall time.
     "statement_estimate": pa.schema([
         ("statement_id", i64), ("query_id", i64), ("t_cpu_ns", i64), ("t_seq_ns", i64), ("t_no_seq_ns", i64),
         ("t_net_ns", i64), ("estimated_ns", i64), ("measured_ns", i64), ("allocated_share", f64),

@@ -1,4 +1,4 @@
-"""Seed 000's analytical model (Table 1) over the measured attribution, and what-if predictions.
+"""[Taufer]'s analytical model (Table 1) over the measured attribution, and what-if predictions.
 
 Per statement and node j (a statement's remote sub-statements count as the nodes they ran on; its
 parallel workers belong to their leader's node):
@@ -376,7 +376,7 @@ MIN_TIMED_NS = RUSAGE_MIN_WALL_NS
 
 def mean_abs_error(estimates: pa.Table, min_allocated: float = 0.85,
                    min_measured_ns: int = 0) -> tuple[float | None, int]:
-    """Seed 000's accuracy figure: mean |error| over statements whose allocated share >= min_allocated
+    """[Taufer]'s accuracy figure: mean |error| over statements whose allocated share >= min_allocated
     (and which lasted at least min_measured_ns)."""
     counted = estimates.filter(pc.and_(pc.greater_equal(estimates["allocated_share"], min_allocated),
                                        pc.greater_equal(estimates["measured_ns"], min_measured_ns)))
