@@ -248,6 +248,11 @@ class PgServer:
             shutil.rmtree(self.base_dir, ignore_errors=True)
         self._started = False
 
+    def detach(self) -> None:
+        """Leave the server running when this process exits (someone else stops it later)."""
+        with _live_lock:
+            _live.discard(self)
+
     def _kill_postmaster(self) -> None:
         try:
             os.kill(self.postmaster_pid(), signal.SIGKILL)

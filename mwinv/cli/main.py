@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from mwinv.cli.cluster import cluster_cli
 from mwinv.cli.common import run_main
 from mwinv.workloads import runner, tpch
 from mwinv.workloads.setup import tpch_server
@@ -93,6 +94,9 @@ def demo(scale, out) -> None:
     from mwinv.demo import run_demo
 
     run_demo(scale=scale, out=out)
+
+
+cli.add_command(cluster_cli)
 
 
 def main() -> None:

@@ -1,0 +1,303 @@
+"""A throw-away distributed PostgreSQL on one host: a coordinator and 1..4 data nodes, each a server
+with the mwinv extension in its own network namespace (veth to a bridge), capped with cgroup v1 (CPU
+quota, memory, disk read rate) so that each node is a machine of its own size and adding nodes adds
+capacity, links shaped with tbf; TPC-H distributed by a partitioning scheme (mwinv/cluster/distribute.py).
+
+    with Cluster(nodes=2, scale=0.01) as cl:       # up; down on exit, Ctrl-C, SIGTERM, test failure
+        cl.coordinator.connect("tpch")
+
+Every resource is written to a state file (/run/mwinv/clusters/<tag>.json) as soon as it exists,
+so `clean()` removes what a run killed with -9 left: servers, cgroups, links, bridge, namespaces."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mwinv.cgroup import CGROUP_V1_ROOT, Cgroup, block_device_of
+from mwinv.cluster import distribute
+from mwinv.cluster.net import ClusterNet, leftovers
+from mwinv.errors import MwinvError
+from mwinv.kernel_trace.tracefs import clean_stale, pid_alive
+from mwinv.pgserver import PgServer, pg_bindir
+from mwinv.workloads import tpch
+
+STATE_DIR = Path(os.environ.get("MWINV_CLUSTER_STATE", "/run/mwinv/clusters"))
+MAX_DATA_NODES = 4
+COORDINATOR = "coord"
+
+
+@dataclass
+class NodeCaps:
+    cpu: float | None = 0.5            # CPUs (cgroup cpu quota); None: uncapped
+    memory_mb: int | None = 512
+    read_mbps: float | None = None     # disk read rate (blkio throttle), MB/s
+    link_mbit: float | None = None     # each way
+
+
+@dataclass
+class Cluster:
+    nodes: int = 2
+    scale: float = 0.01
+    scheme: str = "2-part"
+    node_caps: NodeCaps = field(default_factory=NodeCaps)
+    coordinator_caps: NodeCaps = field(default_factory=lambda: NodeCaps(cpu=None, memory_mb=None))
+    preload: tuple[str, ...] = ("mwinv",)
+    progress: object = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.nodes <= MAX_DATA_NODES:
+            raise MwinvError(f"--nodes {self.nodes}: a cluster has 1 to {MAX_DATA_NODES} data nodes")
+        if self.scheme not in distribute.SCHEMES:
+            raise MwinvError(f"unknown scheme {self.scheme!r} (choose from {', '.join(distribute.SCHEMES)})")
+        self.tag = uuid.uuid4().hex[:6]
+        self.net = ClusterNet(self.tag)
+        self.servers: dict[str, PgServer] = {}
+        self.state_file = STATE_DIR / f"{self.tag}.json"
+        self._state = {"tag": self.tag, "pid": os.getpid(), "scale": self.scale, "scheme": self.scheme,
+                       "nodes": self.nodes, "netns": [], "links": [], "bridge": None, "cgroups": [], "servers": {}}
+
+    # ---- names
+    @property
+    def data_nodes(self) -> list[str]:
+        return [f"d{i}" for i in range(1, self.nodes + 1)]
+
+    @property
+    def coordinator(self) -> PgServer:
+        return self.servers[COORDINATOR]
+
+    def address(self, node: str) -> str:
+        return self.net.links[node].address
+
+    # ---- state file: what exists, written before it is used
+    def _save(self) -> None:
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self._state, indent=1))
+        tmp.replace(self.state_file)
+
+    def _say(self, text: str) -> None:
+        if self.progress:
+            self.progress(text)
+
+    # ---- lifecycle
+    def up(self) -> "Cluster":
+        if os.geteuid() != 0:
+            raise MwinvError("a cluster needs root (network namespaces, cgroups)")
+        self._save()
+        try:
+            self._say("network: bridge and one namespace per node")
+            self.net.create_bridge()
+            self._state["bridge"] = self.net.bridge
+            self._save()
+            for i, node in enumerate([COORDINATOR, *self.data_nodes]):
+                self.net.add_node(node, i, on_created=self._link_created)
+                caps = self.coordinator_caps if node == COORDINATOR else self.node_caps
+                if caps.link_mbit:
+                    self.net.shape(node, caps.link_mbit)
+            for node in [COORDINATOR, *self.data_nodes]:
+                self._say(f"server {node}")
+                self._start_server(node)
+            self._say(f"TPC-H SF {self.scale:g}, scheme {self.scheme}")
+            self._load()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def _link_created(self, link) -> None:
+        self._state["netns"].append(link.netns)
+        self._state["links"].append(link.host_if)
+        self._save()
+
+    def _start_server(self, node: str) -> None:
+        caps = self.coordinator_caps if node == COORDINATOR else self.node_caps
+        name = f"cl-{self.tag}-{node}"
+        cgroup = None
+        if caps.cpu or caps.memory_mb or caps.read_mbps:
+            dev = block_device_of("/tmp") if caps.read_mbps else None
+            cgroup = Cgroup(name, memory_bytes=caps.memory_mb * 2**20 if caps.memory_mb else None,
+                            cpu_fraction=caps.cpu, read_bps={dev: int(caps.read_mbps * 1e6)} if dev else None)
+            cgroup.create()
+            self._state["cgroups"] += [str(cgroup.path(c)) for c in cgroup.controllers()]
+            self._save()
+        gucs = {"compute_query_id": "on", "shared_buffers": "'32MB'", "jit": "off"}
+        if node == COORDINATOR:
+            gucs.update(distribute.COORDINATOR_GUCS)
+        server = PgServer(name=name, listen_addresses=self.address(node), netns=self.net.links[node].netns,
+                          cgroup=cgroup, shared_preload_libraries=list(self.preload), gucs=gucs)
+        self.servers[node] = server
+        server.start()   # its base directory exists from here on (PgServer removes it if start fails)
+        self._state["servers"][node] = {"base_dir": str(server.base_dir), "port": server.port,
+                                        "netns": server.netns, "address": self.address(node)}
+        self._save()
+
+    def _load(self) -> None:
+        data_dir = tpch.generate(self.scale, progress=self._say)
+        for server in self.servers.values():
+            server.psql("CREATE DATABASE tpch")
+        conns = {n: s.connect("tpch") for n, s in self.servers.items()}
+        try:
+            if "mwinv" in self.preload:
+                for conn in conns.values():
+                    conn.execute("CREATE EXTENSION IF NOT EXISTS mwinv")
+            data = {n: (conns[n], self.address(n), self.servers[n].port) for n in self.data_nodes}
+            scheme = distribute.SCHEMES[self.scheme]
+            distribute.create_schema(conns[COORDINATOR], data, scheme)
+            self.row_counts = distribute.load(conns[COORDINATOR], data, scheme, data_dir, progress=self._say)
+        finally:
+            for conn in conns.values():
+                conn.close()
+
+    def down(self) -> None:
+        """Stop the servers, remove their cgroups, links, bridge and namespaces and the state file."""
+        for server in self.servers.values():
+            server.stop()
+        self.net.remove()
+        _remove_cgroups(self._state["cgroups"])
+        self.state_file.unlink(missing_ok=True)
+
+    def __enter__(self) -> "Cluster":
+        return self.up()
+
+    def __exit__(self, *exc) -> None:
+        self.down()
+
+    def detach(self) -> dict:
+        """Leave the cluster running after this process exits (`mwinv cluster up`): its state file no
+        longer names a live owner, and `clean` leaves it alone until `down` or `clean --all`."""
+        for server in self.servers.values():
+            server.detach()
+        self._state.update(pid=0, detached=True)
+        self._save()
+        return self._state
+
+    def run_queries(self, numbers: list[int], **kw):
+        from mwinv.workloads.runner import run_queries
+
+        return run_queries(self.coordinator, numbers, **kw)
+
+
+def _remove_cgroups(paths: list[str]) -> None:
+    for p in map(Path, paths):
+        for _ in range(20):
+            try:
+                p.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.1)   # its processes are still exiting
+
+
+def _stop_server(info: dict) -> None:
+    """Stop a server a dead run left (pg_ctl as postgres: a signal, no namespace needed; SIGKILL if that
+    fails) and remove its directory."""
+    data = Path(info["base_dir"]) / "data"
+    pidfile = data / "postmaster.pid"
+    if pidfile.exists():
+        argv = ["runuser", "-u", "postgres", "--", str(pg_bindir() / "pg_ctl"), "-D", str(data), "-m",
+                "immediate", "-w", "-t", "20", "stop"]
+        if subprocess.run(argv, capture_output=True).returncode != 0:
+            try:
+                os.kill(int(pidfile.read_text().split()[0]), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+    subprocess.run(["rm", "-rf", info["base_dir"]], capture_output=True)
+
+
+def read_state(tag: str) -> dict:
+    f = STATE_DIR / f"{tag}.json"
+    try:
+        return json.loads(f.read_text())
+    except FileNotFoundError:
+        raise MwinvError(f"{f}: no such cluster (mwinv cluster list)") from None
+    except json.JSONDecodeError as exc:
+        raise MwinvError(f"{f}: line {exc.lineno}: invalid JSON ({exc.msg})") from None
+
+
+def clusters() -> list[dict]:
+    """The state of every cluster this host knows."""
+    out = []
+    for f in sorted(STATE_DIR.glob("*.json")) if STATE_DIR.exists() else []:
+        try:
+            out.append(json.loads(f.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return out
+
+
+def coordinator_of(tag: str) -> PgServer:
+    """A handle on a running cluster's coordinator (connect, restart for cold runs)."""
+    info = read_state(tag)["servers"].get(COORDINATOR)
+    if not info:
+        raise MwinvError(f"cluster {tag}: no coordinator was started")
+    server = PgServer(name=f"cl-{tag}-{COORDINATOR}", port=info["port"], base_dir=Path(info["base_dir"]),
+                      netns=info["netns"], listen_addresses=info["address"])
+    server.run_as = "postgres"
+    if not server.socket_dir.exists():
+        raise MwinvError(f"cluster {tag}: {server.socket_dir} is gone (the cluster died: mwinv cluster clean)")
+    return server
+
+
+def down(tag: str) -> list[str]:
+    """Stop and remove one cluster (running or left by a dead run)."""
+    state = read_state(tag)
+    for info in state.get("servers", {}).values():
+        _stop_server(info)
+    _remove_cgroups(state.get("cgroups", []))
+    for link in state.get("links", []):
+        subprocess.run(["ip", "link", "del", link], capture_output=True)
+    for ns in state.get("netns", []):
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    if state.get("bridge"):
+        subprocess.run(["ip", "link", "del", state["bridge"]], capture_output=True)
+    (STATE_DIR / f"{tag}.json").unlink(missing_ok=True)
+    return [f"cluster {tag}: {len(state.get('servers', {}))} servers, {len(state.get('netns', []))} namespaces"]
+
+
+def clean(all_clusters: bool = False) -> list[str]:
+    """Remove what clusters of dead runs left (all clusters with all_clusters): their servers, cgroups,
+    links, bridges and namespaces, also those a run killed before it wrote them down. Returns what
+    was removed."""
+    removed = []
+    for state in clusters():
+        if all_clusters or not (state.get("detached") or pid_alive(state.get("pid", 0))):
+            removed += down(state["tag"])
+    # what no state file names: a run killed between creating a thing and writing it down
+    live = set() if all_clusters else _live_tags()
+    for base in Path(tempfile.gettempdir()).glob("mwinv-pg-cl-*"):
+        if base.name.split("-")[3] not in live:
+            _stop_server({"base_dir": str(base)})
+            removed.append(f"server directory {base}")
+    for ctl_dir in (CGROUP_V1_ROOT.glob("*/mwinv/cl-*") if CGROUP_V1_ROOT.exists() else []):
+        tag = ctl_dir.name.split("-")[1]
+        if tag not in live:
+            _remove_cgroups([str(ctl_dir)])
+            removed.append(f"cgroup {ctl_dir}")
+    spaces, links = leftovers()
+    for link in links:
+        if link[3:9] not in live:
+            subprocess.run(["ip", "link", "del", link], capture_output=True)
+            removed.append(f"link {link}")
+    for ns in spaces:
+        if ns.split("-")[2] not in live:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            removed.append(f"netns {ns}")
+    try:   # the trace instances and uprobes of dead captures of its nodes
+        removed += clean_stale()
+    except MwinvError:
+        pass   # no tracefs here: nothing was traced
+    return removed
+
+
+def _live_tags() -> set[str]:
+    """Tags of clusters whose owning process is alive, or that were left running on purpose."""
+    return {c["tag"] for c in clusters() if c.get("detached") or pid_alive(c.get("pid", 0))}
