@@ -56,3 +56,8 @@ REVOKE ALL ON FUNCTION mwinv_drain(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION mwinv_drain(integer) TO pg_read_all_stats;
 REVOKE ALL ON FUNCTION mwinv_reset() FROM PUBLIC;
 GRANT SELECT ON mwinv_statements, mwinv_texts, mwinv_info TO PUBLIC;
+
+-- CLOCK_MONOTONIC of this server's host, in ns (the records' clock): a node's clock offset.
+CREATE FUNCTION mwinv_clock_ns() RETURNS bigint
+AS 'MODULE_PATHNAME', 'mwinv_clock_ns'
+LANGUAGE C STRICT VOLATILE PARALLEL SAFE;

@@ -23,6 +23,7 @@ PG_FUNCTION_INFO_V1(mwinv_peek);
 PG_FUNCTION_INFO_V1(mwinv_query_texts);
 PG_FUNCTION_INFO_V1(mwinv_info);
 PG_FUNCTION_INFO_V1(mwinv_reset);
+PG_FUNCTION_INFO_V1(mwinv_clock_ns);
 
 #define RECORD_COLS 27
 
@@ -267,4 +268,14 @@ mwinv_reset(PG_FUNCTION_ARGS)
 				 errmsg("only superusers may reset mwinv")));
 	mwinv_ring_reset();
 	PG_RETURN_VOID();
+}
+
+/*
+ * CLOCK_MONOTONIC now, the clock of the records and of the kernel trace: read over a node's link
+ * around two clock reads of the reader, it gives the node's clock offset (cluster captures).
+ */
+Datum
+mwinv_clock_ns(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT64(mwinv_monotonic_ns());
 }

@@ -25,3 +25,5 @@ SELECT count(*) FROM generate_series(1, 100000);
 RESET mwinv.resource_min_cost;
 SELECT utility, cpu_user_ns IS NOT NULL AS measured, cpu_user_ns + cpu_sys_ns >= 0 AS cpu_ok, rows
 FROM mwinv_drain() WHERE NOT utility OR rows > 0 ORDER BY statement_id;
+-- the records' clock: CLOCK_MONOTONIC, between two readings of it
+SELECT mwinv_clock_ns() <= mwinv_clock_ns() AS monotonic, mwinv_clock_ns() > 0 AS positive;
