@@ -117,6 +117,17 @@ class KernelCapture:
         self.summary: dict = {"skipped": {}}
         self._started = False
 
+    def _other_netns_pid(self) -> int | None:
+        """The postmaster, when it runs in another network namespace (a cluster node): its interfaces
+        are the node's, sampled through /proc/<pid>/net/dev."""
+        try:
+            if self.postmaster_pid and os.readlink(f"/proc/{self.postmaster_pid}/ns/net") != \
+                    os.readlink("/proc/self/ns/net"):
+                return self.postmaster_pid
+        except OSError:
+            pass
+        return None
+
     def _pids_now(self) -> list[int]:
         if self.postmaster_pid:
             return descendants(self.postmaster_pid)
@@ -144,7 +155,8 @@ class KernelCapture:
                     self.recorder = None
                     skipped["kernel_trace"] = str(exc)
             if self.sample:
-                self.sampler = Sampler(self.capture, self.node, self._pids_now, self.sample_interval_s).start()
+                self.sampler = Sampler(self.capture, self.node, self._pids_now, self.sample_interval_s,
+                                       net_pid=self._other_netns_pid()).start()
                 self.progress(f"sampling every {self.sample_interval_s:g} s")
             if self.statements:
                 self.drainer, why = _statement_drainer(self.conninfo, self.capture, self.node)

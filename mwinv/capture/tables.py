@@ -9,6 +9,8 @@ manifest (CLOCK_MONOTONIC unless it says otherwise)."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import socket
@@ -34,6 +36,12 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("nvcsw", i64), ("nivcsw", i64), ("rows", i64), ("nesting_level", i32), ("errored", b),
     ]),
     "statement_text": pa.schema([("query_text_hash", i64), ("query_id", i64), ("text", s)]),
+    # A DBMS session (connection) seen during the capture: who connected, e.g. a coordinator's backend
+    # (postgres_fdw.application_name 'mwinv-fdw:<pid>') on a data node
+    "session": pa.schema([
+        ("node", s), ("pid", i32), ("application_name", s), ("client_addr", s), ("client_port", i32),
+        ("backend_start_wall_ns", i64), ("first_seen_ns", i64),
+    ]),
     # OS side
     "process": pa.schema([
         ("node", s), ("pid", i32), ("ppid", i32), ("comm", s), ("role", s), ("start_ns", i64),
@@ -82,6 +90,12 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("measured_ns", i64),  # measured under the what-if (a checking re-run), null until then
         ("baseline_ns", i64),  # measured wall time of the captured run
     ]),
+    # A statement run on a node for a statement of another node (postgres_fdw's cursor statements on a
+    # data node for the coordinator's query); offset_ns: the node's clock minus the parent node's
+    "statement_link": pa.schema([
+        ("node", s), ("statement_id", i64), ("parent_node", s), ("parent_statement_id", i64),
+        ("offset_ns", i64), ("offset_error_ns", i64),
+    ]),
     # Per statement x node I/O counts the model needs ([Taufer]'s response variables), from the correlator.
     "statement_io": pa.schema([
         ("node", s), ("statement_id", i64), ("seq_bytes", i64), ("seq_reqs", i64), ("random_reqs", i64),
@@ -97,7 +111,7 @@ SCHEMAS: dict[str, pa.Schema] = {
 
 # Tables the correlator derives (recomputed on every run, never read back as input).
 DERIVED_TABLES = ("statement_attribution", "statement_kernel_function", "statement_class", "prediction",
-                  "statement_io", "statement_estimate")
+                  "statement_io", "statement_estimate", "statement_link")
 
 ATTRIBUTION_COMPONENTS = ("cpu_user", "cpu_sys", "disk_seq", "disk_random", "network", "lock_wait",
                           "run_queue", "other_wait", "client_wait",
@@ -129,10 +143,19 @@ class Capture:
 
     def create(self, **manifest) -> "Capture":
         self.path.mkdir(parents=True, exist_ok=True)
-        m = {"format": "mwinv-capture", "version": 1, "created_wall_ns": time.time_ns(), "nodes": {},
-             **self.manifest(), **manifest}
-        self.write_manifest(m)
+        with self._manifest_lock():
+            m = {"format": "mwinv-capture", "version": 1, "created_wall_ns": time.time_ns(), "nodes": {},
+                 **self.manifest(), **manifest}
+            self.write_manifest(m)
         return self
+
+    @contextlib.contextmanager
+    def _manifest_lock(self):
+        """Several writers (one per node of a cluster capture) update one manifest: read-modify-write
+        under an exclusive lock."""
+        with open(self.path / ".manifest.lock", "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            yield
 
     # ---- manifest
     @property
@@ -153,13 +176,14 @@ class Capture:
         tmp.replace(self.manifest_path)  # atomic: a crash never leaves half a manifest
 
     def update_manifest(self, **changes) -> dict:
-        m = self.manifest()
-        for k, v in changes.items():
-            if isinstance(v, dict) and isinstance(m.get(k), dict):
-                m[k] = {**m[k], **v}
-            else:
-                m[k] = v
-        self.write_manifest(m)
+        with self._manifest_lock():
+            m = self.manifest()
+            for k, v in changes.items():
+                if isinstance(v, dict) and isinstance(m.get(k), dict):
+                    m[k] = {**m[k], **v}
+                else:
+                    m[k] = v
+            self.write_manifest(m)
         return m
 
     # ---- tables

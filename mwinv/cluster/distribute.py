@@ -34,7 +34,11 @@ SCHEMES = {
 # down to the nodes; with local estimates it joined on the coordinator, and Q21 at SF 0.01 rescanned
 # a remote lineitem per row: 65.6 s against 2.3 s with them.
 FDW_OPTIONS = {"async_capable": "true", "fetch_size": "1000", "batch_size": "1000", "use_remote_estimate": "true"}
-COORDINATOR_GUCS = {"enable_partitionwise_join": "on", "enable_partitionwise_aggregate": "on"}
+# The coordinator tags its postgres_fdw connections with its backend's pid (%p): a data node's session
+# then names the coordinator backend it works for (Citus tags its worker connections the same way).
+FDW_APPLICATION_NAME = "mwinv-fdw:%p"
+COORDINATOR_GUCS = {"enable_partitionwise_join": "on", "enable_partitionwise_aggregate": "on",
+                    "postgres_fdw.application_name": f"'{FDW_APPLICATION_NAME}'"}
 
 
 def table_ddl() -> dict[str, str]:

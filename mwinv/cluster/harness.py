@@ -128,7 +128,10 @@ class Cluster:
             cgroup.create()
             self._state["cgroups"] += [str(cgroup.path(c)) for c in cgroup.controllers()]
             self._save()
-        gucs = {"compute_query_id": "on", "shared_buffers": "'32MB'", "jit": "off"}
+        # connections logged with the backend's pid: a node's sessions (who connected for whom) are
+        # then all known, also those too short for a poll of pg_stat_activity to see (50 ms ones)
+        gucs = {"compute_query_id": "on", "shared_buffers": "'32MB'", "jit": "off", "log_connections": "on",
+                "log_line_prefix": "'%m [%p] '"}
         if node == COORDINATOR:
             gucs.update(distribute.COORDINATOR_GUCS)
         server = PgServer(name=name, listen_addresses=self.address(node), netns=self.net.links[node].netns,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
-from mwinv.correlator import attribution, hotspots
+from mwinv.correlator import attribution, hotspots, links
 from mwinv.correlator.load import CaptureDB, literal, open_capture
 from mwinv.errors import MwinvError
 
@@ -49,10 +49,11 @@ def correlate(capture_dir: str | Path, write: bool = True, progress=None) -> Cap
     if progress:
         progress("kernel hot spots")
     hotspots.kernel_functions(db)
+    links.build_links(db)
     if write:
         if progress:
             progress("writing the derived tables")
-        for name in ("statement_attribution", "statement_kernel_function", "statement_io"):
+        for name in ("statement_attribution", "statement_kernel_function", "statement_io", "statement_link"):
             d = db.capture.table_dir(name)
             for old in d.glob("*.parquet") if d.exists() else []:
                 old.unlink()  # derived tables are replaced, never appended to

@@ -71,10 +71,11 @@ def read_disks(disks: set[str]) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def read_net() -> dict[str, tuple[int, int, int, int]]:
-    """iface -> (rx bytes, rx packets, tx bytes, tx packets)."""
+def read_net(net_pid: int | None = None) -> dict[str, tuple[int, int, int, int]]:
+    """iface -> (rx bytes, rx packets, tx bytes, tx packets), of this process's network namespace or of
+    net_pid's (a cluster node's namespace)."""
     out = {}
-    with open("/proc/net/dev") as f:
+    with open(f"/proc/{net_pid}/net/dev" if net_pid else "/proc/net/dev") as f:
         for line in f.readlines()[2:]:
             name, _, rest = line.partition(":")
             v = rest.split()
@@ -116,12 +117,14 @@ class Sampler:
     """A thread sampling every `interval_s` into `capture` (parts flushed every `flush_s`)."""
 
     def __init__(self, capture: Capture, node: str, pids: Callable[[], list[int]] | None = None,
-                 interval_s: float = 1.0, flush_s: float = 10.0, pid_refresh_s: float = 1.0):
+                 interval_s: float = 1.0, flush_s: float = 10.0, pid_refresh_s: float = 1.0,
+                 net_pid: int | None = None):
         if interval_s < MIN_INTERVAL_S:
             raise ValueError(f"interval {interval_s} s is below the minimum {MIN_INTERVAL_S} s")
         self.capture, self.node, self.pids_fn = capture, node, pids
         self.interval_ns = int(interval_s * 1e9)
         self.flush_s, self.pid_refresh_s = flush_s, pid_refresh_s
+        self.net_pid = net_pid
         self.stats = SamplerStats()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -161,7 +164,7 @@ class Sampler:
         pids: list[int] = self.pids_fn() if self.pids_fn else []
         pids_at = time.monotonic()
         prev_t = time.monotonic_ns()
-        prev_cpu, prev_disk, prev_net = read_cpu(), read_disks(disks), read_net()
+        prev_cpu, prev_disk, prev_net = read_cpu(), read_disks(disks), read_net(self.net_pid)
         prev_pid = {p: v for p in pids if (v := read_pid(p))}
         last_flush = time.monotonic()
         next_t = prev_t + self.interval_ns
@@ -171,7 +174,7 @@ class Sampler:
             if next_t < now:   # fell behind (a loaded machine): skip rather than burst
                 next_t = now + self.interval_ns
             dt = now - prev_t
-            cpu, disk, net = read_cpu(), read_disks(disks), read_net()
+            cpu, disk, net = read_cpu(), read_disks(disks), read_net(self.net_pid)
             base = {"node": self.node, "ts_ns": now, "interval_ns": dt}
             d = [a - b for a, b in zip(cpu, prev_cpu)]
             self._node_rows.append({**base, "cpu_user_ns": d[0], "cpu_sys_ns": d[1], "cpu_iowait_ns": d[2],
