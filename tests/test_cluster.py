@@ -215,3 +215,37 @@ def test_a_shifted_node_clock_is_recovered(cluster_capture, tmp_path):
     for r in after:
         if r["node"] == "d2":
             assert abs(r["offset"] - shift) <= r["error"], r   # one host, one clock: the true offset is 0
+
+
+@needs_tracing
+def test_a_coordinator_statement_through_its_nodes(cluster, cluster_capture):
+    """Q1's longest execution: both data nodes did part of it, each node's busy time is its linked remote
+    statements' time by component, the node that ended last is the critical one, and every part lies in
+    the coordinator statement's window; mwinv-correlate shows it per node and ranks only coordinator SQL."""
+    from mwinv.correlator.nodes import node_parts
+
+    out, pids = cluster_capture
+    db, links = _links(out)
+    q1 = db.sql(f"""SELECT statement_id, end_ns - start_ns FROM statement_clean WHERE node = 'coord'
+                    AND pid = {pids[1]} AND nesting_level = 0 ORDER BY 2 DESC LIMIT 1""").fetchone()
+    parts = node_parts(db, q1[0])
+    assert [p.node for p in parts] == cluster.data_nodes
+    assert [p.critical for p in parts].count(True) == 1
+    assert max(parts, key=lambda p: p.last_end_ns).critical
+    for p in parts:
+        mine = [r for r in links if r["parent"] == q1[0] and r["node"] == p.node]
+        walls = db.sql(f"""SELECT sum(end_ns - start_ns - coalesce(client_wait_ns, 0)) FROM statement_clean
+                           WHERE node = '{p.node}' AND statement_id IN ({", ".join(str(r["sid"]) for r in mine)})
+                           """).fetchone()[0]
+        assert p.statements == len(mine) and p.execution_ns == walls, (p, walls)
+        assert p.fetches >= 1 and p.rows > 0 and p.sent_bytes > 0, p
+        err = max(r["error"] for r in mine)
+        assert -err <= p.first_start_ns and p.last_end_ns <= q1[1] + 1e9, (p, q1)
+    cli = [str(Path(sys.executable).parent / "mwinv-correlate"), str(out)]
+    top = json.loads(subprocess.run([*cli, "--top-sql", "20", "--format", "json"], capture_output=True, text=True,
+                                    check=True).stdout)
+    assert all("FETCH" not in r["text"] and "DECLARE" not in r["text"] for r in top), [r["text"] for r in top]
+    qid = db.sql(f"SELECT query_id FROM statement_clean WHERE node = 'coord' AND statement_id = {q1[0]}").fetchone()[0]
+    shown = subprocess.run([*cli, "--query-id", str(qid)], capture_output=True, text=True, check=True,
+                           env={**os.environ, "COLUMNS": "250"}).stdout
+    assert "on the data nodes" in shown and "(critical)" in shown, shown

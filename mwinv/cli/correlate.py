@@ -8,6 +8,7 @@ from rich.console import Console
 from mwinv.cli.common import progress_console, run_main
 from mwinv.correlator import terminal
 from mwinv.correlator.advice import advise_capture
+from mwinv.correlator.nodes import node_parts
 from mwinv.correlator.pipeline import RANK_BY, correlate, top_statements
 
 
@@ -45,14 +46,18 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline) -> None:
         err.print(f"[yellow]warning:[/] {w}")
     rows = top_statements(db, n=top, by=by, query_id=query_id)
     advice = advise_capture(capture, [r.example_id for r in rows])
+    nodes = {r.example_id: p for r in rows if (p := node_parts(db, r.example_id))}
     if fmt == "json":
-        click.echo(terminal.as_json(rows, advice))
+        click.echo(terminal.as_json(rows, advice, nodes))
     elif fmt == "csv":
         click.echo(terminal.as_csv(rows, advice), nl=False)
     else:
         title = f"top {len(rows)} statements by {by} time" if query_id is None else f"query_id {query_id}"
         console = Console()
         console.print(terminal.top_table(rows, title))
+        for i, r in enumerate(rows, 1):
+            if r.example_id in nodes:
+                console.print(terminal.node_table(i, r, nodes[r.example_id]))
         if rows:
             console.print(terminal.advice_text(rows, advice))
     if report_dir:

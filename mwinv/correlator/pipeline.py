@@ -72,11 +72,14 @@ def top_statements(db: CaptureDB, n: int = 5, by: str = "total", query_id: int |
         return []
     rank = ", ".join(f"'{c}'" for c in RANK_BY[by])
     where = f"WHERE g.key = {literal(query_id)}" if query_id is not None else ""
+    # a data node's statements for a coordinator statement are shown as its parts, not ranked apart
+    linked = db.sql("SELECT count(*) FROM information_schema.tables WHERE table_name = 'statement_link'").fetchone()[0]
+    own = "WHERE (s.node, s.statement_id) NOT IN (SELECT (node, statement_id) FROM statement_link)" if linked else ""
     rows = db.sql(f"""
         WITH a AS (
             SELECT coalesce(s.query_id, -s.statement_id) AS key, s.query_id, s.node, s.statement_id,
                    a.component, a.ns, a.from_workers_ns
-            FROM statement_attribution a JOIN statement_clean s USING (node, statement_id)),
+            FROM statement_attribution a JOIN statement_clean s USING (node, statement_id) {own}),
         g AS (
             SELECT key, any_value(query_id) AS query_id, string_agg(DISTINCT node, ',') AS nodes,
                    count(DISTINCT (node, statement_id)) AS calls, sum(ns) AS total_ns,

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
 from mwinv.correlator.advice import Advice
+from mwinv.correlator.nodes import NodePart
 from mwinv.correlator.pipeline import StatementSummary
 
 COLORS = {"cpu_user": "green", "cpu_sys": "bright_green", "disk_seq": "blue", "disk_random": "bright_blue",
@@ -43,8 +44,12 @@ def legend() -> Text:
 
 
 def _shares(s: StatementSummary) -> str:
-    total = s.total_ns or 1
-    parts = [f"{SHORT[c]} {100 * v / total:.0f}%" for c, v in sorted(s.components.items(), key=lambda kv: -kv[1])
+    return _shares_of(s.components)
+
+
+def _shares_of(components: dict[str, int]) -> str:
+    total = sum(components.values()) or 1
+    parts = [f"{SHORT[c]} {100 * v / total:.0f}%" for c, v in sorted(components.items(), key=lambda kv: -kv[1])
              if v / total >= 0.05]
     return ", ".join(parts)
 
@@ -90,10 +95,29 @@ def advice_text(rows: list[StatementSummary], advice: dict[int, list[Advice]], p
     return out
 
 
-def as_records(rows: list[StatementSummary], advice: dict[int, list[Advice]] | None = None) -> list[dict]:
+def node_table(i: int, s: StatementSummary, parts: list[NodePart]) -> Table:
+    """A coordinator statement's data nodes: what each did for its longest execution."""
+    table = Table(title=f"#{i} on the data nodes (its longest execution, statement {s.example_id})")
+    for col in ("node", "remote stmts", "fetches", "rows", "sent MiB", "busy s", "where the node's time went",
+                "idle s", "last fetch ms"):
+        table.add_column(col, justify="left" if col.startswith(("node", "where")) else "right")
+    for p in parts:
+        busy = {c: v for c, v in p.components.items() if c != "client_wait"}
+        table.add_row(p.node + (" (critical)" if p.critical else ""), str(p.statements), str(p.fetches),
+                      f"{p.rows:,}", f"{p.sent_bytes / 2**20:.2f}", f"{p.execution_ns / 1e9:.3f}",
+                      Text.assemble(breakdown_bar(busy, 20), " ", _shares_of(busy)), f"{p.idle_ns / 1e9:.3f}",
+                      f"{p.last_end_ns / 1e6:.1f}")
+    table.caption = ("idle: the node waiting for the coordinator between fetches; last fetch: when the node's last "
+                     "FETCH ended, from the statement's start (the latest is the critical node)")
+    return table
+
+
+def as_records(rows: list[StatementSummary], advice: dict[int, list[Advice]] | None = None,
+               nodes: dict[int, list[NodePart]] | None = None) -> list[dict]:
     out = []
     for s in rows:
         d = asdict(s)
+        d["data_nodes"] = [asdict(p) for p in (nodes or {}).get(s.example_id, [])]
         d["kernel_functions"] = [{"function": f, "share": share, "source": src}
                                  for f, share, src in s.kernel_functions]
         d["advice"] = [asdict(a) for a in ranked_advice((advice or {}).get(s.example_id, []))]
@@ -101,8 +125,9 @@ def as_records(rows: list[StatementSummary], advice: dict[int, list[Advice]] | N
     return out
 
 
-def as_json(rows: list[StatementSummary], advice: dict[int, list[Advice]] | None = None) -> str:
-    return json.dumps(as_records(rows, advice), indent=2)
+def as_json(rows: list[StatementSummary], advice: dict[int, list[Advice]] | None = None,
+            nodes: dict[int, list[NodePart]] | None = None) -> str:
+    return json.dumps(as_records(rows, advice, nodes), indent=2)
 
 
 def as_csv(rows: list[StatementSummary], advice: dict[int, list[Advice]] | None = None) -> str:

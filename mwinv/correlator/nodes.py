@@ -1,0 +1,76 @@
+"""A coordinator statement seen through its data nodes (cluster captures): the coordinator waits on
+the nodes' sockets, and that wait is the nodes' work and the links. Per node, the remote statements
+linked to it (statement_link): their execution summed by component on that node, the time the node
+waited for the coordinator between fetches (client_wait: the coordinator's own processing, not the
+node's), fetch round trips, rows and bytes shipped, and when the node's last part ended on the
+coordinator's clock. The node that ended last is the critical path ([Taufer]: the max over nodes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
+from mwinv.correlator.attribution import NET_TX_SYSCALLS, _in
+from mwinv.correlator.load import CaptureDB, literal
+
+
+@dataclass
+class NodePart:
+    node: str
+    statements: int
+    fetches: int
+    rows: int
+    sent_bytes: int          # what the node's backends sent (to the coordinator; 0 without a kernel trace)
+    execution_ns: int        # the remote statements' time less their client_wait
+    idle_ns: int             # from the node's first to its last part, not executing: waiting for the coordinator
+    components: dict[str, int] = field(default_factory=dict)
+    first_start_ns: int = 0  # on the coordinator's clock, from the coordinator statement's start
+    last_end_ns: int = 0     # of its last FETCH (CLOSE and COMMIT come with the coordinator's end, on all nodes)
+    critical: bool = False
+
+
+def node_parts(db: CaptureDB, statement_id: int) -> list[NodePart]:
+    """The per-node parts of a coordinator statement, the critical one marked; empty when nothing is
+    linked to it."""
+    if not db.has("statement") or "statement_link" not in _tables(db):
+        return []
+    comps = ", ".join(f"coalesce(sum(a.ns) FILTER (WHERE a.component = {literal(c)}), 0) AS {c}"
+                      for c in ATTRIBUTION_COMPONENTS)
+    rows = db.sql(f"""
+        WITH r AS (
+            SELECT l.node, s.statement_id, s.pid, s.start_ns AS node_start, s.end_ns AS node_end, s.start_ns - l.offset_ns - p.start_ns AS rel_start,
+                   s.end_ns - l.offset_ns - p.start_ns AS rel_end, coalesce(s.rows, 0) AS rows,
+                   coalesce(t.text, '') ILIKE 'FETCH%' AS is_fetch,
+                   regexp_matches(coalesce(t.text, ''), '^ *(START TRANSACTION|COMMIT|ABORT|ROLLBACK)', 'i') AS xact
+            FROM statement_link l JOIN statement_clean s USING (node, statement_id)
+            JOIN statement_clean p ON p.node = l.parent_node AND p.statement_id = l.parent_statement_id
+            LEFT JOIN (SELECT DISTINCT query_text_hash, text FROM statement_text) t
+                ON t.query_text_hash = s.query_text_hash
+            WHERE l.parent_statement_id = {literal(statement_id)}),
+        a AS (
+            SELECT r.node, {comps} FROM r JOIN statement_attribution a USING (node, statement_id) GROUP BY r.node),
+        -- a backend flushes a result when its output buffer fills (8 KiB) and when the message is done,
+        -- after the FETCH's record ended: its sends are counted from its first to its last part
+        span AS (SELECT node, pid, min(node_start) AS lo, max(node_end) AS hi FROM r GROUP BY ALL),
+        io AS (
+            SELECT span.node, coalesce(sum(k.syscall_ret), 0) AS sent FROM span
+            LEFT JOIN kernel_event k ON k.node = span.node AND k.pid = span.pid AND k.ts_ns BETWEEN span.lo AND span.hi
+                 AND starts_with(k.event, 'sys_exit') AND k.syscall_nr IN {_in(NET_TX_SYSCALLS)} AND k.syscall_ret > 0
+            GROUP BY span.node)
+        SELECT r.node, count(*), count(*) FILTER (WHERE is_fetch), sum(rows), any_value(io.sent),
+               min(rel_start), coalesce(max(rel_end) FILTER (WHERE is_fetch), max(rel_end) FILTER (WHERE NOT xact),
+                                        max(rel_end)), {", ".join(f"any_value(a.{c})" for c in ATTRIBUTION_COMPONENTS)}
+        FROM r LEFT JOIN a USING (node) LEFT JOIN io USING (node) GROUP BY r.node ORDER BY r.node""").fetchall()
+    parts = []
+    for node, n, fetches, nrows, sent, first, last, *ns in rows:
+        components = {c: int(v or 0) for c, v in zip(ATTRIBUTION_COMPONENTS, ns)}
+        execution = sum(components.values()) - components.get("client_wait", 0)
+        parts.append(NodePart(node, n, fetches, int(nrows or 0), int(sent or 0), execution,
+                              max(0, int(last) - int(first) - execution), components, int(first), int(last)))
+    if parts:
+        max(parts, key=lambda p: p.last_end_ns).critical = True
+    return parts
+
+
+def _tables(db: CaptureDB) -> set[str]:
+    return {r[0] for r in db.sql("SELECT table_name FROM information_schema.tables").fetchall()}
