@@ -249,3 +249,62 @@ def test_a_coordinator_statement_through_its_nodes(cluster, cluster_capture):
     shown = subprocess.run([*cli, "--query-id", str(qid)], capture_output=True, text=True, check=True,
                            env={**os.environ, "COLUMNS": "250"}).stdout
     assert "on the data nodes" in shown and "(critical)" in shown, shown
+
+
+SHIP_SQL = "SELECT sum(length(l_comment)) + sum(length(l_shipinstruct)) FROM lineitem"
+
+
+@needs_tracing
+def test_link_rate_what_if_checked_by_running(cluster, tmp_path):
+    """A coordinator statement that pulls every lineitem row over the data nodes' links (aggregated on the
+    coordinator), captured with the links at 16 Mbit/s: the model over the nodes predicts it at half the
+    link rate, and re-running it with the links at 8 Mbit/s measures that within 30 %."""
+    from statistics import median
+
+    from mwinv.capture.tables import Capture
+    from mwinv.cluster.capture import ClusterCapture
+    from mwinv.correlator.calibrate import calibrate_cpu, calibrate_disk, calibrate_link
+    from mwinv.correlator.model import predict
+    from mwinv.correlator.nodes import cluster_model_tables
+    from mwinv.correlator.pipeline import correlate
+
+    def timed_runs(n):
+        times = []
+        with cluster.coordinator.connect("tpch", options="-c enable_partitionwise_aggregate=off") as conn:
+            for _ in range(n):
+                t0 = time.monotonic_ns()
+                conn.execute(SHIP_SQL).fetchall()
+                times.append(time.monotonic_ns() - t0)
+        return times
+
+    d1 = cluster.net.links["d1"]
+    try:
+        for node in cluster.data_nodes:
+            cluster.net.shape(node, 16)
+        out = tmp_path / "capture"
+        with ClusterCapture(cluster, out):
+            timed_runs(3)
+        calibration = {"disk": calibrate_disk(tmp_path, file_mb=16, random_reads=100), "cpu": calibrate_cpu(),
+                       "links": {d1.address: calibrate_link(f"{d1.netns}:{d1.address}", bulk_mb=2, pings=20)}}
+        Capture(out).update_manifest(calibration=calibration)
+        db = correlate(out)
+        for node in cluster.data_nodes:
+            cluster.net.shape(node, 8)
+        slower = timed_runs(3)
+    finally:
+        for node in cluster.data_nodes:
+            cluster.net.shape(node, 200)
+    tables = cluster_model_tables(db)
+    ours = db.sql("""SELECT s.statement_id, s.end_ns - s.start_ns FROM statement_clean s JOIN statement_text t
+                     ON t.query_text_hash = s.query_text_hash WHERE s.node = 'coord' AND t.text = ?""",
+                  [SHIP_SQL]).fetchall()
+    assert len(ours) == 3
+    sid, wall = sorted(ours, key=lambda r: r[1])[1]
+    p = next(r for r in predict(*tables, calibration, factors={"link_rate": (0.5,)}).to_pylist()
+             if r["statement_id"] == sid)
+    error = p["predicted_ns"] / median(slower) - 1
+    print(f"link x0.5: captured {wall / 1e6:.0f} ms, predicted {p['predicted_ns'] / 1e6:.0f} ms, "
+          f"measured {sorted(round(t / 1e6) for t in slower)} ms, error {error:+.1%}; link calibrated at "
+          f"{calibration['links'][d1.address]['rate_bps'] / 1e6:.2f} MB/s")
+    assert median(slower) > 1.4 * wall, "the slower links must really slow the statement down"
+    assert abs(error) <= 0.30
