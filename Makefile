@@ -6,7 +6,7 @@ OUT    ?= out/demo
 PYTEST_ARGS ?=
 BENCH  ?=
 
-.PHONY: deps demo test extension installcheck bench clean
+.PHONY: deps demo demo-cluster test extension installcheck bench clean
 
 deps:
 	bash scripts/deps.sh
@@ -17,6 +17,10 @@ extension: deps
 
 demo: deps extension
 	$(VENV)/bin/mwinv demo --scale $(SCALE) --out $(OUT)
+
+# the same on a cluster: a coordinator and 3 data nodes on this host (root: namespaces, cgroups)
+demo-cluster: deps extension
+	$(VENV)/bin/mwinv demo --nodes 3 --scale 0.01 --out out/demo-cluster
 
 test: deps extension
 	@if [ -f dbplugins/postgresql/Makefile ]; then bash scripts/installcheck.sh; fi

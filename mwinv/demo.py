@@ -12,6 +12,7 @@ from mwinv.capture.run import KernelCapture
 from mwinv.correlator import terminal
 from mwinv.correlator.advice import advise_capture
 from mwinv.correlator.calibrate import calibrate, store
+from mwinv.correlator.nodes import node_parts
 from mwinv.correlator.pipeline import correlate, top_statements
 from mwinv.correlator.report import load, render_report, write_derived_tables
 from mwinv.workloads import runner, tpch
@@ -43,11 +44,43 @@ def run_demo(scale: float, out: str) -> Path:
         store(capture_dir, calibrate(server.data_dir, progress=lambda s: console.log(f"calibrate {s}")))
     finally:
         server.stop()
+    return _show(capture_dir, out_dir, console)
+
+
+def run_cluster_demo(scale: float, out: str, nodes: int) -> Path:
+    """The same on a cluster: a coordinator and `nodes` data nodes (mwinv/cluster), TPC-H partitioned over
+    them, one capture of every node; the top statements with their parts on each data node."""
+    from mwinv.cluster.capture import ClusterCapture
+    from mwinv.cluster.harness import Cluster
+    from mwinv.correlator.calibrate import calibrate_link
+
+    console = Console()
+    out_dir = Path(out)
+    capture_dir = out_dir / "capture"
+    if capture_dir.exists():
+        shutil.rmtree(capture_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with Cluster(nodes=nodes, scale=scale, progress=lambda s: console.log(s)) as cluster:
+        with ClusterCapture(cluster, capture_dir, progress=lambda s: console.log(s)):
+            runs = runner.run_with_progress(cluster.coordinator, list(tpch.QUERY_NUMBERS), console=console)
+        console.print(runner.timing_table(runs, title=f"TPC-H SF {scale:g} on {nodes} data nodes, 22 queries"))
+        d1 = cluster.net.links["d1"]
+        cal = calibrate(cluster.servers["d1"].data_dir, progress=lambda s: console.log(f"calibrate {s}"))
+        cal["links"] = {d1.address: calibrate_link(f"{d1.netns}:{d1.address}", bulk_mb=8, pings=50)}
+        store(capture_dir, cal)
+    return _show(capture_dir, out_dir, console)
+
+
+def _show(capture_dir: Path, out_dir: Path, console: Console) -> Path:
+    """Correlate, print the top statements (with their data nodes' parts) and what to change, write the report."""
     db = correlate(capture_dir, progress=lambda s: console.log(s))
     for w in db.warnings:
         console.print(f"[yellow]warning:[/] {w}")
     top = top_statements(db, n=5)
     console.print(terminal.top_table(top, "top 5 statements by total time"))
+    for i, s in enumerate(top, 1):
+        if parts := node_parts(db, s.example_id):
+            console.print(terminal.node_table(i, s, parts))
     console.print(terminal.advice_text(top, advise_capture(capture_dir, [s.example_id for s in top])))
     data = load(capture_dir, progress=lambda s: console.log(s))
     write_derived_tables(data)

@@ -89,11 +89,23 @@ def calibrate(capture, data_dir, links) -> None:
 @cli.command()
 @click.option("--scale", default=0.1, show_default=True, help="TPC-H scale factor.")
 @click.option("--out", default="out/demo", show_default=True, help="where the capture and report go.")
-def demo(scale, out) -> None:
-    """Set up, load TPC-H, run the 22 queries and print the timings."""
-    from mwinv.demo import run_demo
+@click.option("--nodes", type=int, default=0, show_default=True,
+              help="data nodes of a cluster (1-4; 0: one server).")
+def demo(scale, out, nodes) -> None:
+    """Set up, load TPC-H, run the 22 queries under a capture, show where the time went and what to
+    change, and write a report.
 
-    run_demo(scale=scale, out=out)
+    \b
+    Examples:
+      mwinv demo --scale 0.1
+      mwinv demo --nodes 3 --scale 0.01 --out out/demo-cluster
+    """
+    from mwinv.demo import run_cluster_demo, run_demo
+
+    if nodes:
+        run_cluster_demo(scale=scale, out=out, nodes=nodes)
+    else:
+        run_demo(scale=scale, out=out)
 
 
 cli.add_command(cluster_cli)
