@@ -165,6 +165,8 @@ def test_remote_statements_link_to_their_coordinator_statement(cluster, cluster_
     reads the columns of its session's query, and it began within its parent's window."""
     out, pids = cluster_capture
     db, links = _links(out)
+    for node, info in db.capture.manifest()["nodes"].items():   # each node's recorder has its own uprobes
+        assert not [k for k in info.get("skipped", {}) if k.startswith("uprobe:")], (node, info["skipped"])
     fdw_statements = db.sql("""
         SELECT count(*) FROM statement_clean s JOIN session USING (node, pid)
         WHERE s.node <> 'coord' AND session.application_name LIKE 'mwinv-fdw:%'""").fetchone()[0]

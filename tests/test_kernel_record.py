@@ -135,7 +135,7 @@ import sys, time
 from mwinv.kernel_trace.recorder import KernelRecorder, RecorderConfig
 from mwinv.kernel_trace.tracefs import add_uprobe, tracefs_root
 r = KernelRecorder(sys.argv[1], [int(sys.argv[2])], RecorderConfig(statement_probes=False)).start()
-add_uprobe(tracefs_root(), "mwinv_test_probe", sys.argv[3])
+add_uprobe(tracefs_root(), r.uprobe_group, "mwinv_test_probe", sys.argv[3])
 print(r.instance.name, flush=True)
 time.sleep(600)
 """
@@ -163,7 +163,7 @@ def test_kill9_leftovers_are_cleaned_by_the_next_run(tmp_path):
         name = rec.stdout.readline().strip()
         assert name.startswith(f"mwinv-{rec.pid}-") and name in our_instances(rec.pid)
         root = TRACEFS_CANDIDATES[0]
-        assert (rec.pid, f"mwinv_{rec.pid}/mwinv_test_probe") in our_uprobes(root)
+        assert (rec.pid, f"mwinv_{rec.pid}_1/mwinv_test_probe") in our_uprobes(root)
         rec.kill()                      # kill -9: no clean-up ran
         rec.wait()
         wait_for(lambda: not Path(f"/proc/{rec.pid}").exists() or

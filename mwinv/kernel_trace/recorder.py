@@ -22,7 +22,7 @@ from pathlib import Path
 from mwinv.errors import MwinvError
 from mwinv.kernel_trace import perf as perf_mod
 from mwinv.kernel_trace.tracedat import write_tracedat
-from mwinv.kernel_trace.tracefs import Instance, add_uprobe, clean_stale, remove_uprobe, tracefs_root
+from mwinv.kernel_trace.tracefs import Instance, add_uprobe, clean_stale, new_uprobe_group, remove_uprobe, tracefs_root
 from mwinv.kernel_trace.usdt import uprobe_target, usdt_probes
 
 # sched_waking runs in the waker's context; sched_wakeup, for a task woken on another CPU, runs there in
@@ -124,6 +124,7 @@ class KernelRecorder:
         self.cfg = config or RecorderConfig()
         self.instance: Instance | None = None
         self.uprobes: list[str] = []
+        self.uprobe_group = new_uprobe_group()
         self.enabled: list[str] = []
         self.skipped: dict[str, str] = {}
         self.tracer = "nop"
@@ -208,7 +209,7 @@ class KernelRecorder:
                 continue
             target, args = uprobe_target(MWINV_SO, probes[probe_name], ["statement_id", "query_id"])
             try:
-                self.uprobes.append(add_uprobe(root, event, target, args))
+                self.uprobes.append(add_uprobe(root, self.uprobe_group, event, target, args))
             except MwinvError as exc:
                 self.skipped[f"uprobe:{event}"] = str(exc)
         self._add_lock_probes(root)
@@ -237,7 +238,7 @@ class KernelRecorder:
             n = seen[event] = seen.get(event, 0) + 1   # one uprobe per probe site
             target, _ = uprobe_target(exe, probe, [])
             try:
-                self.uprobes.append(add_uprobe(root, f"{event}_{n}", target))
+                self.uprobes.append(add_uprobe(root, self.uprobe_group, f"{event}_{n}", target))
             except MwinvError as exc:
                 self.skipped[f"uprobe:{event}_{n}"] = str(exc)
 

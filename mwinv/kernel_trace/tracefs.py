@@ -1,10 +1,11 @@
-"""tracefs access: our own trace instances (`mwinv-<pid>-<rand>`), uprobes in group `mwinv_<pid>`,
+"""tracefs access: our own trace instances (`mwinv-<pid>-<rand>`), uprobes in group `mwinv_<pid>_<n>`,
 and the clean-up of what a killed run left behind. The top-level tracing state is never written
 (uprobe_events is the one shared file, and only our own lines are added/removed, with `>>`/`-:`)."""
 
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import re
 import secrets
@@ -15,7 +16,7 @@ from mwinv.errors import MwinvError
 
 TRACEFS_CANDIDATES = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 INSTANCE_RE = re.compile(r"^mwinv-(\d+)-[0-9a-f]+$")
-UPROBE_GROUP_RE = re.compile(r"^mwinv_(\d+)$")
+UPROBE_GROUP_RE = re.compile(r"^mwinv_(\d+)(?:_\d+)?$")
 
 
 def tracefs_root() -> Path:
@@ -113,13 +114,18 @@ def remove_instance(path: Path) -> None:
 # ------------------------------------------------------------------ uprobes
 
 
-def uprobe_group() -> str:
-    return f"mwinv_{os.getpid()}"
+_groups = itertools.count(1)
 
 
-def add_uprobe(root: Path, event: str, target: str, args: str = "") -> str:
-    """Add `p:mwinv_<pid>/<event> <target> <args>` (appended); returns `group/event`."""
-    name = f"{uprobe_group()}/{event}"
+def new_uprobe_group() -> str:
+    """A group of our own for one recorder's uprobes: uprobe events are global, and the recorders of a
+    cluster capture (one per node, one process) define the same events ('File exists' with one group)."""
+    return f"mwinv_{os.getpid()}_{next(_groups)}"
+
+
+def add_uprobe(root: Path, group: str, event: str, target: str, args: str = "") -> str:
+    """Add `p:<group>/<event> <target> <args>` (appended); returns `group/event`."""
+    name = f"{group}/{event}"
     write(root / "uprobe_events", f"p:{name} {target} {args}".rstrip() + "\n", append=True)
     return name
 
@@ -129,7 +135,7 @@ def remove_uprobe(root: Path, name: str) -> None:
 
 
 def our_uprobes(root: Path) -> list[tuple[int, str]]:
-    """(owner pid, group/event) of every uprobe in a mwinv_<pid> group."""
+    """(owner pid, group/event) of every uprobe in a mwinv_<pid>[_<n>] group."""
     out = []
     try:
         lines = (root / "uprobe_events").read_text().splitlines()
