@@ -232,6 +232,9 @@ def test_a_coordinator_statement_through_its_nodes(cluster, cluster_capture):
                     AND pid = {pids[1]} AND nesting_level = 0 ORDER BY 2 DESC LIMIT 1""").fetchone()
     parts = node_parts(db, q1[0])
     assert [p.node for p in parts] == cluster.data_nodes
+    own = dict(db.sql(f"SELECT component, ns FROM statement_attribution WHERE node = 'coord' AND statement_id = {q1[0]}")
+               .fetchall())
+    assert sum(own.values()) == q1[1] and own["other_wait"] == 0 and own["remote_wait"] > 0, own
     assert [p.critical for p in parts].count(True) == 1
     assert max(parts, key=lambda p: p.last_end_ns).critical
     for p in parts:

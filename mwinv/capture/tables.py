@@ -113,7 +113,7 @@ SCHEMAS: dict[str, pa.Schema] = {
 DERIVED_TABLES = ("statement_attribution", "statement_kernel_function", "statement_class", "prediction",
                   "statement_io", "statement_estimate", "statement_link")
 
-ATTRIBUTION_COMPONENTS = ("cpu_user", "cpu_sys", "disk_seq", "disk_random", "network", "lock_wait",
+ATTRIBUTION_COMPONENTS = ("cpu_user", "cpu_sys", "disk_seq", "disk_random", "network", "remote_wait", "lock_wait",
                           "run_queue", "other_wait", "client_wait",
                           "not_allocated")
 

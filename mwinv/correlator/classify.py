@@ -16,11 +16,12 @@ import pyarrow as pa
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS
 from mwinv.correlator.model import PER_NODE_SQL, SHARES_SQL, model_connection
 
-LIMIT_CLASSES = ("cpu", "disk_seq", "disk_random", "network", "lock", "run_queue")
+LIMIT_CLASSES = ("cpu", "disk_seq", "disk_random", "network", "lock", "run_queue", "remote")
 DEFAULT_INTERNAL_THRESHOLD = 0.20
 # the components summed into each class's share; "unexplained" is the rest of the wall time's split
 CLASS_COMPONENTS = {"cpu": ("cpu_user", "cpu_sys"), "disk_seq": ("disk_seq",), "disk_random": ("disk_random",),
                     "network": ("network",), "lock": ("lock_wait",), "run_queue": ("run_queue",),
+                    "remote": ("remote_wait",),
                     "unexplained": ("other_wait", "not_allocated")}
 
 

@@ -60,3 +60,25 @@ def build_links(db: CaptureDB) -> int:
         SELECT r.node, r.statement_id, {literal(coordinator)}, c.statement_id, r.off, r.err
         FROM remote r ASOF JOIN coord c ON r.coord_pid = c.pid AND r.start_ns - r.off + r.err >= c.start_ns""")
     return db.sql("SELECT count(*) FROM statement_link").fetchone()[0]
+
+
+def remote_waits(db: CaptureDB) -> None:
+    """A coordinator statement with remote parts sleeps in epoll_wait on its nodes' sockets (postgres_fdw's
+    async append), which the attribution alone calls other_wait: for such a statement it is remote_wait,
+    the nodes' work and the links (its parts on each node tell which). A synchronous fetch waits in
+    poll(), which stays network."""
+    db.con.execute("""
+        CREATE OR REPLACE TABLE statement_attribution AS
+        WITH parents AS (SELECT DISTINCT parent_node AS node, parent_statement_id AS statement_id FROM statement_link),
+        moved AS (
+            SELECT a.node, a.statement_id, sum(a.ns) AS ns, sum(a.from_workers_ns) AS w
+            FROM statement_attribution a JOIN parents USING (node, statement_id)
+            WHERE a.component = 'other_wait' GROUP BY ALL)
+        SELECT a.node, a.statement_id, a.query_id, a.component,
+               CASE WHEN m.statement_id IS NULL THEN a.ns
+                    WHEN a.component = 'other_wait' THEN 0 WHEN a.component = 'remote_wait' THEN a.ns + m.ns
+                    ELSE a.ns END AS ns,
+               CASE WHEN m.statement_id IS NULL THEN a.from_workers_ns
+                    WHEN a.component = 'other_wait' THEN 0 WHEN a.component = 'remote_wait' THEN a.from_workers_ns + m.w
+                    ELSE a.from_workers_ns END AS from_workers_ns
+        FROM statement_attribution a LEFT JOIN moved m USING (node, statement_id)""")

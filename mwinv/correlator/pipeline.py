@@ -18,6 +18,7 @@ RANK_BY = {
     "cpu": ("cpu_user", "cpu_sys"),
     "disk": ("disk_seq", "disk_random"),
     "network": ("network",),
+    "remote": ("remote_wait",),
     "lock": ("lock_wait",),
     "run_queue": ("run_queue",),
     "other": ("other_wait",),
@@ -45,11 +46,12 @@ def correlate(capture_dir: str | Path, write: bool = True, progress=None) -> Cap
         return db
     if progress:
         progress("attributing statement time")
+    links.build_links(db)
     attribution.attribute(db, progress=progress)
+    links.remote_waits(db)
     if progress:
         progress("kernel hot spots")
     hotspots.kernel_functions(db)
-    links.build_links(db)
     if write:
         if progress:
             progress("writing the derived tables")

@@ -18,9 +18,9 @@ from mwinv.correlator.pipeline import StatementSummary
 
 COLORS = {"cpu_user": "green", "cpu_sys": "bright_green", "disk_seq": "blue", "disk_random": "bright_blue",
           "network": "magenta", "lock_wait": "red", "run_queue": "yellow", "other_wait": "cyan",
-          "client_wait": "white", "not_allocated": "bright_black"}
+          "client_wait": "white", "remote_wait": "bright_magenta", "not_allocated": "bright_black"}
 SHORT = {"cpu_user": "usr", "cpu_sys": "sys", "disk_seq": "seq", "disk_random": "rnd", "network": "net",
-         "lock_wait": "lock", "run_queue": "runq", "other_wait": "other", "client_wait": "client",
+         "lock_wait": "lock", "run_queue": "runq", "other_wait": "other", "client_wait": "client", "remote_wait": "remote",
          "not_allocated": "n/a"}
 
 
