@@ -254,6 +254,12 @@ def test_a_coordinator_statement_through_its_nodes(cluster, cluster_capture):
     shown = subprocess.run([*cli, "--query-id", str(qid)], capture_output=True, text=True, check=True,
                            env={**os.environ, "COLUMNS": "250"}).stdout
     assert "on the data nodes" in shown and "(critical)" in shown, shown
+    from mwinv.correlator.report import render_report
+
+    _, md = render_report(out, out.parent / "report")
+    text = md.read_text()
+    top_section = text.split("## Top statements")[1].split("## ")[0]
+    assert "## Data nodes" in text and "(critical)" in text and "FETCH" not in top_section
 
 
 SHIP_SQL = "SELECT sum(length(l_comment)) + sum(length(l_shipinstruct)) FROM lineitem"

@@ -95,6 +95,16 @@ def open_capture(path: str | Path, threads: int | None = None, memory_limit: str
     return db
 
 
+def open_correlated(path: str | Path) -> CaptureDB:
+    """open_capture, with the derived tables a correlation wrote as views too."""
+    db = open_capture(path)
+    for table in DERIVED_TABLES:
+        if db.capture.has(table):
+            db.con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM read_parquet('{db.capture.glob(table)}')")
+            db.tables.add(table)
+    return db
+
+
 def _check(db: CaptureDB, manifest: dict) -> None:
     if not db.has("statement"):
         db.warnings.append("table statement: missing (no DBMS-side capture): no per-statement attribution possible")

@@ -25,9 +25,10 @@ from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS, Capture
 from mwinv.correlator import svg
 from mwinv.correlator.advice import Advice, advise, advise_capture
 from mwinv.correlator.classify import MIN_RANKED_SAMPLES, classify, kernel_samples, thin_sources
-from mwinv.correlator.load import connect
+from mwinv.correlator.load import connect, open_correlated
 from mwinv.correlator.model import (MIN_TIMED_NS, WHAT_IFS, DiskWaitCheck, disk_wait_check, estimate,
                                     mean_abs_error, model_frames, predict)
+from mwinv.correlator.nodes import NodePart, cluster_model_tables, node_parts
 from mwinv.errors import MwinvError
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -50,6 +51,7 @@ class ReportData:
     disk_wait: DiskWaitCheck | None = None
     queries: list[dict] = field(default_factory=list)  # the top ones, shown in detail
     advice: list[Advice] = field(default_factory=list)  # for the top queries' longest executions
+    node_parts: dict[int, list[NodePart]] = field(default_factory=dict)  # cluster: example id -> its data nodes
     con: duckdb.DuckDBPyConnection | None = None
 
 
@@ -98,6 +100,11 @@ def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: b
     data = ReportData(cap.path, manifest, statements, texts, attribution, cap.read("statement_kernel_function"),
                       cap.read("node_sample"), missing)
     statement_io = cap.read("statement_io") if cap.has("statement_io") else None
+    cluster = cap.has("statement_link") and cap.has("statement_attribution")
+    if cluster:   # a data node's statements are parts of their coordinator statement, not statements of their own
+        db = open_correlated(cap.path)
+        statements, attribution, statement_io = cluster_model_tables(db)
+        data.statements, data.attribution = statements, attribution
     if statement_io is None and statements.num_rows:
         missing.append("No `statement_io` (sequential/random bytes and requests, network bytes per statement): "
                        "the model's disk and network components are zero, so estimates cover CPU only.")
@@ -123,6 +130,8 @@ def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: b
         step(f"advice for the top {top} statements")
         data.queries = top_queries(data, top)
         examples = [q["example_id"] for q in data.queries]
+        if cluster:
+            data.node_parts = {sid: parts for sid in examples if (parts := node_parts(db, sid))}
         if cap.has("statement_attribution"):  # as mwinv-correlate gives it (over all executions of a short one)
             data.advice = [a for advice in advise_capture(cap.path, examples).values() for a in advice]
         else:  # from the extension's rusage alone
@@ -390,6 +399,46 @@ def section_nodes(data: ReportData) -> Section:
     return Section("Node resource timelines", "".join(h), "".join(md))
 
 
+def section_data_nodes(data: ReportData, queries: list[dict]) -> Section:
+    """Cluster captures: each top statement's parts on the data nodes, and their skew across nodes."""
+    h, md = [], []
+    for q in queries:
+        parts = data.node_parts.get(q["example_id"])
+        if not parts:
+            continue
+        text = _short(data.texts.get(q["query_text_hash"]), 70)
+        h.append(f"<h3>query_id {q['query_id']}: <code>{escape(text)}</code></h3>")
+        md.append(f"### query_id {q['query_id']}: `{text}`\n\n")
+        scale = max(p.last_end_ns for p in parts) or 1
+        rows, md_rows = [], []
+        for p in parts:
+            busy = [(c, v) for c, v in p.components.items() if c != "client_wait" and v]
+            bar = svg.stacked_bar(busy, p.execution_ns, scale, label=f"{p.execution_ns / 1e6:,.1f} ms busy")
+            cells = [p.statements, p.fetches, f"{p.rows:,}", f"{p.sent_bytes / 2**20:.2f}", _ms(p.idle_ns),
+                     _ms(p.last_end_ns)]
+            name = p.node + (" (critical)" if p.critical else "")
+            rows.append([escape(name), *cells, bar])
+            md_rows.append([name, *cells, ", ".join(f"{c} {v / 1e6:.1f} ms" for c, v in busy)])
+        h.append(_table(["node", "remote stmts", "fetches", "rows", "sent MiB", "idle ms", "last fetch ms",
+                         "busy on the node"], rows, md_rows)[0])
+        md.append(_table(["node", "remote stmts", "fetches", "rows", "sent MiB", "idle ms", "last fetch ms",
+                          "busy on the node"], md_rows)[1] + "\n")
+        skew = []
+        for what, comps in (("CPU", ("cpu_user", "cpu_sys")), ("disk", ("disk_seq", "disk_random"))):
+            per = [sum(p.components.get(c, 0) for c in comps) for p in parts]
+            mean = sum(per) / len(per)
+            if mean:
+                skew.append(f"{what} per node min {min(per) / 1e6:.1f} / mean {mean / 1e6:.1f} / max "
+                            f"{max(per) / 1e6:.1f} ms (max/mean {max(per) / mean:.2f})")
+        note = "; ".join(skew) + ". Idle: the node waiting for the coordinator between fetches; last fetch: " \
+            "from the statement's start (the latest node is the critical path)."
+        h.append(f"<p>{escape(note)}</p>")
+        md.append(note + "\n\n")
+    if not h:
+        return Section("Data nodes", "<p>Not a cluster capture.</p>", "Not a cluster capture.\n")
+    return Section("Data nodes", "".join(h), "".join(md))
+
+
 def section_model(data: ReportData) -> Section:
     if data.estimates is None:
         return Section("Model accuracy ([Taufer], Table 1)", "<p>Not computed: no calibration.</p>",
@@ -484,7 +533,10 @@ def render_report(capture: str | os.PathLike | ReportData, out_dir: str | os.Pat
     sections = [section_missing(data), section_summary(data)]
     if base is not None:
         sections.append(section_diff(data, base, top))
-    sections += [section_top(data, queries), section_details(data, queries), section_nodes(data),
+    sections += [section_top(data, queries), section_details(data, queries)]
+    if data.node_parts:
+        sections.append(section_data_nodes(data, queries))
+    sections += [section_nodes(data),
                  section_model(data), section_whatif(data, queries)]
     title = f"mwinv report: {data.path.name}" + (f" vs {base.path.name}" if base else "")
     body = "".join(f'<h2 id="s{i}">{escape(s.title)}</h2>{s.html}' for i, s in enumerate(sections))
