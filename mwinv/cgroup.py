@@ -83,6 +83,12 @@ class Cgroup:
         except OSError as exc:
             raise MwinvError(f"cannot write {value!r} to {target}: {exc.strerror}") from None
 
+    def limit_memory(self, memory_bytes: int) -> None:
+        """Set (or change) the memory cap of a group made with a memory controller (memory_bytes=-1: none
+        yet): the kernel reclaims page cache down to it; a cap below what the processes hold fails."""
+        self.memory_bytes = memory_bytes
+        self._write("memory", "memory.limit_in_bytes", str(memory_bytes))
+
     def exec_prefix(self) -> list[str]:
         """argv prefix that moves the shell into this cgroup, then execs the rest."""
         if not self._created:

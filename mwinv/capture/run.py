@@ -27,6 +27,9 @@ from mwinv.kernel_trace.recorder import KernelRecorder, RecorderConfig, default_
 from mwinv.kernel_trace.sampler import Sampler, block_sequentiality
 from mwinv.kernel_trace.tracefs import pid_alive, tracefs_root
 
+WATCH_S = 0.2           # how often a capture checks that its server still runs
+RESTART_WAIT_S = 60.0   # how long a capture with a data directory waits for its server to come back
+
 
 def postmaster_of(data_dir: str | os.PathLike | None = None, conninfo: str | None = None) -> int:
     """The postmaster pid of a data directory (postmaster.pid) or of a server we can connect to."""
@@ -97,7 +100,8 @@ class KernelCapture:
                  conninfo: str | None = None, pids: list[int] | None = None, node: str | None = None,
                  stacks: bool = False, sample_interval_s: float = 1.0, events: list[str] | None = None,
                  trace: bool | str = True, sample: bool = True, statements: bool = True,
-                 page_faults: bool = False, progress: Callable[[str], None] | None = None):
+                 page_faults: bool = False, progress: Callable[[str], None] | None = None,
+                 data_dir: str | os.PathLike | None = None):
         if postmaster_pid is None and not pids:
             postmaster_pid = postmaster_of(conninfo=conninfo)
         if postmaster_pid is not None and not pid_alive(postmaster_pid):
@@ -107,6 +111,9 @@ class KernelCapture:
         self.postmaster_pid = postmaster_pid
         self.pids = pids or [postmaster_pid]
         self.conninfo = conninfo
+        self.data_dir = Path(data_dir) if data_dir else None
+        self.restarts: list[dict] = []
+        self._gone_since: int | None = None
         self.stacks, self.trace, self.sample, self.statements = stacks, trace, sample, statements
         self.sample_interval_s = sample_interval_s
         self.events = events or default_events(page_faults)
@@ -116,6 +123,46 @@ class KernelCapture:
         self.drainer = None
         self.summary: dict = {"skipped": {}}
         self._started = False
+
+    def server_check(self) -> str | None:
+        """Why the capture should end now (its server stopped for good), else None. With a data directory
+        a new postmaster of the same server is followed from then on, and the gap goes into the manifest;
+        one that does not come back within RESTART_WAIT_S ends the capture."""
+        if not self.postmaster_pid or pid_alive(self.postmaster_pid):
+            return None
+        now = time.monotonic_ns()
+        if self._gone_since is None:
+            self._gone_since = now
+            self.progress(f"postmaster {self.postmaster_pid} exited")
+        new = self._new_postmaster()
+        if new:
+            self._follow_postmaster(new, now)
+            return None
+        if self.data_dir and now - self._gone_since < RESTART_WAIT_S * 1e9:
+            return None
+        return (f"the server stopped (postmaster {self.postmaster_pid} exited"
+                + (f", no new one in {self.data_dir} within {RESTART_WAIT_S:g} s" if self.data_dir else "")
+                + "): the capture ended with everything recorded so far")
+
+    def _new_postmaster(self) -> int | None:
+        if not self.data_dir:
+            return None
+        try:
+            pid = int((self.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return None
+        return pid if pid != self.postmaster_pid and pid_alive(pid) else None
+
+    def _follow_postmaster(self, new: int, now: int) -> None:
+        gap = {"postmaster_pid_before": self.postmaster_pid, "gone_ns": self._gone_since,
+               "postmaster_pid_after": new, "back_ns": now}
+        self.restarts.append(gap)
+        self.progress(f"server restarted: following postmaster {new}")
+        self.postmaster_pid, self._gone_since = new, None
+        self.pids = [new]
+        if self.recorder is not None:
+            self.recorder.follow(new)
+        self._update_node({"restarts": self.restarts})
 
     def _other_netns_pid(self) -> int | None:
         """The postmaster, when it runs in another network namespace (a cluster node): its interfaces
@@ -230,25 +277,30 @@ class KernelCapture:
         self.stop()
 
 
-def wait_for_end(duration_s: float | None = None, command: list[str] | None = None) -> int | None:
-    """Block until `duration_s` passed, `command` exited (its status is returned) or Ctrl-C/SIGTERM
-    (the command is then terminated too)."""
+def wait_for_end(duration_s: float | None = None, command: list[str] | None = None,
+                 check: Callable[[], str | None] | None = None) -> tuple[int | None, str | None]:
+    """Block until `duration_s` passed, `command` exited, `check()` names a reason to end (checked every
+    WATCH_S), or Ctrl-C/SIGTERM (the command is then terminated too). Returns (the command's status,
+    the check's reason)."""
     proc = None
+    deadline = time.monotonic() + duration_s if duration_s is not None else None
     try:
         if command:
             try:
                 proc = subprocess.Popen(command)
             except OSError as exc:
                 raise MwinvError(f"{command[0]}: cannot run: {exc.strerror}") from None
-            try:
-                return proc.wait(timeout=duration_s)
-            except subprocess.TimeoutExpired:
-                return None
-        elif duration_s is not None:
-            time.sleep(duration_s)
-        else:
-            while True:
-                time.sleep(3600)
+        while deadline is None or time.monotonic() < deadline:
+            step = WATCH_S if deadline is None else max(0.0, min(WATCH_S, deadline - time.monotonic()))
+            if proc is not None:
+                try:
+                    return proc.wait(timeout=step), None
+                except subprocess.TimeoutExpired:
+                    pass
+            else:
+                time.sleep(step)
+            if check and (reason := check()):
+                return None, reason
     finally:
         if proc is not None and proc.poll() is None:
             proc.terminate()
@@ -256,21 +308,23 @@ def wait_for_end(duration_s: float | None = None, command: list[str] | None = No
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    return None
+    return None, None
 
 
 def record_capture(capture_dir: str | os.PathLike, postmaster_pid: int | None = None, conninfo: str | None = None,
                    duration_s: float | None = None, command: list[str] | None = None, stacks: bool = False,
                    sample_interval_s: float = 1.0, **kw) -> dict:
-    """Capture until `duration_s` passed, `command` exited, or Ctrl-C/SIGTERM; returns the summary.
-    The command's exit status is in summary['command_rc']."""
+    """Capture until `duration_s` passed, `command` exited, the server stopped for good, or Ctrl-C/SIGTERM;
+    returns the summary. The command's exit status is in summary['command_rc'], why the capture ended
+    early in summary['ended']."""
     cap = KernelCapture(capture_dir, postmaster_pid=postmaster_pid, conninfo=conninfo, stacks=stacks,
                         sample_interval_s=sample_interval_s, **kw)
     cap.start()
-    rc = None
+    rc = ended = None
     try:
-        rc = wait_for_end(duration_s, command)
+        rc, ended = wait_for_end(duration_s, command, cap.server_check)
     finally:
         summary = cap.stop()
-    summary["command_rc"] = rc
+    summary["command_rc"], summary["ended"] = rc, ended
+    summary["restarts"] = cap.restarts
     return summary

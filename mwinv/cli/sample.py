@@ -50,7 +50,7 @@ def cli(capture_dir, postmaster_pid, data_dir, conninfo, interval_s, duration, n
     rc = None
     try:
         with status_line(console, f"sampling every {interval_s:g} s"):
-            rc = wait_for_end(duration, list(command) or None)
+            rc, _ = wait_for_end(duration, list(command) or None)
     finally:
         stats = sampler.stop()
         console.print(f"{stats.samples} samples in {stats.wall_s:.1f} s -> {capture_dir}; own CPU "

@@ -61,9 +61,14 @@ def capture(capture_dir, postmaster_pid, data_dir, conninfo, duration, stacks, p
     with status_line(console, "capturing") as status:
         summary = record_capture(capture_dir, postmaster_pid=postmaster_pid, conninfo=conninfo, duration_s=duration,
                                  command=list(command) or None, stacks=stacks, sample_interval_s=sample_interval_s,
-                                 trace=not no_trace, page_faults=page_faults, node=node,
+                                 trace=not no_trace, page_faults=page_faults, node=node, data_dir=data_dir,
                                  progress=status)
     _print_summary(console, capture_dir, summary)
+    for r in summary.get("restarts", []):
+        console.print(f"the server restarted: postmaster {r['postmaster_pid_before']} -> {r['postmaster_pid_after']} "
+                      f"after {(r['back_ns'] - r['gone_ns']) / 1e9:.1f} s (in the manifest)")
+    if summary.get("ended"):
+        console.print(summary["ended"])
     rc = summary.get("command_rc")
     if rc:
         sys.exit(rc)   # the command's status (click's Exit is swallowed in non-standalone mode)

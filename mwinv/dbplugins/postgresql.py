@@ -159,7 +159,8 @@ def drain(conn: psycopg.Connection, capture: Capture, node: str | None = None) -
 class StatementDrainer:
     """Drains the ring every `interval_s` in a thread while a capture runs (at once again while a
     drain finds the ring a quarter full or more); writes a part at most every `flush_s` (fewer,
-    larger Parquet parts) and everything at stop()."""
+    larger Parquet parts) and everything at stop(). A server that stops or restarts is no error: what
+    was drained is kept, and the drainer connects again when the server is back (`disconnects`)."""
 
     def __init__(self, conninfo: str, capture: Capture, node: str | None = None, interval_s: float = 0.5,
                  flush_s: float = 5.0):
@@ -174,6 +175,7 @@ class StatementDrainer:
         self._error: BaseException | None = None
         self._conn: psycopg.Connection | None = None
         self._reader: _Reader | None = None
+        self.disconnects = 0
 
     def start(self) -> "StatementDrainer":
         self._conn = connect_untracked(self.conninfo)
@@ -193,7 +195,13 @@ class StatementDrainer:
         wait = self.interval_s
         try:
             while not self._stop.wait(wait):
-                r, t = self._reader.fetch()
+                if self._conn is None and not self._reconnect():
+                    continue
+                try:
+                    r, t = self._reader.fetch()
+                except psycopg.OperationalError:   # the server stopped (or was restarted)
+                    self._lost_connection()
+                    continue
                 records.append(r)
                 texts += t
                 # a ring a quarter full after a wait may be full after the next one (records are then
@@ -216,13 +224,33 @@ class StatementDrainer:
         self._thread.join()
         self._thread = None
         try:
-            if self._error is None:
+            if self._error is None and self._conn is not None:
                 self.rows_written += self._reader.write(*self._reader.fetch())
+        except psycopg.OperationalError:   # the server went away meanwhile: what was drained is written
+            self._lost_connection()
         finally:
-            self._conn.close()
+            if self._conn is not None:
+                self._conn.close()
         if self._error is not None:
             raise MwinvError(f"mwinv statement drainer failed: {self._error}") from self._error
         return self.rows_written
+
+    def _lost_connection(self) -> None:
+        self.disconnects += 1
+        try:
+            self._conn.close()
+        except psycopg.Error:
+            pass
+        self._conn = None
+
+    def _reconnect(self) -> bool:
+        """Connect again to a server that was stopped or restarted (the texts already known are kept)."""
+        try:
+            self._conn = connect_untracked(self.conninfo)
+        except psycopg.OperationalError:
+            return False
+        self._reader.conn = self._conn
+        return True
 
     def __enter__(self) -> "StatementDrainer":
         return self.start()

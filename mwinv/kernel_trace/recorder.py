@@ -280,6 +280,12 @@ class KernelRecorder:
                 if "No such process" not in str(exc):
                     raise
 
+    def follow(self, postmaster_pid: int) -> None:
+        """Trace a new postmaster (the server restarted) and its children from now on: the follow loop's
+        next pass (every children_interval_s) adds them to set_event_pid."""
+        self.pids.append(postmaster_pid)
+        self.follow_pid = postmaster_pid
+
     def _follow_loop(self) -> None:
         last_full = time.monotonic()
         while not self._stop.wait(self.cfg.children_interval_s):
