@@ -9,7 +9,6 @@ or `record_capture(...)`, which also waits for --duration, Ctrl-C or a command t
 
 from __future__ import annotations
 
-import importlib
 import os
 import platform
 import shutil
@@ -20,6 +19,9 @@ from typing import Callable
 
 import mwinv
 from mwinv.capture.tables import Capture, node_name
+from mwinv.dbplugins.postgresql_probes import LOST as PROBE_LOST
+from mwinv.dbplugins.postgresql_probes import SOURCE as PROBE_SOURCE
+from mwinv.dbplugins.postgresql_probes import statements_from_probes
 from mwinv.errors import MwinvError
 from mwinv.kernel_trace.parse import parse_trace
 from mwinv.kernel_trace.perf import perf_to_capture
@@ -73,14 +75,12 @@ def _software_versions(postmaster_pid: int | None) -> dict:
 
 
 def _statement_drainer(conninfo: str | None, capture: Capture, node: str):
-    """The extension's drainer when both the helper module and the extension are there, else None."""
+    """The extension's drainer when the extension is there, else (None, why)."""
     if not conninfo:
         return None, "no conninfo"
-    try:
-        mod = importlib.import_module("mwinv.dbplugins.postgresql")
-    except ImportError:
-        return None, "mwinv.dbplugins.postgresql not installed"
     import psycopg
+
+    from mwinv.dbplugins import postgresql as mod
 
     try:
         with mod.connect_untracked(conninfo) as conn:   # the capture's own queries are no workload
@@ -121,6 +121,7 @@ class KernelCapture:
         self.recorder: KernelRecorder | None = None
         self.sampler: Sampler | None = None
         self.drainer = None
+        self.from_probes = False
         self.summary: dict = {"skipped": {}}
         self._started = False
 
@@ -188,13 +189,19 @@ class KernelCapture:
         self._update_node(node_info)
         self._started = True
         try:
+            if self.statements:
+                self.drainer, why = _statement_drainer(self.conninfo, self.capture, self.node)
+                if not self.drainer:
+                    skipped["statements"] = why
+            # without the extension, PostgreSQL's own query probes give the statements (degraded mode)
+            self.from_probes = bool(self.statements and self.trace and self.postmaster_pid and not self.drainer)
             if self.trace:
                 try:
                     if self.trace == "auto":
                         tracefs_root()
+                    config = RecorderConfig(events=self.events, stacks=self.stacks, query_probes=self.from_probes)
                     self.recorder = KernelRecorder(self.capture.path / "kernel" / self.node, self._pids_now(),
-                                                   RecorderConfig(events=self.events, stacks=self.stacks),
-                                                   follow_pid=self.postmaster_pid).start()
+                                                   config, follow_pid=self.postmaster_pid).start()
                     self.progress(f"tracing {len(self.recorder.procs)} pids in {self.recorder.instance.name}")
                 except MwinvError as exc:
                     if self.trace != "auto":
@@ -205,12 +212,8 @@ class KernelCapture:
                 self.sampler = Sampler(self.capture, self.node, self._pids_now, self.sample_interval_s,
                                        net_pid=self._other_netns_pid()).start()
                 self.progress(f"sampling every {self.sample_interval_s:g} s")
-            if self.statements:
-                self.drainer, why = _statement_drainer(self.conninfo, self.capture, self.node)
-                if self.drainer:
-                    self.drainer.start()
-                else:
-                    skipped["statements"] = why
+            if self.drainer:
+                self.drainer.start()
         except BaseException:
             self.stop()
             raise
@@ -236,6 +239,10 @@ class KernelCapture:
                 errors.append(f"{what}: {exc}")
         if self.recorder is not None and "recorder" in self.summary:
             self._parse()
+            if self.from_probes:
+                self.summary["statements_from_probes"] = statements_from_probes(self.capture, self.node)
+                self.summary["skipped"].pop("statements", None)
+                self._update_node({"statements": PROBE_SOURCE, "statements_lost": PROBE_LOST})
         self.summary["errors"] = errors
         rec = self.summary.get("recorder", {})
         self._update_node({

@@ -109,6 +109,9 @@ def _check(db: CaptureDB, manifest: dict) -> None:
     if not db.has("statement"):
         db.warnings.append("table statement: missing (no DBMS-side capture): no per-statement attribution possible")
         return
+    for node, info in (manifest.get("nodes") or {}).items():
+        if info.get("statements_lost"):
+            db.warnings.append(f"node {node}: {info['statements_lost']}")
     run = manifest.get("run_id")
     if run is not None:
         other = db.sql("SELECT DISTINCT run_id FROM statement WHERE run_id IS NOT NULL AND run_id <> "

@@ -82,7 +82,8 @@ def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: b
     manifest = cap.manifest()
     if not manifest:
         raise MwinvError(f"{cap.manifest_path}: missing (not a capture directory)")
-    missing = []
+    missing = [f"Node {node}: {info['statements_lost']}." for node, info in (manifest.get("nodes") or {}).items()
+               if info.get("statements_lost")]
     statements = cap.read("statement")
     if statements.num_rows == 0:
         missing.append("No DBMS-side data (table `statement` is empty or absent: the extension was not "

@@ -23,7 +23,7 @@ from mwinv.errors import MwinvError
 from mwinv.kernel_trace import perf as perf_mod
 from mwinv.kernel_trace.tracedat import write_tracedat
 from mwinv.kernel_trace.tracefs import Instance, add_uprobe, clean_stale, new_uprobe_group, remove_uprobe, tracefs_root
-from mwinv.kernel_trace.usdt import uprobe_target, usdt_probes
+from mwinv.kernel_trace.usdt import string_fetcharg, uprobe_target, usdt_probes
 
 # sched_waking runs in the waker's context; sched_wakeup, for a task woken on another CPU, runs there in
 # the interrupt that queued it (pid 0): only sched_waking names who released a lock.
@@ -46,6 +46,11 @@ STACK_TRIGGERS = {"sched:sched_switch": "prev_state & 3", "block:block_rq_issue"
 
 MWINV_SO = Path("/usr/lib/postgresql/15/lib/mwinv.so")
 STATEMENT_PROBES = {"statement__start": "mwinv_stmt_start", "statement__done": "mwinv_stmt_done"}
+# PostgreSQL's own statement probes (no query id): a Query message's start (with its text) and done;
+# for the extended protocol the parse of a statement (with its text) and the run of a portal.
+QUERY_PROBES = {"query__start": "pg_query_start", "query__done": "pg_query_done", "query__parse__start": "pg_query_parse",
+                "query__execute__start": "pg_query_exec_start", "query__execute__done": "pg_query_exec_done"}
+TEXT_PROBES = ("pg_query_start", "pg_query_parse")
 # PostgreSQL's own lock-wait probes: the only kernel-visible sign that a latch wait is a lock wait
 # (heavyweight lock waits sleep in epoll_wait like pg_sleep does). They fire only on waits.
 LOCK_PROBES = {"lock__wait__start": "pg_lock_wait_start", "lock__wait__done": "pg_lock_wait_done",
@@ -111,6 +116,7 @@ class RecorderConfig:
     children_interval_s: float = 0.05    # the postmaster's direct children (a short connection's backend)
     perf_freq_hz: int = 99
     statement_probes: bool = True        # uprobes on mwinv.so's statement__start/done if present
+    query_probes: bool = False           # PostgreSQL's own query__start/done (statements without the extension)
 
 
 class KernelRecorder:
@@ -158,6 +164,8 @@ class KernelRecorder:
         self._follow()
         if self.cfg.statement_probes:
             self._add_statement_probes(root)
+        if self.cfg.query_probes:
+            self._add_query_probes(root)
         for ev in self.cfg.events + [f"{u.split('/')[0]}:{u.split('/')[1]}" for u in self.uprobes]:
             if not inst.has_event(ev):
                 self.skipped[ev] = "not in this kernel"
@@ -214,7 +222,8 @@ class KernelRecorder:
                 self.skipped[f"uprobe:{event}"] = str(exc)
         self._add_lock_probes(root)
 
-    def _add_lock_probes(self, root: Path) -> None:
+    def _dbms_probes(self, what: str) -> tuple[Path | None, list]:
+        """The DBMS binary of the traced pids and its PostgreSQL USDT probes (none: the reason is in skipped)."""
         exe = None
         for pid in self.pids:
             try:
@@ -223,12 +232,35 @@ class KernelRecorder:
             except OSError:
                 continue
         if exe is None or not exe.exists():
-            self.skipped["uprobe:pg_lock_wait"] = "the DBMS binary is not readable"
-            return
+            self.skipped[f"uprobe:{what}"] = "the DBMS binary is not readable"
+            return None, []
         try:
-            probes = usdt_probes(exe, provider="postgresql")
+            return exe, usdt_probes(exe, provider="postgresql")
         except MwinvError as exc:
-            self.skipped["uprobe:pg_lock_wait"] = str(exc)
+            self.skipped[f"uprobe:{what}"] = str(exc)
+            return None, []
+
+    def _add_query_probes(self, root: Path) -> None:
+        """query__start (with the query text: the Query message's string, or the portal's source text of an
+        Execute) and query__done: a statement's boundaries when the mwinv extension is not loaded."""
+        exe, probes = self._dbms_probes("pg_query")
+        seen: dict[str, int] = {}
+        for probe in probes:
+            event = QUERY_PROBES.get(probe.name)
+            if event is None:
+                continue
+            n = seen[event] = seen.get(event, 0) + 1   # one uprobe per probe site
+            target, _ = uprobe_target(exe, probe, [])
+            text = string_fetcharg(probe.args[0]) if event in TEXT_PROBES and probe.args else None
+            try:
+                self.uprobes.append(add_uprobe(root, self.uprobe_group, f"{event}_{n}", target,
+                                               f"query={text}" if text else ""))
+            except MwinvError as exc:
+                self.skipped[f"uprobe:{event}_{n}"] = str(exc)
+
+    def _add_lock_probes(self, root: Path) -> None:
+        exe, probes = self._dbms_probes("pg_lock_wait")
+        if exe is None:
             return
         seen: dict[str, int] = {}
         for probe in probes:

@@ -52,6 +52,18 @@ def fetcharg(spec: str) -> str | None:
     return None   # %rip-relative symbols and the like: not expressible, skipped
 
 
+def string_fetcharg(spec: str) -> str | None:
+    """A stapsdt pointer argument (`8@%rbx`, `8@-144(%rbp)`) as the user-space string it points to."""
+    _, _, loc = spec.partition("@")
+    m = re.match(r"^(-?\d*)\((%\w+)\)$", loc)
+    if m:
+        off = int(m.group(1) or 0)
+        return f"+0({'+' if off >= 0 else '-'}{abs(off)}({_reg(m.group(2))})):ustring"
+    if loc.startswith("%"):
+        return f"+0({_reg(loc)}):ustring"
+    return None
+
+
 def _load_segments(path: Path) -> list[tuple[int, int, int]]:
     """(vaddr, file offset, size) of the LOAD segments, to turn addresses into file offsets."""
     out = subprocess.run(["readelf", "-lW", str(path)], capture_output=True, text=True).stdout
