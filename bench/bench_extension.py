@@ -8,8 +8,9 @@ per transaction (all of the server's processes, exited backends included through
 postmaster's cutime/cstime) is reported too, as a ratio against "none"; and the CPU cost of
 recording one statement measured inside one backend: a DO loop of nested statements with
 mwinv.track = all vs none, alternating, best wall time of each -- the figure least moved by load.
-mwinv's ring is drained during the runs (SELECT count(*) FROM mwinv_drain() every 0.5 s), as a
-capture would, so records are really written and not dropped on a full ring.
+mwinv runs with its reader, as a capture does: the StatementDrainer of mwinv-trace capture drains the
+ring every 0.5 s and writes Parquet parts; its CPU (this process's, during mwinv's rounds) is shown
+as a share of one core, and the records written and dropped are counted.
 
 Usage:
     python -m bench.bench_extension                    # 5 rounds x 10 s, scale 10, 2 clients
@@ -22,7 +23,7 @@ import os
 import re
 import statistics
 import subprocess
-import threading
+import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -32,7 +33,8 @@ from rich.console import Console
 from rich.table import Table
 
 from mwinv.cli.common import run_main
-from mwinv.dbplugins.postgresql import connect_untracked
+from mwinv.capture.tables import Capture
+from mwinv.dbplugins.postgresql import StatementDrainer, connect_untracked
 from mwinv.errors import MwinvError
 from mwinv.pgserver import PgServer, pg_bindir
 
@@ -103,29 +105,11 @@ def hook_cost_ns(server: PgServer, repeats: int) -> tuple[float, float]:
     return best["none"], best["all"]
 
 
-class RingDrainer:
-    """Empties mwinv's ring every interval in the server (no Parquet writing: that is the
-    capture's cost, not the extension's)."""
-
-    def __init__(self, server: PgServer, interval_s: float = 0.5):
-        self.conn = connect_untracked(server.conninfo())
-        self.conn.execute("CREATE EXTENSION IF NOT EXISTS mwinv")
-        self.interval_s = interval_s
-        self.records = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.records += self.conn.execute("SELECT count(*) FROM mwinv_drain()").fetchone()[0]
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join()
-        dropped = self.conn.execute("SELECT dropped FROM mwinv_info").fetchone()[0]
-        self.conn.close()
-        return dropped
+def reader_for(server: PgServer, capture_dir: Path) -> StatementDrainer:
+    """The capture's own reader of the ring (raw drains every 0.5 s, Parquet parts into capture_dir)."""
+    with connect_untracked(server.conninfo()) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS mwinv")
+    return StatementDrainer(server.conninfo(), Capture(capture_dir).create(), node="bench").start()
 
 
 @click.command(epilog=__doc__.split("Usage:")[1], context_settings={"max_content_width": 110})
@@ -142,27 +126,33 @@ def main(rounds: int, seconds: int, clients: int, scale: int) -> None:
         servers = {}
         for name, preload in CONFIGS.items():
             gucs = {"shared_buffers": "'256MB'"}
-            if name == "mwinv":
-                gucs["mwinv.buffer_size"] = "262144"
             with console.status(f"starting and loading server {name!r} (pgbench -i -s {scale})"):
                 srv = stack.enter_context(PgServer(name=f"bench-{len(servers)}", shared_preload_libraries=preload,
                                                    gucs=gucs))
                 pgbench(srv, "-i", "-q", "-s", str(scale))
                 srv.psql("VACUUM ANALYZE")
             servers[name] = srv
-        drainer = RingDrainer(servers["mwinv"])
+        drainer = reader_for(servers["mwinv"], Path(stack.enter_context(tempfile.TemporaryDirectory())) / "cap")
+        reader_cpu = reader_wall = 0.0
         names = list(CONFIGS)
         for r in range(rounds):
             order = names[r % len(names):] + names[:r % len(names)]
             for name in order:
                 with console.status(f"round {r + 1}/{rounds}: {name}"):
+                    cpu0, wall0 = time.process_time(), time.monotonic()
                     t, c = run_select_only(servers[name], clients, seconds)
+                    if name == "mwinv":   # the reader thread is what runs in this process meanwhile
+                        reader_cpu += time.process_time() - cpu0
+                        reader_wall += time.monotonic() - wall0
                 tps[name].append(t)
                 cpu_per_txn[name].append(c)
             console.print(f"round {r + 1} TPS: " + ", ".join(f"{n} {tps[n][-1]:.0f}" for n in names))
+        # the pgbench rounds' records (the DO loops below record a million statements a second on purpose)
+        written = drainer.stop()
+        with connect_untracked(servers["mwinv"].conninfo()) as conn:
+            dropped = conn.execute("SELECT dropped FROM mwinv_info").fetchone()[0]
         with console.status("mwinv hook cost inside one backend"):
             base_ns, all_ns = hook_cost_ns(servers["mwinv"], 2 * rounds)
-        dropped = drainer.stop()
 
     table = Table(title=f"pgbench -S -M prepared, scale {scale}, {clients} clients, {rounds} x {seconds} s")
     table.add_column("server")
@@ -177,7 +167,8 @@ def main(rounds: int, seconds: int, clients: int, scale: int) -> None:
         table.add_row(name, f"{statistics.median(tps[name]):.0f}", f"{ratio:.4f}", f"{(1 - ratio) * 100:+.2f} %",
                       f"{statistics.median(cpu_per_txn[name]) / 1000:.2f}", f"{cpu_ratio:.4f}")
     console.print(table)
-    console.print(f"mwinv records drained: {drainer.records}, dropped: {dropped}")
+    console.print(f"mwinv records written by the reader: {written:,}, dropped: {dropped:,}; the reader's CPU during "
+                  f"mwinv's rounds: {100 * reader_cpu / max(reader_wall, 1e-9):.2f} % of one core")
     console.print(f"mwinv per nested statement in one backend ({HOOK_LOOP} x PERFORM, best of {2 * rounds}): "
                   f"track = none {base_ns:.0f} ns, track = all {all_ns:.0f} ns, "
                   f"difference {all_ns - base_ns:+.0f} ns per recorded statement")

@@ -314,3 +314,27 @@ def test_usdt_probes_fire_with_statement_ids(installed, server):
                 pass  # never added
     for ev in ("statement_start", "statement_done"):
         assert re.search(rf"{ev}: .*sid={rec['statement_id']} qid={rec['query_id']}", trace), trace[-2000:]
+
+
+def test_raw_records_decode_as_the_sql_functions_show_them(server, tmp_path):
+    """The reader's raw drain (bytes decoded with the extension's own layout) gives the same rows as the SQL
+    view of the same records: ids, times, NULLs (no parent, no resources, no plan), names, flags."""
+    admin = _admin(server)
+    admin.execute("SELECT mwinv_reset()")
+    with server.connect() as conn:
+        conn.execute("SET mwinv.track = 'all'")
+        conn.execute("SET mwinv.resource_min_cost = 0")
+        conn.execute("SELECT count(*) FROM generate_series(1, 20000)")
+        conn.execute("DO $$ BEGIN PERFORM 1; END $$")
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            conn.execute("SELECT 1 / 0")
+        conn.execute("SELECT %s::int + 1", [1])
+    cur = admin.execute("SELECT * FROM mwinv_statements")
+    names = [d.name for d in cur.description]
+    shown = {r["statement_id"]: r for r in (dict(zip(names, row)) for row in cur.fetchall())}
+    capture = Capture(tmp_path / "raw").create()
+    assert drain(admin, capture, node="n1") == len(shown) > 5
+    for r in capture.read("statement").to_pylist():
+        want = shown[r["statement_id"]]
+        for col in [c for c in names if c not in ("utility",)]:
+            assert r[col] == want[col], (col, r[col], want[col], want)

@@ -20,6 +20,17 @@ RETURNS SETOF mwinv_record
 AS 'MODULE_PATHNAME', 'mwinv_drain'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL RESTRICTED;
 
+-- Takes up to max_records records out of the ring as raw bytes (the layout: mwinv_record_layout()).
+CREATE FUNCTION mwinv_drain_raw(max_records integer DEFAULT NULL)
+RETURNS bytea
+AS 'MODULE_PATHNAME', 'mwinv_drain_raw'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL RESTRICTED;
+
+CREATE FUNCTION mwinv_record_layout(OUT field text, OUT "offset" integer, OUT size integer)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'mwinv_record_layout'
+LANGUAGE C STRICT IMMUTABLE PARALLEL SAFE;
+
 -- The unread records, left in the ring.
 CREATE FUNCTION mwinv_peek()
 RETURNS SETOF mwinv_record
@@ -54,6 +65,8 @@ LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
 -- Draining consumes records for everybody: only for pg_read_all_stats (and superusers).
 REVOKE ALL ON FUNCTION mwinv_drain(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION mwinv_drain(integer) TO pg_read_all_stats;
+REVOKE ALL ON FUNCTION mwinv_drain_raw(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION mwinv_drain_raw(integer) TO pg_read_all_stats;
 REVOKE ALL ON FUNCTION mwinv_reset() FROM PUBLIC;
 GRANT SELECT ON mwinv_statements, mwinv_texts, mwinv_info TO PUBLIC;
 

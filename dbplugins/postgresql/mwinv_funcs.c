@@ -24,8 +24,11 @@ PG_FUNCTION_INFO_V1(mwinv_query_texts);
 PG_FUNCTION_INFO_V1(mwinv_info);
 PG_FUNCTION_INFO_V1(mwinv_reset);
 PG_FUNCTION_INFO_V1(mwinv_clock_ns);
+PG_FUNCTION_INFO_V1(mwinv_drain_raw);
+PG_FUNCTION_INFO_V1(mwinv_record_layout);
 
 #define RECORD_COLS 27
+#define RAW_DRAIN_MAX 65536		/* records per raw drain: a 15 MB bytea at most */
 
 static void
 require_preloaded(void)
@@ -188,6 +191,69 @@ Datum
 mwinv_drain(PG_FUNCTION_ARGS)
 {
 	return records(fcinfo, true, PG_ARGISNULL(0) ? INT_MAX : PG_GETARG_INT32(0));
+}
+
+/*
+ * The records as they are in the ring, back to back in one bytea (decoded by the reader with the
+ * layout of mwinv_record_layout()): no tuple per record, no text formatting of 27 columns.  Under
+ * pgbench -S the CSV drain formatted ~90,000 records/s in a backend of the server it measures.
+ */
+Datum
+mwinv_drain_raw(PG_FUNCTION_ARGS)
+{
+	int			max = PG_ARGISNULL(0) ? RAW_DRAIN_MAX : Min(Max(PG_GETARG_INT32(0), 0), RAW_DRAIN_MAX);
+	bytea	   *out;
+	MwinvRecord *recs;
+	int			n;
+
+	require_preloaded();
+	out = palloc(VARHDRSZ + (Size) max * sizeof(MwinvRecord));
+	recs = (MwinvRecord *) VARDATA(out);
+	LWLockAcquire(mwinv_shared->reader_lock, LW_EXCLUSIVE);
+	n = mwinv_ring_take(recs, max);
+	LWLockRelease(mwinv_shared->reader_lock);
+	SET_VARSIZE(out, VARHDRSZ + (Size) n * sizeof(MwinvRecord));
+	PG_RETURN_BYTEA_P(out);
+}
+
+/* Offset and size of each field of a raw record (sizeof the record: the row named '') */
+Datum
+mwinv_record_layout(PG_FUNCTION_ARGS)
+{
+#define FIELD(name, member) {name, offsetof(MwinvRecord, member), sizeof(((MwinvRecord *) 0)->member)}
+	static const struct
+	{
+		const char *name;
+		size_t		offset;
+		size_t		size;
+	}			fields[] = {
+		FIELD("statement_id", statement_id), FIELD("parent_statement_id", parent_statement_id),
+		FIELD("query_id", query_id), FIELD("start_ns", start_ns), FIELD("end_ns", end_ns),
+		FIELD("start_wall_ns", start_wall_ns), FIELD("plan_ns", plan_ns), FIELD("parse_ns", parse_ns),
+		FIELD("client_wait_ns", client_wait_ns), FIELD("rows", rows),
+		FIELD("cpu_user_ns", res.cpu_user_ns), FIELD("cpu_sys_ns", res.cpu_sys_ns),
+		FIELD("minflt", res.minflt), FIELD("majflt", res.majflt), FIELD("inblock", res.inblock),
+		FIELD("oublock", res.oublock), FIELD("nvcsw", res.nvcsw), FIELD("nivcsw", res.nivcsw),
+		FIELD("read_bytes", res.read_bytes), FIELD("write_bytes", res.write_bytes),
+		FIELD("pid", pid), FIELD("leader_pid", leader_pid), FIELD("dbid", dbid), FIELD("userid", userid),
+		FIELD("nesting_level", nesting_level), FIELD("errored", errored),
+		FIELD("has_resources", has_resources), FIELD("utility", utility),
+		{"", 0, sizeof(MwinvRecord)},
+	};
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	InitMaterializedSRF(fcinfo, 0);
+	for (int i = 0; i < lengthof(fields); i++)
+	{
+		Datum		values[3];
+		bool		nulls[3] = {false, false, false};
+
+		values[0] = CStringGetTextDatum(fields[i].name);
+		values[1] = Int32GetDatum((int32) fields[i].offset);
+		values[2] = Int32GetDatum((int32) fields[i].size);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
 }
 
 Datum

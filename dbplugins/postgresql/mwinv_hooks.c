@@ -320,9 +320,13 @@ end_statement(MwinvActive *a, bool errored, int64 rows)
 	MwinvRecord *rec = &a->rec;
 	MwinvActive **link;
 
-	if (!a->closed && a->last_return_ns != 0 && GetCurrentStatementStartTimestamp() != a->msg_ts)
+	rec->end_ns = mwinv_monotonic_ns();
+	if (!a->closed && GetCurrentStatementStartTimestamp() != a->msg_ts)
 		a->closed = true;
-	rec->end_ns = a->closed ? a->last_return_ns : mwinv_monotonic_ns();
+	/* closed before any run returned (a Bind never executed): it ended when the next message began */
+	if (a->closed)
+		rec->end_ns = a->ran ? a->last_return_ns :
+			Max(rec->start_ns, monotonic_of_timestamp(GetCurrentStatementStartTimestamp(), rec->end_ns));
 	rec->errored = errored;
 	rec->rows = rows;
 	if (rec->has_resources)
@@ -395,7 +399,11 @@ mwinv_post_parse_analyze(ParseState *pstate, Query *query, JumbleState *jstate)
 	}
 }
 
-/* Back from one of the portal's executor calls: the statement is idle from here until the next. */
+/*
+ * Back from a run of the portal: the statement is idle from here until its next run or its end.  Only
+ * runs are timed here (one vDSO read): ExecutorStart is followed by a run in the same message (or the
+ * portal ends at the next message's start), ExecutorFinish by ExecutorEnd.
+ */
 static void
 executor_returned(MwinvActive *a)
 {
@@ -423,7 +431,7 @@ executor_resumed(MwinvActive *a, bool run)
 	int64		now_ns,
 				msg_ns;
 
-	if (a->closed || a->last_return_ns == 0 || ts == a->msg_ts)
+	if (a->closed || ts == a->msg_ts)
 		return;
 	if (!run)
 	{
@@ -483,7 +491,6 @@ static void
 mwinv_ExecutorStart(QueryDesc *queryDesc, int eflags)
 {
 	bool		track;
-	MwinvActive *a = NULL;
 
 	if (IsParallelWorker())
 	{
@@ -503,16 +510,14 @@ mwinv_ExecutorStart(QueryDesc *queryDesc, int eflags)
 			(IsParallelWorker() || ps->planTree->total_cost >= mwinv_resource_min_cost);
 
 		/* errors in ExecutorStart end the record in the (sub)transaction abort callback */
-		a = begin_statement(queryDesc, (int64) ps->queryId, queryDesc->sourceText, ps->stmt_location,
-							ps->stmt_len, measure, false);
+		begin_statement(queryDesc, (int64) ps->queryId, queryDesc->sourceText, ps->stmt_location,
+						ps->stmt_len, measure, false);
 	}
 
 	if (prev_ExecutorStart)
 		prev_ExecutorStart(queryDesc, eflags);
 	else
 		standard_ExecutorStart(queryDesc, eflags);
-	if (a)
-		executor_returned(a);
 }
 
 typedef struct RunArgs
@@ -579,8 +584,11 @@ executor_nested(QueryDesc *queryDesc, void (*call) (QueryDesc *, void *), void *
 		/* ExecutorRun counts from zero each call: a cursor's rows are the sum of its fetches */
 		if (run && queryDesc->estate)
 			a->rec.rows += (int64) queryDesc->estate->es_processed;
-		a->ran |= run;
-		executor_returned(a);
+		if (run)
+		{
+			a->ran = true;
+			executor_returned(a);
+		}
 		set_current_statement(outer_statement);
 	}
 }

@@ -9,30 +9,25 @@ ring of per-execution statement records into the capture tables `statement` and
 from __future__ import annotations
 
 import hashlib
-import io
+import queue
 import threading
 import time
 
+import numpy as np
 import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 
-from mwinv.capture.columns import empty_table
 from mwinv.capture.tables import SCHEMAS, Capture, node_name
 from mwinv.errors import MwinvError
 
 DBMS = "postgresql"
 DRAIN_BATCH = 50_000
 
-# mwinv_drain() columns copied unchanged into the `statement` table
-_RECORD_COLUMNS = (
-    "statement_id", "parent_statement_id", "query_id", "pid", "leader_pid", "database", "username",
-    "start_ns", "end_ns", "start_wall_ns", "plan_ns", "parse_ns", "client_wait_ns", "cpu_user_ns", "cpu_sys_ns", "read_bytes",
-    "write_bytes", "minflt", "majflt", "inblock", "oublock", "nvcsw", "nivcsw", "rows", "nesting_level",
-    "errored",
-)
-_DRAIN_COPY = f"COPY (SELECT {', '.join(_RECORD_COLUMNS)} FROM mwinv_drain({{}})) TO STDOUT (FORMAT csv)"
+# a raw record's fields -> their numpy type (the extension gives offsets and sizes: mwinv_record_layout())
+_FIELD_TYPES = {"pid": np.int32, "leader_pid": np.int32, "nesting_level": np.int32, "dbid": np.uint32,
+                "userid": np.uint32, "errored": np.bool_, "has_resources": np.bool_, "utility": np.bool_}
+_RESOURCES = ("cpu_user_ns", "cpu_sys_ns", "minflt", "majflt", "inblock", "oublock", "nvcsw", "nivcsw")
 
 
 def text_hash(text: str) -> int:
@@ -82,25 +77,27 @@ class _Reader:
         self.capture = capture
         self.node = node or _server_node(conn)
         self.hashes: dict[int, int | None] = {}
+        layout = conn.execute('SELECT field, "offset", size FROM mwinv_record_layout()').fetchall()
+        fields = [(name, off, size) for name, off, size in layout if name]
+        self.dtype = np.dtype({"names": [n for n, _, _ in fields],
+                               "formats": [_FIELD_TYPES.get(n, np.int64) for n, _, _ in fields],
+                               "offsets": [off for _, off, _ in fields],
+                               "itemsize": next(size for name, _, size in layout if not name)})
+        self.names: dict[str, dict[int, str | None]] = {"database": {}, "username": {}}
         if capture.has("statement_text"):
             t = capture.read("statement_text")
             self.hashes = dict(zip(t.column("query_id").to_pylist(), t.column("query_text_hash").to_pylist()))
 
     def fetch(self) -> tuple[pa.Table, list[dict]]:
-        """Everything in the ring now (as the `statement` table) and the texts of new query ids.
-        COPY as CSV into pyarrow: a drain and its Parquet write run at ~230 k records/s (fetching tuples
-        into dicts: ~105 k/s, which fell behind pgbench -S at 80 k statements/s and let the ring drop a
-        third of them)."""
+        """Everything in the ring now (as the `statement` table) and the texts of new query ids. The records
+        come as raw bytes (mwinv_drain_raw) decoded with numpy: the server formats nothing (CSV through
+        COPY cost its backend ~1-2 µs per record) and no record goes through Python alone."""
         parts = []
         while True:
-            data = io.BytesIO()
-            with self.conn.cursor().copy(_DRAIN_COPY.format(DRAIN_BATCH)) as copy:
-                for chunk in copy:
-                    data.write(chunk)
-            data.seek(0)
-            part = _read_records(data)
-            parts.append(part)
-            if part.num_rows < DRAIN_BATCH:
+            raw = self.conn.execute("SELECT mwinv_drain_raw(%s)", [DRAIN_BATCH], binary=True).fetchone()[0]
+            recs = np.frombuffer(raw, self.dtype)
+            parts.append(self._table(recs))
+            if len(recs) < DRAIN_BATCH:
                 break
         records = pa.concat_tables(parts)
         query_ids = records.column("query_id")
@@ -122,6 +119,49 @@ class _Reader:
                    .append_column("query_text_hash", hashes))
         return records, texts
 
+    def _table(self, r: np.ndarray) -> pa.Table:
+        """Raw records as the `statement` table's columns (without node, dbms, text hash): NULL where the
+        extension's record says 'none' (0 ids, negative times, no resources measured)."""
+        schema = SCHEMAS["statement"]
+        res = r["has_resources"]
+        io_read = res & (r["read_bytes"] >= 0)
+
+        def col(name, values, valid=None):
+            return pa.array(values, type=schema.field(name).type, mask=None if valid is None else ~valid)
+
+        cols = {
+            "statement_id": col("statement_id", r["statement_id"]),
+            "parent_statement_id": col("parent_statement_id", r["parent_statement_id"], r["parent_statement_id"] != 0),
+            "query_id": col("query_id", r["query_id"], r["query_id"] != 0),
+            "pid": col("pid", r["pid"]),
+            "leader_pid": col("leader_pid", r["leader_pid"], r["leader_pid"] != 0),
+            "database": self._names("database", r["dbid"]),
+            "username": self._names("username", r["userid"]),
+            **{c: col(c, r[c]) for c in ("start_ns", "end_ns", "start_wall_ns", "client_wait_ns", "rows")},
+            "plan_ns": col("plan_ns", r["plan_ns"], r["plan_ns"] >= 0),
+            "parse_ns": col("parse_ns", r["parse_ns"], r["parse_ns"] >= 0),
+            **{c: col(c, r[c], res) for c in _RESOURCES},
+            "read_bytes": col("read_bytes", r["read_bytes"], io_read),
+            "write_bytes": col("write_bytes", r["write_bytes"], io_read),
+            "nesting_level": col("nesting_level", r["nesting_level"]),
+            "errored": col("errored", r["errored"]),
+        }
+        return pa.table(cols)
+
+    def _names(self, kind: str, oids: np.ndarray) -> pa.Array:
+        """Database or role names of the records' oids (looked up once per oid and capture)."""
+        known = self.names[kind]
+        uniq = np.unique(oids)
+        if new := [int(o) for o in uniq if int(o) not in known]:
+            sql = ("SELECT oid::bigint, datname FROM pg_database WHERE oid = ANY(%s::oid[])" if kind == "database"
+                   else "SELECT oid::bigint, rolname FROM pg_roles WHERE oid = ANY(%s::oid[])")
+            found = dict(self.conn.execute(sql, [new]).fetchall())
+            known.update({o: found.get(o) for o in new})
+        if not len(oids):
+            return pa.array([], pa.string())
+        values = pa.array([known[int(o)] for o in uniq], pa.string())
+        return pc.take(values, pa.array(np.searchsorted(uniq, oids)))
+
     def write(self, records: pa.Table | list[pa.Table], texts: list[dict]) -> int:
         if texts:
             self.capture.write_part("statement_text", texts, node=self.node)
@@ -130,18 +170,6 @@ class _Reader:
         if tables:
             self.capture.write_part("statement", pa.concat_tables(tables), node=self.node)
         return sum(t.num_rows for t in tables)
-
-
-def _read_records(data: io.BytesIO) -> pa.Table:
-    """mwinv_drain()'s CSV (PostgreSQL's: NULL unquoted empty, booleans t/f) typed as `statement`."""
-    schema = SCHEMAS["statement"]
-    if not data.getbuffer().nbytes:   # an empty ring (pyarrow refuses an empty file)
-        return empty_table(pa.schema([schema.field(c) for c in _RECORD_COLUMNS]))
-    return pacsv.read_csv(
-        data, read_options=pacsv.ReadOptions(column_names=list(_RECORD_COLUMNS)),
-        convert_options=pacsv.ConvertOptions(
-            column_types={c: schema.field(c).type for c in _RECORD_COLUMNS}, true_values=["t"],
-            false_values=["f"], strings_can_be_null=True, quoted_strings_can_be_null=False))
 
 
 def drain(conn: psycopg.Connection, capture: Capture, node: str | None = None) -> int:
@@ -158,9 +186,11 @@ def drain(conn: psycopg.Connection, capture: Capture, node: str | None = None) -
 
 class StatementDrainer:
     """Drains the ring every `interval_s` in a thread while a capture runs (at once again while a
-    drain finds the ring a quarter full or more); writes a part at most every `flush_s` (fewer,
-    larger Parquet parts) and everything at stop(). A server that stops or restarts is no error: what
-    was drained is kept, and the drainer connects again when the server is back (`disconnects`)."""
+    drain finds the ring a quarter full or more); a second thread writes a part at most every `flush_s`
+    (fewer, larger Parquet parts) and everything at stop(): a drain never waits for a write (writing
+    ~450,000 records with zstd held the one thread long enough for pgbench -S to fill the ring, and
+    12 % of the records were dropped). A server that stops or restarts is no error: what was drained
+    is kept, and the drainer connects again when the server is back (`disconnects`)."""
 
     def __init__(self, conninfo: str, capture: Capture, node: str | None = None, interval_s: float = 0.5,
                  flush_s: float = 5.0):
@@ -172,6 +202,8 @@ class StatementDrainer:
         self.rows_written = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._writer: threading.Thread | None = None
+        self._fetched: queue.Queue = queue.Queue()
         self._error: BaseException | None = None
         self._conn: psycopg.Connection | None = None
         self._reader: _Reader | None = None
@@ -185,36 +217,55 @@ class StatementDrainer:
         self._reader = _Reader(self._conn, self.capture, self.node)
         self._capacity = int(self._conn.execute("SHOW mwinv.buffer_size").fetchone()[0])
         self._thread = threading.Thread(target=self._run, name="mwinv-statement-drainer", daemon=True)
+        self._writer = threading.Thread(target=self._write_loop, name="mwinv-statement-writer", daemon=True)
         self._thread.start()
+        self._writer.start()
         return self
 
     def _run(self) -> None:
-        records: list[pa.Table] = []
-        texts: list[dict] = []
-        last_flush = time.monotonic()
-        wait = self.interval_s
+        wait, last = self.interval_s, time.monotonic()
         try:
             while not self._stop.wait(wait):
                 if self._conn is None and not self._reconnect():
                     continue
+                began = time.monotonic()
                 try:
                     r, t = self._reader.fetch()
                 except psycopg.OperationalError:   # the server stopped (or was restarted)
                     self._lost_connection()
                     continue
-                records.append(r)
-                texts += t
-                # a ring a quarter full after a wait may be full after the next one (records are then
-                # dropped): drain again at once while statements come that fast
-                wait = 0 if r.num_rows >= self._capacity // 4 else self.interval_s
-                if time.monotonic() - last_flush >= self.flush_s:
-                    self.rows_written += self._reader.write(records, texts)
-                    records, texts, last_flush = [], [], time.monotonic()
+                self._fetched.put((r, t))
+                # the next drain when the ring will be a quarter full at the rate records just came: a
+                # fixed 0.5 s plus the drain's own time let pgbench -S (85,000 records/s) overflow the
+                # 65,536 slots now and then (11 % dropped)
+                rate = r.num_rows / max(began - last, 1e-3)
+                took = time.monotonic() - began
+                wait = max(0.0, min(self.interval_s, self._capacity / 4 / max(rate, 1.0) - took))
+                last = began
         except BaseException as exc:  # reported by stop()
             self._error = exc
-        finally:
-            # what was fetched is never lost, also when the loop failed
-            self.rows_written += self._reader.write(records, texts)
+
+    def _write_loop(self) -> None:
+        """Parts of what the drain thread fetched, every flush_s and at the end (None)."""
+        records: list[pa.Table] = []
+        texts: list[dict] = []
+        last_flush, done = time.monotonic(), False
+        while not done:
+            try:
+                item = self._fetched.get(timeout=self.flush_s)
+            except queue.Empty:
+                item = ()
+            if item is None:
+                done = True
+            elif item:
+                records.append(item[0])
+                texts += item[1]
+            if done or time.monotonic() - last_flush >= self.flush_s:
+                try:
+                    self.rows_written += self._reader.write(records, texts)
+                except BaseException as exc:  # reported by stop(); what follows is still written
+                    self._error = self._error or exc
+                records, texts, last_flush = [], [], time.monotonic()
 
     def stop(self) -> int:
         """Stop the thread, drain one last time; returns all rows written by this drainer."""
@@ -225,10 +276,12 @@ class StatementDrainer:
         self._thread = None
         try:
             if self._error is None and self._conn is not None:
-                self.rows_written += self._reader.write(*self._reader.fetch())
+                self._fetched.put(self._reader.fetch())
         except psycopg.OperationalError:   # the server went away meanwhile: what was drained is written
             self._lost_connection()
         finally:
+            self._fetched.put(None)
+            self._writer.join()
             if self._conn is not None:
                 self._conn.close()
         if self._error is not None:
