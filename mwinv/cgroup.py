@@ -107,15 +107,20 @@ class Cgroup:
 
     def remove(self) -> None:
         for p in self._created:
-            for _ in range(20):
-                try:
-                    p.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.1)  # processes still exiting
+            remove_group(p)
         self._created = []
+
+
+def remove_group(path: Path) -> None:
+    """rmdir a cgroup, retrying for 2 s while its processes are still exiting."""
+    for _ in range(20):
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.1)
 
 
 def drop_page_cache() -> None:

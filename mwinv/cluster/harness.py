@@ -16,12 +16,11 @@ import os
 import signal
 import subprocess
 import tempfile
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mwinv.cgroup import CGROUP_V1_ROOT, Cgroup, block_device_of
+from mwinv.cgroup import CGROUP_V1_ROOT, Cgroup, block_device_of, remove_group
 from mwinv.cluster import distribute
 from mwinv.cluster.net import ClusterNet, leftovers
 from mwinv.errors import MwinvError
@@ -190,14 +189,7 @@ class Cluster:
 
 def _remove_cgroups(paths: list[str]) -> None:
     for p in map(Path, paths):
-        for _ in range(20):
-            try:
-                p.rmdir()
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.1)   # its processes are still exiting
+        remove_group(p)
 
 
 def _stop_server(info: dict) -> None:

@@ -241,36 +241,28 @@ class KernelRecorder:
             return None, []
 
     def _add_query_probes(self, root: Path) -> None:
-        """query__start (with the query text: the Query message's string, or the portal's source text of an
-        Execute) and query__done: a statement's boundaries when the mwinv extension is not loaded."""
-        exe, probes = self._dbms_probes("pg_query")
+        """query__start (with the query text: the Query message's string) and query__done, the parse (text)
+        and the portal runs of the extended protocol: statements when the mwinv extension is not loaded."""
+        self._add_dbms_probes(root, "pg_query", QUERY_PROBES, TEXT_PROBES)
+
+    def _add_lock_probes(self, root: Path) -> None:
+        self._add_dbms_probes(root, "pg_lock_wait", LOCK_PROBES)
+
+    def _add_dbms_probes(self, root: Path, what: str, events: dict[str, str], with_text: tuple = ()) -> None:
+        """A uprobe per site of each PostgreSQL probe named in `events` (probe name -> event name); those in
+        with_text fetch their first argument as the query text."""
+        exe, probes = self._dbms_probes(what)
         seen: dict[str, int] = {}
         for probe in probes:
-            event = QUERY_PROBES.get(probe.name)
+            event = events.get(probe.name)
             if event is None:
                 continue
             n = seen[event] = seen.get(event, 0) + 1   # one uprobe per probe site
             target, _ = uprobe_target(exe, probe, [])
-            text = string_fetcharg(probe.args[0]) if event in TEXT_PROBES and probe.args else None
+            text = string_fetcharg(probe.args[0]) if event in with_text and probe.args else None
             try:
                 self.uprobes.append(add_uprobe(root, self.uprobe_group, f"{event}_{n}", target,
                                                f"query={text}" if text else ""))
-            except MwinvError as exc:
-                self.skipped[f"uprobe:{event}_{n}"] = str(exc)
-
-    def _add_lock_probes(self, root: Path) -> None:
-        exe, probes = self._dbms_probes("pg_lock_wait")
-        if exe is None:
-            return
-        seen: dict[str, int] = {}
-        for probe in probes:
-            event = LOCK_PROBES.get(probe.name)
-            if event is None:
-                continue
-            n = seen[event] = seen.get(event, 0) + 1   # one uprobe per probe site
-            target, _ = uprobe_target(exe, probe, [])
-            try:
-                self.uprobes.append(add_uprobe(root, self.uprobe_group, f"{event}_{n}", target))
             except MwinvError as exc:
                 self.skipped[f"uprobe:{event}_{n}"] = str(exc)
 

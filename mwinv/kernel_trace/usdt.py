@@ -43,25 +43,25 @@ def fetcharg(spec: str) -> str | None:
         return None
     if loc.startswith("$"):
         return f"\\{loc[1:]}:{t}" if loc[1:].lstrip("-").isdigit() else None
-    m = re.match(r"^(-?\d*)\((%\w+)\)$", loc)
-    if m:
-        off = int(m.group(1) or 0)
-        return f"{'+' if off >= 0 else '-'}{abs(off)}({_reg(m.group(2))}):{t}"
-    if loc.startswith("%"):
-        return f"{_reg(loc)}:{t}"
-    return None   # %rip-relative symbols and the like: not expressible, skipped
+    where = _location(loc)
+    return f"{where}:{t}" if where else None
 
 
 def string_fetcharg(spec: str) -> str | None:
     """A stapsdt pointer argument (`8@%rbx`, `8@-144(%rbp)`) as the user-space string it points to."""
-    _, _, loc = spec.partition("@")
+    where = _location(spec.partition("@")[2])
+    return f"+0({where}):ustring" if where else None
+
+
+def _location(loc: str) -> str | None:
+    """A register or memory operand (`%rbx`, `-144(%rbp)`) as a fetch argument's location."""
     m = re.match(r"^(-?\d*)\((%\w+)\)$", loc)
     if m:
         off = int(m.group(1) or 0)
-        return f"+0({'+' if off >= 0 else '-'}{abs(off)}({_reg(m.group(2))})):ustring"
+        return f"{'+' if off >= 0 else '-'}{abs(off)}({_reg(m.group(2))})"
     if loc.startswith("%"):
-        return f"+0({_reg(loc)}):ustring"
-    return None
+        return _reg(loc)
+    return None   # %rip-relative symbols and the like: not expressible, skipped
 
 
 def _load_segments(path: Path) -> list[tuple[int, int, int]]:
