@@ -319,3 +319,9 @@ def test_link_rate_what_if_checked_by_running(cluster, tmp_path):
           f"{calibration['links'][d1.address]['rate_bps'] / 1e6:.2f} MB/s")
     assert median(slower) > 1.4 * wall, "the slower links must really slow the statement down"
     assert abs(error) <= 0.30
+    # the advice names the wait: the transfer over the critical node's link (the nodes look idle between
+    # fetches while they flush their results over it)
+    from mwinv.correlator.advice import advise_capture
+
+    rules = {a.rule: a for a in advise_capture(out, [sid])[sid]}
+    assert "remote.link" in rules and "(critical)" in rules["remote.link"].evidence, sorted(rules)

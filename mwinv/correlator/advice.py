@@ -98,12 +98,14 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
            calibration: dict | None = None, kernel_events: pa.Table | None = None,
            cpus: int | None = None, settings: dict | None = None,
            node_samples: pa.Table | None = None, only: list[int] | None = None,
-           con: duckdb.DuckDBPyConnection | None = None, windows: str = "statements") -> list[Advice]:
+           con: duckdb.DuckDBPyConnection | None = None, windows: str = "statements",
+           node_parts: dict | None = None) -> list[Advice]:
     """Advice for every root statement (or those in `only`). settings: server GUCs the capture recorded
     (e.g. jit); node_samples: the nodes' CPU samples, which tell a CPU shortage from a capped process.
     con: a connection that already holds these as `statements`, `attribution`, `statement_io` and
     `node_sample` (advise_capture reads them from Parquet: registering Arrow tables imports pandas).
-    windows: the table of the times the statements ran (see _idle_cpus)."""
+    windows: the table of the times the statements ran (see _idle_cpus); node_parts: a cluster
+    statement's parts on its data nodes (nodes.node_parts), by statement id."""
     platform = None
     if calibration and "disk" in calibration:
         platform = Platform.from_calibration(calibration)
@@ -128,7 +130,7 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
     for sid, st in inputs.items():
         row = srow[sid]
         out.extend(_advise_one(st, classes[sid], row, texts, kfuncs.get(sid, []), platform, statements,
-                               kernel_events, cpus or 2, settings, idle.get(sid)))
+                               kernel_events, cpus or 2, settings, idle.get(sid), (node_parts or {}).get(sid)))
     return out
 
 
@@ -228,12 +230,26 @@ def advise_capture(capture_dir, statement_ids: list[int]) -> dict[int, list[Advi
                         "SELECT count(*) FROM attribution WHERE component = 'lock_wait' AND ns > 0").fetchone()[0]
                     else None, cpus=manifest.get("cpus"),
                     settings=manifest.get("settings") or {}, node_samples=arrow("SELECT * FROM node_sample"),
-                    only=statement_ids, con=con, windows="windows")
+                    only=statement_ids, con=con, windows="windows", node_parts=_node_parts(cap, statement_ids))
     con.close()
     out: dict[int, list[Advice]] = {}
     for a in advice:
         out.setdefault(a.statement_id, []).append(a)
     return out
+
+
+def _node_parts(cap: Capture, statement_ids: list[int]) -> dict:
+    """A cluster capture's statements' parts on the data nodes (none for a single server's capture)."""
+    if not cap.has("statement_link"):
+        return {}
+    from mwinv.correlator.load import open_correlated
+    from mwinv.correlator.nodes import node_parts
+
+    db = open_correlated(cap.path)
+    try:
+        return {sid: parts for sid in statement_ids if (parts := node_parts(db, sid))}
+    finally:
+        db.con.close()
 
 
 def _idle_cpus(con: duckdb.DuckDBPyConnection, statement_ids: list[int], windows: str = "statements") -> dict[int, float]:
@@ -255,7 +271,7 @@ def _idle_cpus(con: duckdb.DuckDBPyConnection, statement_ids: list[int], windows
 def _advise_one(st: dict, cls: tuple[dict[str, float], str, float], row: dict, texts: dict[int, str],
                 kfuncs: list[dict], platform: Platform | None,
                 statements: pa.Table, kernel_events: pa.Table | None, cpus: int, settings: dict,
-                idle_cpus: float | None) -> list[Advice]:
+                idle_cpus: float | None, parts: list | None = None) -> list[Advice]:
     sid, qid, wall = st["statement_id"], st["query_id"], st["wall_ns"]
     a = st["attributed"]
 
@@ -379,6 +395,10 @@ def _advise_one(st: dict, cls: tuple[dict[str, float], str, float], row: dict, t
                           f"lock_wait {_ms(a.get('lock_wait', 0))} ({_pct(shares['lock'])} of {_ms(wall)})",
                           a.get("lock_wait", 0), "all of the lock wait"))
 
+    # --- the data nodes (a cluster's coordinator statement)
+    if shares.get("remote", 0) >= MIN_SHARE and parts:
+        result += _remote_advice(adv, a, wall, parts, platform)
+
     # --- run queue
     if shares["run_queue"] >= MIN_RUN_QUEUE_SHARE:
         queued = f"the statement waited {_ms(a.get('run_queue', 0))} runnable but not running"
@@ -427,6 +447,50 @@ def _advise_one(st: dict, cls: tuple[dict[str, float], str, float], row: dict, t
                           f"explained {_pct(explained)}; {shares_txt}", None,
                           "unknown: no resource to scale"))
     return result
+
+
+def _remote_advice(adv, a: dict, wall: float, parts: list, platform: Platform | None) -> list[Advice]:
+    """The coordinator waited for its data nodes: for the transfer over their links, for their work, or for
+    round trips while they idled. A node's result is flushed after its FETCH's record ends, so a node
+    sending over a slow link looks idle between its fetches: the bytes over the calibrated link rate
+    tell that apart."""
+    waited = a.get("remote_wait", 0)
+    crit = next(p for p in parts if p.critical)
+    fetches = sum(p.fetches for p in parts)
+    ev = (f"remote_wait {_ms(waited)} of {_ms(wall)}; " + "; ".join(
+        f"{p.node}{' (critical)' if p.critical else ''}: {p.fetches} fetches, {p.rows:,} rows, "
+        f"{p.sent_bytes / 2**20:.2f} MiB, busy {_ms(p.execution_ns)}, idle {_ms(p.idle_ns)}, last fetch at "
+        f"{_ms(p.last_end_ns)}" for p in parts))
+    transfer = crit.sent_bytes / platform.link_rate_bps * 1e9 if platform and platform.link_rate_bps else 0
+    if transfer >= 0.5 * waited:
+        return [adv("remote.link", f"the wait is the transfer over node {crit.node}'s link ({crit.sent_bytes / 2**20:.2f} "
+                    f"MiB at the calibrated {platform.link_rate_bps / 2**20:.2f} MiB/s = {_ms(transfer)}): a faster "
+                    "link, or ship less (co-partition joined tables, group by the partition key so that aggregates "
+                    "are pushed whole, select fewer columns)", ev, round(0.9 * transfer),
+                    "90 % of the critical node's transfer time (a link 10x faster)")]
+    if crit.execution_ns >= 0.5 * waited:
+        return [adv("remote.node_work", f"the wait is node {crit.node}'s own work ({_busy_shares(crit)}): more "
+                    "nodes, a scheme that spreads the scanned table wider, or what its breakdown names "
+                    "(check the skew: the other nodes finished earlier)", ev, None,
+                    "depends on how the critical node's work shrinks")]
+    ends = sorted(p.last_end_ns for p in parts)
+    serial = len(parts) > 1 and all(b - e >= 0.5 * (crit.execution_ns + crit.idle_ns) / len(parts)
+                                    for e, b in zip(ends, ends[1:]))
+    text = (f"the data nodes idled (critical node busy {_ms(crit.execution_ns)} of {_ms(waited)} waited) through "
+            f"{fetches} fetch round trips: raise postgres_fdw's fetch_size (ALTER SERVER ... OPTIONS (SET "
+            "fetch_size '10000')), and push work down: co-partition joined tables, group by the partition key "
+            "(postgres_fdw pushes only whole aggregates; partial ones ship every row)")
+    if serial:
+        text += ("; the nodes worked one after the other: async_capable 'true' on the servers runs their scans "
+                 "at once (only where an Append sits directly over the foreign scans; a nested loop rescans "
+                 "them one by one)")
+    return [adv("remote.round_trips", text, ev, None, "depends on the round-trip latency and the plan")]
+
+
+def _busy_shares(part) -> str:
+    busy = {c: v for c, v in part.components.items() if c != "client_wait" and v}
+    total = sum(busy.values()) or 1
+    return ", ".join(f"{c} {100 * v / total:.0f}%" for c, v in sorted(busy.items(), key=lambda kv: -kv[1])[:3])
 
 
 def _named(r: dict, texts: dict[int, str]) -> str:
