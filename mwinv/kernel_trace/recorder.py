@@ -420,7 +420,7 @@ class KernelRecorder:
                 pass
             try:
                 self.instance.remove()
-            except MwinvError as exc:
+            except (MwinvError, OSError) as exc:   # what follows (our uprobes) is removed all the same
                 self._errors.append(str(exc))
         root = self.instance.root if self.instance else None
         while self.uprobes and root:

@@ -94,7 +94,7 @@ def remove_instance(path: Path) -> None:
             write(path / rel, value)
         except MwinvError:
             pass
-    for trig in path.glob("events/*/*/trigger"):
+    for trig in _triggers(path / "events"):
         try:
             for line in trig.read_text().splitlines():
                 if line and not line.startswith("#"):
@@ -112,6 +112,23 @@ def remove_instance(path: Path) -> None:
 
 
 # ------------------------------------------------------------------ uprobes
+
+
+def _triggers(events: Path):
+    """events/<system>/<event>/trigger of an instance, skipping what vanishes meanwhile: the events of
+    another process's uprobe group go when it removes them (a teardown that failed on one of those,
+    a ENOENT from the directory walk, left its own uprobes behind)."""
+    try:
+        systems = list(os.scandir(events))
+    except OSError:
+        return
+    for system in systems:
+        try:
+            names = [e.path for e in os.scandir(system.path) if e.is_dir()]
+        except OSError:
+            continue
+        for name in names:
+            yield Path(name) / "trigger"
 
 
 _groups = itertools.count(1)
