@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from mwinv.correlator.classify import _pct
+
 MIN_WALL_NS = 10_000_000  # below 10 ms a handful of samples decide the shares: too thin to advise on
 MIN_SHARE = 0.25  # a resource has to hold a quarter of the wall time before it is worth tuning
 SPILL_BYTES = 1 << 20  # a SELECT writing a MiB or more is spilling sorts/hashes, not setting hint bits
@@ -85,10 +87,6 @@ def what_ifs(cpus: int) -> list[tuple[str, float]]:
 
 def _ms(ns: float) -> str:
     return f"{ns / 1e6:.1f} ms"
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
 
 
 Rule = Callable[[Evidence], "Advice | None"]
