@@ -14,6 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from mwinv.capture.tables import Capture
 from mwinv.pgserver import PgServer, pg_bindir
 from pgwire import Wire  # noqa: E402
 
@@ -201,6 +202,9 @@ def traced(server, tmp_path_factory):
         wire.close()
         blocker, waiter = _lock_and_wait(server, "LOCK TABLE lockt IN ACCESS EXCLUSIVE MODE", _select_simple, 1.5)
     assert not cap.summary.get("errors"), cap.summary
+    manifest = Capture(out).manifest()   # the settings the advice weighs, as the server had them
+    assert manifest["settings"]["jit"] == "off" and manifest["settings"]["max_parallel_workers_per_gather"] == "0"
+    assert manifest["cpus"] == len(os.sched_getaffinity(server.postmaster_pid()))
     db = correlate(out)
     yield db, sleeps, blocker, waiter
 

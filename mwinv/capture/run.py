@@ -30,6 +30,9 @@ from mwinv.kernel_trace.sampler import Sampler, block_sequentiality
 from mwinv.kernel_trace.tracefs import pid_alive, tracefs_root
 
 WATCH_S = 0.2           # how often a capture checks that its server still runs
+# server settings the advice reads from the manifest
+RECORDED_SETTINGS = ("jit", "max_parallel_workers_per_gather", "max_parallel_workers", "work_mem", "shared_buffers",
+                     "effective_io_concurrency", "random_page_cost")
 RESTART_WAIT_S = 60.0   # how long a capture with a data directory waits for its server to come back
 
 
@@ -125,6 +128,29 @@ class KernelCapture:
         self.summary: dict = {"skipped": {}}
         self._started = False
 
+    def _record_settings(self) -> None:
+        """The server's settings the advice weighs (jit, parallel workers, memory) and the CPUs it may use,
+        into the manifest: without them cpu.jit never spoke and the CPU count was the analysing host's."""
+        if self.postmaster_pid:
+            try:
+                self.capture.update_manifest(cpus=len(os.sched_getaffinity(self.postmaster_pid)))
+            except OSError:
+                pass
+        if not self.conninfo:
+            return
+        import psycopg
+
+        from mwinv.dbplugins.postgresql import connect_untracked
+
+        try:
+            with connect_untracked(self.conninfo) as conn:
+                settings = dict(conn.execute("SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
+                                             [list(RECORDED_SETTINGS)]).fetchall())
+        except psycopg.Error as exc:
+            self.summary["skipped"]["settings"] = str(exc).strip().splitlines()[0]
+            return
+        self.capture.update_manifest(settings=settings)
+
     def server_check(self) -> str | None:
         """Why the capture should end now (its server stopped for good), else None. With a data directory
         a new postmaster of the same server is followed from then on, and the gap goes into the manifest;
@@ -187,6 +213,7 @@ class KernelCapture:
         node_info = {"clock": "mono", "kernel": " ".join(os.uname()[:3]), "postmaster_pid": self.postmaster_pid,
                      "software": _software_versions(self.postmaster_pid), "start_ns": time.monotonic_ns()}
         self._update_node(node_info)
+        self._record_settings()
         self._started = True
         try:
             if self.statements:
