@@ -77,7 +77,7 @@ def _software_versions(postmaster_pid: int | None) -> dict:
     return out
 
 
-def _statement_drainer(conninfo: str | None, capture: Capture, node: str):
+def _statement_drainer(conninfo: str | None, capture: Capture, node: str, since_ns: int | None = None):
     """The extension's drainer when the extension is there, else (None, why)."""
     if not conninfo:
         return None, "no conninfo"
@@ -91,7 +91,7 @@ def _statement_drainer(conninfo: str | None, capture: Capture, node: str):
                 return None, "extension mwinv not available in the server"
     except psycopg.Error as exc:
         return None, f"cannot connect: {str(exc).strip().splitlines()[0]}"
-    return mod.StatementDrainer(conninfo, capture, node=node, interval_s=0.5), None
+    return mod.StatementDrainer(conninfo, capture, node=node, interval_s=0.5, since_ns=since_ns), None
 
 
 class KernelCapture:
@@ -217,7 +217,8 @@ class KernelCapture:
         self._started = True
         try:
             if self.statements:
-                self.drainer, why = _statement_drainer(self.conninfo, self.capture, self.node)
+                self.drainer, why = _statement_drainer(self.conninfo, self.capture, self.node,
+                                                       since_ns=node_info["start_ns"])
                 if not self.drainer:
                     skipped["statements"] = why
             # without the extension, PostgreSQL's own query probes give the statements (degraded mode)
@@ -257,6 +258,8 @@ class KernelCapture:
                 continue
             try:
                 result = part.stop()
+                if what == "statements":
+                    self.summary["statements_before_capture"] = part.before_capture
                 if what == "sampler":
                     self.summary["sampler"] = {"samples": result.samples, "cpu_s": round(result.cpu_s, 3),
                                                "cpu_share": round(result.cpu_share, 5)}

@@ -70,10 +70,13 @@ def connect_untracked(conninfo: str) -> psycopg.Connection:
 
 
 class _Reader:
-    """Fetches records and the texts of query ids this capture does not have yet."""
+    """Fetches records and the texts of query ids this capture does not have yet; with since_ns, only
+    records of statements that ended after it (the ring also holds what ran before a capture began)."""
 
-    def __init__(self, conn: psycopg.Connection, capture: Capture, node: str | None):
+    def __init__(self, conn: psycopg.Connection, capture: Capture, node: str | None, since_ns: int | None = None):
         self.conn = conn
+        self.since_ns = since_ns
+        self.before = 0   # records of statements that ended before since_ns, left out
         self.capture = capture
         self.node = node or _server_node(conn)
         self.hashes: dict[int, int | None] = {}
@@ -100,6 +103,10 @@ class _Reader:
             if len(recs) < DRAIN_BATCH:
                 break
         records = pa.concat_tables(parts)
+        if self.since_ns is not None:
+            keep = pc.greater_equal(records.column("end_ns"), self.since_ns)
+            self.before += records.num_rows - pc.sum(keep).as_py() if records.num_rows else 0
+            records = records.filter(keep)
         query_ids = records.column("query_id")
         new_ids = {q for q in pc.unique(query_ids).to_pylist() if q is not None} - self.hashes.keys()
         texts = []
@@ -193,8 +200,9 @@ class StatementDrainer:
     is kept, and the drainer connects again when the server is back (`disconnects`)."""
 
     def __init__(self, conninfo: str, capture: Capture, node: str | None = None, interval_s: float = 0.5,
-                 flush_s: float = 5.0):
+                 flush_s: float = 5.0, since_ns: int | None = None):
         self.conninfo = conninfo
+        self.since_ns = since_ns
         self.capture = capture
         self.node = node
         self.interval_s = interval_s
@@ -214,7 +222,7 @@ class StatementDrainer:
         if not extension_available(self._conn):
             self._conn.close()
             raise MwinvError("mwinv is not in shared_preload_libraries of the server or not installed")
-        self._reader = _Reader(self._conn, self.capture, self.node)
+        self._reader = _Reader(self._conn, self.capture, self.node, self.since_ns)
         self._capacity = int(self._conn.execute("SHOW mwinv.buffer_size").fetchone()[0])
         self._thread = threading.Thread(target=self._run, name="mwinv-statement-drainer", daemon=True)
         self._writer = threading.Thread(target=self._write_loop, name="mwinv-statement-writer", daemon=True)
@@ -287,6 +295,11 @@ class StatementDrainer:
         if self._error is not None:
             raise MwinvError(f"mwinv statement drainer failed: {self._error}") from self._error
         return self.rows_written
+
+    @property
+    def before_capture(self) -> int:
+        """Records left out: their statements ended before since_ns."""
+        return self._reader.before if self._reader else 0
 
     def _lost_connection(self) -> None:
         self.disconnects += 1
