@@ -30,8 +30,7 @@ def run_demo(scale: float, out: str) -> Path:
                          gucs={"compute_query_id": "on", "mwinv.node_name": "'demo'"},
                          progress=lambda s: console.log(s))
     try:
-        # the load's statements are not part of the run: start the capture with an empty ring
-        server.psql("CREATE EXTENSION mwinv; SELECT mwinv_reset()", dbname="tpch")
+        server.psql("CREATE EXTENSION mwinv", dbname="tpch")
         with KernelCapture(capture_dir, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo("tpch"),
                            node="demo", stacks=True, trace="auto", progress=lambda s: console.log(s),
                            # the 22 queries take seconds: node timelines need samples well under a second

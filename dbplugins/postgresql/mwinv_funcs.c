@@ -205,8 +205,12 @@ mwinv_drain_raw(PG_FUNCTION_ARGS)
 	bytea	   *out;
 	MwinvRecord *recs;
 	int			n;
+	uint64		pending;
 
 	require_preloaded();
+	/* room for what is there now (drains come every ~0.2 s: not a 15 MB buffer each time) */
+	pending = pg_atomic_read_u64(&mwinv_shared->head) - pg_atomic_read_u64(&mwinv_shared->tail);
+	max = (int) Min((uint64) max, pending);
 	out = palloc(VARHDRSZ + (Size) max * sizeof(MwinvRecord));
 	recs = (MwinvRecord *) VARDATA(out);
 	LWLockAcquire(mwinv_shared->reader_lock, LW_EXCLUSIVE);

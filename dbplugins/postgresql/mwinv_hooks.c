@@ -40,7 +40,7 @@ typedef struct MwinvActive
 	bool		closed;			/* a later client message came before its end: ends at last_return_ns */
 	bool		ran;			/* an ExecutorRun returned */
 	TimestampTz msg_ts;			/* statement_timestamp() of the message it last ran in */
-	int64		last_return_ns; /* return of its last ExecutorStart/Run/Finish; 0: none yet */
+	int64		last_return_ns; /* return of its last ExecutorRun (when ran) */
 	bool		has_res_last;
 	MwinvResources res_start;
 	MwinvResources res_last;	/* CPU counters at last_return_ns (measured statements) */
@@ -418,14 +418,14 @@ executor_returned(MwinvActive *a)
 }
 
 /*
- * Back in the executor for this portal after a later client message: a run of a suspended portal
- * (Execute with a row limit, FETCH) continues the statement, the time until that message arrived
- * was the client's; ExecutorFinish/End (the portal dropped by a later Bind, CLOSE, COMMIT) only clean
- * up after it, and the record ends where the last run returned.  The first run's Execute follows
- * its Bind in the same packet (libpq, JDBC): that gap is the protocol's work, counted as execution.
+ * A run of the portal after a later client message (Execute of a suspended portal, FETCH) continues
+ * the statement: the time until that message arrived was the client's.  The first run's Execute
+ * follows its Bind in the same packet (libpq, JDBC): that gap is the protocol's work, counted as
+ * execution.  ExecutorFinish/End in a later message (the portal dropped by a Bind, CLOSE, COMMIT)
+ * only clean up after it: end_statement ends the record where the last run returned.
  */
 static void
-executor_resumed(MwinvActive *a, bool run)
+run_resumed(MwinvActive *a)
 {
 	TimestampTz ts = GetCurrentStatementStartTimestamp();
 	int64		now_ns,
@@ -433,11 +433,6 @@ executor_resumed(MwinvActive *a, bool run)
 
 	if (a->closed || ts == a->msg_ts)
 		return;
-	if (!run)
-	{
-		a->closed = true;
-		return;
-	}
 	a->msg_ts = ts;
 	if (!a->ran)
 		return;
@@ -559,7 +554,8 @@ executor_nested(QueryDesc *queryDesc, void (*call) (QueryDesc *, void *), void *
 
 	if (a)
 	{
-		executor_resumed(a, run);
+		if (run)
+			run_resumed(a);
 		set_current_statement(a->rec.statement_id);
 	}
 	nesting_level++;
@@ -612,8 +608,6 @@ mwinv_ExecutorEnd(QueryDesc *queryDesc)
 {
 	MwinvActive *a = active_list ? find_active(queryDesc) : NULL;
 
-	if (a)
-		executor_resumed(a, false);
 	if (prev_ExecutorEnd)
 		prev_ExecutorEnd(queryDesc);
 	else

@@ -125,9 +125,6 @@ class ClusterCapture:
     def start(self) -> "ClusterCapture":
         self.capture.create(capture_kind="cluster", coordinator=COORDINATOR, scheme=self.cluster.scheme,
                             scale=self.cluster.scale)
-        for node in self.nodes:   # the cluster's own records (its load) are no part of the capture
-            with self.cluster.servers[node].connect("tpch", options="-c mwinv.track=none") as conn:
-                conn.execute("SELECT count(*) FROM mwinv_drain()")
         try:
             for node in self.nodes:
                 server = self.cluster.servers[node]
