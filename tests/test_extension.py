@@ -338,3 +338,21 @@ def test_raw_records_decode_as_the_sql_functions_show_them(server, tmp_path):
         want = shown[r["statement_id"]]
         for col in [c for c in names if c not in ("utility",)]:
             assert r[col] == want[col], (col, r[col], want[col], want)
+
+
+def test_an_extension_created_at_1_0_is_updated_and_read(server, tmp_path):
+    """A database whose mwinv was created before the record grew (1.0): the reader says what to do in one
+    line, and ALTER EXTENSION ... UPDATE makes the SQL view and the raw drain work."""
+    from mwinv.errors import MwinvError
+
+    server.psql("CREATE DATABASE old")
+    with server.connect("old") as conn:
+        conn.execute("CREATE EXTENSION mwinv VERSION '1.0'")
+        with pytest.raises(MwinvError, match="mwinv 1.0 in this database is older than its library: ALTER"):
+            drain(conn, Capture(tmp_path / "old").create(), node="n1")
+        conn.execute("ALTER EXTENSION mwinv UPDATE")
+        assert conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'mwinv'").fetchone()[0] == "1.1"
+        conn.execute("SELECT 'after the update'")
+        shown = conn.execute("SELECT count(*) FROM mwinv_statements WHERE client_wait_ns = 0").fetchone()[0]
+        assert shown > 0 and conn.execute("SELECT mwinv_clock_ns() > 0").fetchone()[0]
+        assert drain(conn, Capture(tmp_path / "new").create(), node="n1") >= shown

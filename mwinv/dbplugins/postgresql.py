@@ -80,7 +80,12 @@ class _Reader:
         self.capture = capture
         self.node = node or _server_node(conn)
         self.hashes: dict[int, int | None] = {}
-        layout = conn.execute('SELECT field, "offset", size FROM mwinv_record_layout()').fetchall()
+        try:
+            layout = conn.execute('SELECT field, "offset", size FROM mwinv_record_layout()').fetchall()
+        except psycopg.errors.UndefinedFunction:
+            version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'mwinv'").fetchone()
+            raise MwinvError(f"extension mwinv {version[0] if version else '?'} in this database is older than its "
+                             "library: ALTER EXTENSION mwinv UPDATE") from None
         fields = [(name, off, size) for name, off, size in layout if name]
         self.dtype = np.dtype({"names": [n for n, _, _ in fields],
                                "formats": [_FIELD_TYPES.get(n, np.int64) for n, _, _ in fields],
