@@ -70,7 +70,7 @@ def record(capture_dir: Path, seconds: int, clients: int, scale: int, select_onl
     """One real capture of pgbench under KernelCapture; returns what it holds."""
     from bench.bench_extension import pgbench
     from mwinv.capture.run import KernelCapture
-    from mwinv.dbplugins.postgresql import connect_untracked
+    from mwinv.engines.postgresql.reader import connect_untracked
     from mwinv.pgserver import PgServer
 
     if capture_dir.exists():

@@ -34,7 +34,7 @@ from rich.table import Table
 
 from mwinv.cli.common import run_main
 from mwinv.capture.tables import Capture
-from mwinv.dbplugins.postgresql import StatementDrainer, connect_untracked
+from mwinv.engines.postgresql.reader import StatementDrainer, connect_untracked
 from mwinv.errors import MwinvError
 from mwinv.pgserver import PgServer, pg_bindir
 

@@ -18,7 +18,7 @@ from mwinv.capture.run import KernelCapture
 from mwinv.capture.tables import Capture
 from mwinv.correlator.calibrate import calibrate_cpu, calibrate_disk, calibrate_link
 from mwinv.correlator.pipeline import correlate
-from mwinv.dbplugins.postgresql import connect_untracked
+from mwinv.engines.postgresql.reader import connect_untracked
 
 TRACEFS = Path("/sys/kernel/tracing")
 

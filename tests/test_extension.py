@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from mwinv.capture.tables import Capture
-from mwinv.dbplugins.postgresql import StatementDrainer, connect_untracked, drain, extension_available
+from mwinv.engines.postgresql.reader import StatementDrainer, connect_untracked, drain, extension_available
 from mwinv.pgserver import PgServer, pg_bindir
 
 EXT_DIR = Path(__file__).resolve().parent.parent / "dbplugins" / "postgresql"

@@ -19,9 +19,9 @@ from typing import Callable
 
 import mwinv
 from mwinv.capture.tables import Capture, node_name
-from mwinv.dbplugins.postgresql_probes import LOST as PROBE_LOST
-from mwinv.dbplugins.postgresql_probes import SOURCE as PROBE_SOURCE
-from mwinv.dbplugins.postgresql_probes import statements_from_probes
+from mwinv.engines.postgresql.probes import LOST as PROBE_LOST
+from mwinv.engines.postgresql.probes import SOURCE as PROBE_SOURCE
+from mwinv.engines.postgresql.probes import statements_from_probes
 from mwinv.errors import MwinvError
 from mwinv.kernel_trace.parse import parse_trace
 from mwinv.kernel_trace.perf import perf_to_capture
@@ -47,7 +47,7 @@ def postmaster_of(data_dir: str | os.PathLike | None = None, conninfo: str | Non
     if conninfo:
         import psycopg
 
-        from mwinv.dbplugins.postgresql import connect_untracked
+        from mwinv.engines.postgresql.reader import connect_untracked
 
         try:
             with connect_untracked(conninfo) as conn:
@@ -83,7 +83,7 @@ def _statement_drainer(conninfo: str | None, capture: Capture, node: str, since_
         return None, "no conninfo"
     import psycopg
 
-    from mwinv.dbplugins import postgresql as mod
+    from mwinv.engines.postgresql import reader as mod
 
     try:
         with mod.connect_untracked(conninfo) as conn:   # the capture's own queries are no workload
@@ -140,7 +140,7 @@ class KernelCapture:
             return
         import psycopg
 
-        from mwinv.dbplugins.postgresql import connect_untracked
+        from mwinv.engines.postgresql.reader import connect_untracked
 
         try:
             with connect_untracked(self.conninfo) as conn:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from mwinv.capture.tables import SCHEMAS, Capture
-from mwinv.dbplugins.postgresql import DBMS, text_hash
+from mwinv.engines.postgresql.reader import DBMS, text_hash
 
 SOURCE = "usdt"
 LOST = ("statements come from PostgreSQL's own query probes (the mwinv extension is not loaded): one per "
