@@ -10,6 +10,7 @@ manifest (CLOCK_MONOTONIC unless it says otherwise)."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import fcntl
 import json
 import os
@@ -41,6 +42,28 @@ SCHEMAS: dict[str, pa.Schema] = {
     "session": pa.schema([
         ("node", s), ("pid", i32), ("application_name", s), ("client_addr", s), ("client_port", i32),
         ("backend_start_wall_ns", i64), ("first_seen_ns", i64),
+    ]),
+    # The DBMS's own account of a statement, where it keeps one (Oracle's extended SQL trace): its
+    # database calls, its wait events (component: the attribution component the engine maps the event
+    # to) and its plan's row source operations. statement_id: the execution the row belongs to (for a
+    # wait between calls, the execution whose cursor it names); top_statement_id: its top-level
+    # execution, the one a wait inside a call is attributed to.
+    "dbms_call": pa.schema([
+        ("node", s), ("pid", i32), ("file", s), ("line", i64), ("cursor", i64), ("call", s), ("dep", i32),
+        ("statement_id", i64), ("top_statement_id", i64), ("start_ns", i64), ("end_ns", i64), ("c_ns", i64),
+        ("e_ns", i64), ("p", i64), ("cr", i64), ("cu", i64), ("mis", i64), ("r", i64), ("og", i32),
+        ("plh", i64), ("detail", s), ("binds", pa.list_(s)),
+    ]),
+    "dbms_wait": pa.schema([
+        ("node", s), ("pid", i32), ("file", s), ("line", i64), ("cursor", i64), ("event", s), ("component", s),
+        ("ela_ns", i64), ("end_ns", i64), ("p1_name", s), ("p1", s), ("p2_name", s), ("p2", s), ("p3_name", s),
+        ("p3", s), ("obj", i64), ("statement_id", i64), ("top_statement_id", i64), ("in_call", b),
+        ("call_dep", i32),
+    ]),
+    "plan_operation": pa.schema([
+        ("node", s), ("pid", i32), ("statement_id", i64), ("cursor", i64), ("plh", i64), ("id", i32),
+        ("parent_id", i32), ("pos", i32), ("obj", i64), ("operation", s), ("cnt", i64), ("cr", i64), ("pr", i64),
+        ("pw", i64), ("starts", i64), ("time_ns", i64), ("cost", i64), ("size", i64), ("card", i64),
     ]),
     # OS side
     "process": pa.schema([
@@ -116,6 +139,11 @@ DERIVED_TABLES = ("statement_attribution", "statement_kernel_function", "stateme
 ATTRIBUTION_COMPONENTS = ("cpu_user", "cpu_sys", "disk_seq", "disk_random", "network", "remote_wait", "lock_wait",
                           "run_queue", "other_wait", "client_wait",
                           "not_allocated")
+
+
+def text_hash(text: str) -> int:
+    """A stable signed 64-bit hash of a query text (the `query_text_hash` key)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little", signed=True)
 
 
 def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:

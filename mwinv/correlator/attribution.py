@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from mwinv.capture.columns import numpy_ints
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
-from mwinv.correlator.load import CaptureDB, literal
+from mwinv.correlator.load import CaptureDB, literal, sql_file
 from mwinv.kernel_trace.syscalls import numbers
 
 # x86_64 syscalls. Network: the client/remote socket calls; PostgreSQL reads its client socket
@@ -574,6 +574,7 @@ def attribute(db: CaptureDB, progress=None) -> None:
         _create_seg_tables(db, "", "VARCHAR")
     step("statement I/O and CPU/disk splits")
     _build_statement_io(db)
+    db.con.execute(sql_file("dbms_attribution"))
     # Split the generic components: cpu by the statement's own user/sys rusage ratio, and disk waits
     # whose requests were issued by another task by the statement's own seq/random request mix
     # (floor for one part, the rest for the other, so the parts sum to the whole in integer ns).
@@ -587,7 +588,8 @@ def attribute(db: CaptureDB, progress=None) -> None:
                    s.cpu_user_ns IS NOT NULL AS has_rusage,
                    (tr.node IS NOT NULL AND s.start_ns >= tr.lo AND s.end_ns <= tr.hi) AS traced
             FROM statement_clean s LEFT JOIN trace_range_or_empty tr USING (node)
-            WHERE coalesce(s.nesting_level, 0) = 0),
+            WHERE coalesce(s.nesting_level, 0) = 0
+              AND (s.node, s.statement_id) NOT IN (SELECT (node, statement_id) FROM dbms_attribution)),
         comp AS (
             SELECT b.*, c.component, c.ns FROM base b
             JOIN seg_component c USING (node, statement_id) WHERE b.traced),
@@ -639,7 +641,11 @@ def attribute(db: CaptureDB, progress=None) -> None:
             UNION ALL
             -- the extension's own count of the portal's idle gaps (the trace tells them by epoll waits)
             SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'client_wait',
-                   least(idle, wall_ns - least(u + k, wall_ns)) FROM base WHERE NOT traced)
+                   least(idle, wall_ns - least(u + k, wall_ns)) FROM base WHERE NOT traced
+            UNION ALL
+            -- outside the trace, where the DBMS kept its own account of the time
+            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, component, ns
+            FROM dbms_attribution)
         SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, component,
                CAST(round(sum(ns)) AS BIGINT) AS ns
         FROM split GROUP BY ALL""")
@@ -648,8 +654,9 @@ def attribute(db: CaptureDB, progress=None) -> None:
     own = ", ".join(f"coalesce(sum(ns) FILTER (WHERE component = {literal(c)}), 0) AS {c}"
                     for c in ATTRIBUTION_COMPONENTS)
     allocated = " + ".join(f"coalesce(o.{c}, 0)" for c in ATTRIBUTION_COMPONENTS if c != "not_allocated")
-    own_ns = ", ".join(f"greatest(0, s.wall_ns - ({allocated}))" if c == "not_allocated" else f"coalesce(o.{c}, 0)"
-                       for c in ATTRIBUTION_COMPONENTS)
+    # a DBMS's own account brings its not_allocated (possibly negative: its unaccounted-for time)
+    own_ns = ", ".join(f"coalesce(o.{c}, 0) + greatest(0, s.wall_ns - ({allocated}) - coalesce(o.{c}, 0))"
+                       if c == "not_allocated" else f"coalesce(o.{c}, 0)" for c in ATTRIBUTION_COMPONENTS)
     worker_ns = ", ".join(f"coalesce(w.{c}, 0)" for c in ATTRIBUTION_COMPONENTS)
     db.con.execute(f"""
         CREATE OR REPLACE TABLE statement_attribution AS

@@ -35,6 +35,12 @@ def literal(value: int | str) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
+def sql_file(name: str) -> str:
+    """The SQL of one derived table, from `mwinv/correlator/sql/<name>.sql` (its header names its
+    inputs and columns)."""
+    return (Path(__file__).parent / "sql" / f"{name}.sql").read_text()
+
+
 def create_empty(con, table: str, kind: str = "TABLE") -> None:
     """An empty `table` (or view) with the columns of its schema."""
     cols = ", ".join(f"CAST(NULL AS {_duck_type(f.type)}) AS \"{f.name}\"" for f in SCHEMAS[table])

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from mwinv.capture.tables import SCHEMAS, Capture
-from mwinv.engines.postgresql.reader import DBMS, text_hash
+from mwinv.capture.tables import SCHEMAS, Capture, text_hash
+from mwinv.engines.postgresql.reader import DBMS
 
 SOURCE = "usdt"
 LOST = ("statements come from PostgreSQL's own query probes (the mwinv extension is not loaded): one per "

@@ -8,7 +8,6 @@ ring of per-execution statement records into the capture tables `statement` and
 
 from __future__ import annotations
 
-import hashlib
 import queue
 import threading
 import time
@@ -18,7 +17,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mwinv.capture.tables import SCHEMAS, Capture, node_name
+from mwinv.capture.tables import SCHEMAS, Capture, node_name, text_hash
 from mwinv.errors import MwinvError
 
 DBMS = "postgresql"
@@ -28,11 +27,6 @@ DRAIN_BATCH = 50_000
 _FIELD_TYPES = {"pid": np.int32, "leader_pid": np.int32, "nesting_level": np.int32, "dbid": np.uint32,
                 "userid": np.uint32, "errored": np.bool_, "has_resources": np.bool_, "utility": np.bool_}
 _RESOURCES = ("cpu_user_ns", "cpu_sys_ns", "minflt", "majflt", "inblock", "oublock", "nvcsw", "nivcsw")
-
-
-def text_hash(text: str) -> int:
-    """A stable signed 64-bit hash of a query text (the `query_text_hash` key)."""
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little", signed=True)
 
 
 def extension_available(conn: psycopg.Connection) -> bool:

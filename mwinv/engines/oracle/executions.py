@@ -1,0 +1,213 @@
+"""From a trace file's lines to executions: a statement is one EXEC with its FETCHes (and the PARSE
+just before it), recursive executions (dep > 0) linked to the call they ran inside, every wait placed
+in the deepest call that contains it by time, or between calls.
+
+Containment is by time because a call's line is written when it ends, after the waits and recursive
+calls inside it: a call of depth d contains the depth-(d+1) lines whose end lies in [tim - e, tim].
+Calls of one depth never overlap (a server process runs one call at a time), so the candidate is the
+first call of that depth ending at or after the line's end."""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass, field
+
+from mwinv.engines.oracle.trace10046 import BETWEEN_CALL_EVENTS, Call, Parsing, TraceFile
+
+EXECUTION_CALLS = ("PARSE", "EXEC", "FETCH")
+ENDS_CURSOR = ("CLOSE", "UNMAP", "SORT UNMAP")
+
+
+@dataclass
+class Execution:
+    seq: int
+    cursor: int
+    parsing: Parsing | None
+    dep: int
+    calls: list[Call] = field(default_factory=list)
+    parent: "Execution | None" = None
+    errored: bool = False
+
+    @property
+    def has_exec(self) -> bool:
+        return any(c.kind in ("EXEC", "FETCH") for c in self.calls)
+
+    @property
+    def start(self) -> int:
+        return min(c.start for c in self.calls)
+
+    @property
+    def end(self) -> int:
+        return max(c.tim for c in self.calls)
+
+    @property
+    def top(self) -> "Execution":
+        e = self
+        while e.parent is not None:
+            e = e.parent
+        return e
+
+
+@dataclass
+class PlacedWait:
+    wait: object
+    call: Call | None           # the deepest call containing it; None between calls
+    execution: Execution | None  # that call's execution, or (between calls) the open execution of its cursor
+
+
+@dataclass
+class Session:
+    """One trace file's executions, with every call and wait placed."""
+    trace: TraceFile
+    executions: list[Execution]
+    call_execution: dict[int, Execution]      # id(call) -> execution
+    call_parent: dict[int, Call]              # id(call) -> the call it ran inside
+    waits: list[PlacedWait]
+    stat_execution: dict[int, Execution]      # STAT line -> execution
+
+
+class _ByDepth:
+    """Calls of each depth sorted by end, for 'which call of depth d contains time t'."""
+
+    def __init__(self, calls: list[Call]):
+        self.depth: dict[int, list[Call]] = {}
+        for c in calls:
+            self.depth.setdefault(c.dep, []).append(c)
+        self.ends = {}
+        for d, cs in self.depth.items():
+            cs.sort(key=lambda c: (c.tim, c.line))
+            self.ends[d] = [c.tim for c in cs]
+
+    def containing(self, depth: int, t: int, not_before_line: int | None = None) -> Call | None:
+        ends = self.ends.get(depth)
+        if not ends:
+            return None
+        k = bisect.bisect_left(ends, t)
+        cs = self.depth[depth]
+        while k < len(cs):
+            c = cs[k]
+            if not_before_line is not None and c.line < not_before_line:
+                k += 1          # a call written before the line cannot contain it
+                continue
+            return c if c.start <= t else None
+        return None
+
+    def deepest(self, t: int, line: int, below: int = 1 << 30) -> Call | None:
+        found = None
+        for d in sorted(self.depth):
+            if d >= below:
+                break
+            c = self.containing(d, t, line)
+            if c is None:
+                break
+            found = c
+        return found
+
+
+def build(trace: TraceFile) -> Session:
+    # cursor numbers are reused: a call belongs to the latest PARSING IN CURSOR of its number before it
+    parsings = sorted(trace.parsings, key=lambda p: p.line)
+    items = sorted([("P", p.line, p) for p in parsings] + [("C", c.line, c) for c in trace.calls]
+                   + [("E", e.line, e) for e in trace.events] + [("W", w.line, w) for w in trace.waits]
+                   + [("S", s.line, s) for s in trace.stats], key=lambda x: x[1])
+    current: dict[int, Parsing] = {}
+    open_exec: dict[int, Execution] = {}
+    last_exec: dict[int, Execution] = {}
+    executions: list[Execution] = []
+    call_execution: dict[int, Execution] = {}
+    wait_open: dict[int, Execution] = {}   # id(wait) -> the execution open on its cursor when it was written
+    stat_execution: dict[int, Execution] = {}
+
+    def new(cursor: int, dep: int) -> Execution:
+        ex = Execution(len(executions), cursor, current.get(cursor), dep)
+        executions.append(ex)
+        open_exec[cursor] = last_exec[cursor] = ex
+        return ex
+
+    for kind, _, item in items:
+        if kind == "P":
+            current[item.cursor] = item
+            open_exec.pop(item.cursor, None)
+        elif kind == "C":
+            c: Call = item
+            if c.kind not in EXECUTION_CALLS:
+                if c.kind in ENDS_CURSOR:
+                    open_exec.pop(c.cursor, None)
+                continue
+            ex = open_exec.get(c.cursor)
+            if c.kind == "PARSE" or ex is None or (c.kind == "EXEC" and ex.has_exec):
+                ex = new(c.cursor, c.dep)
+            ex.calls.append(c)
+            call_execution[id(c)] = ex
+        elif kind == "E":
+            ex = open_exec.get(item.cursor)
+            if item.kind == "ERROR" and ex is not None:
+                ex.errored = True
+        elif kind == "W":
+            if item.cursor in open_exec:
+                wait_open[id(item)] = open_exec[item.cursor]
+        elif kind == "S":
+            ex = last_exec.get(item.cursor)
+            if ex is not None:
+                stat_execution[item.line] = ex
+
+    by_depth = _ByDepth(list(trace.calls))
+    call_parent: dict[int, Call] = {}
+    for c in trace.calls:
+        if c.dep > 0:
+            p = by_depth.containing(c.dep - 1, c.tim, c.line)
+            if p is not None:
+                call_parent[id(c)] = p
+    for ex in executions:
+        first = min(ex.calls, key=lambda c: c.line)
+        p = call_parent.get(id(first))
+        while p is not None and id(p) not in call_execution:
+            p = call_parent.get(id(p))   # ran inside a CLOSE or LOB call: the execution above that
+        ex.parent = call_execution.get(id(p)) if p is not None else None
+
+    placed = []
+    for w in trace.waits:
+        call = None if w.name in BETWEEN_CALL_EVENTS else by_depth.deepest(w.tim, w.line)
+        ex = call_execution.get(id(call)) if call is not None else wait_open.get(id(w))
+        if call is not None and ex is None:
+            p = call_parent.get(id(call))
+            while p is not None and id(p) not in call_execution:
+                p = call_parent.get(id(p))
+            ex = call_execution.get(id(p)) if p is not None else None
+        placed.append(PlacedWait(w, call, ex))
+    return Session(trace, executions, call_execution, call_parent, placed, stat_execution)
+
+
+_LITERAL = re.compile(r"'(?:[^']|'')*'|\b\d+(?:\.\d+)?(?:[eE][+-]?\d+)?\b")
+
+
+def normalized(text: str) -> str:
+    """The text with literals replaced by '?', whitespace collapsed and case folded: statements that
+    differ only in literals (tkprof lists them apart) share it, like Oracle's force-matching signature."""
+    return " ".join(_LITERAL.sub("?", text).split()).lower()
+
+
+# Oracle wait events -> attribution components (docs/oracle.md); first match wins, the rest other_wait.
+_COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("client_wait", ("SQL*Net message from client", "SQL*Net vector message from client")),
+    ("lock_wait", ("enq:", "latch", "library cache", "row cache", "cursor:", "buffer busy", "gc buffer busy",
+                   "mutex", "lock deadlock", "DFS lock", "kksfbc")),
+    ("remote_wait", ("gc ",)),
+    ("network", ("SQL*Net", "TCP Socket")),
+    ("disk_random", ("db file sequential read", "db file parallel read", "db file single write",
+                     "control file sequential read", "db flash cache single block", "cell single block",
+                     "read by other session", "free buffer waits")),
+    ("disk_seq", ("db file scattered read", "direct path read", "direct path write", "cell multiblock",
+                  "cell smart", "db flash cache multiblock", "log file sync", "log file parallel write",
+                  "db file parallel write", "control file parallel write")),
+)
+
+
+def component(event: str) -> str:
+    for comp, prefixes in _COMPONENTS:
+        if any(event.startswith(p) for p in prefixes):
+            return comp
+    if "dblink" in event:
+        return "network"
+    return "other_wait"

@@ -1,0 +1,203 @@
+"""Oracle extended SQL trace files into a capture directory: `statement` (one row per execution),
+`statement_text`, `session`, and the trace's own account in `dbms_call`, `dbms_wait` and
+`plan_operation`. Several files (sessions, RAC instances) go into one capture; each file's node is
+the host in its header.
+
+Times: every `*_ns` column of an Oracle node is wall-clock time (UTC nanoseconds, manifest clock
+`realtime`): a file's `tim` values are mapped to wall time by one offset, the median over its `***`
+timestamp lines (each paired with the first tim written after it); the manifest keeps the offsets'
+spread, the drift the file shows."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from itertools import accumulate
+from pathlib import Path
+
+from mwinv.capture.tables import Capture, text_hash
+from mwinv.engines.oracle import executions as ex_mod
+from mwinv.engines.oracle.trace10046 import TraceFile, parse
+from mwinv.errors import MwinvError
+
+DBMS = "oracle"
+
+
+@dataclass
+class Imported:
+    path: Path
+    node: str
+    pid: int | None
+    statements: int
+    waits: int
+    problems: list[str]      # 'FILE:LINE: what' for every malformed or truncated line
+
+
+def _next_statement_id(capture: Capture, node: str) -> int:
+    if not capture.has("statement"):
+        return 1
+    t = capture.read("statement")
+    ids = [sid for n, sid in zip(t.column("node").to_pylist(), t.column("statement_id").to_pylist()) if n == node]
+    return max(ids, default=0) + 1
+
+
+def _to_ns(tf: TraceFile, offset_us: int):
+    unit = tf.tim_unit_us
+
+    def ns(tim: int) -> int:
+        return (tim * unit + offset_us) * 1000
+    return ns
+
+
+def import_file(capture: Capture, path: str | Path, node: str | None = None) -> Imported:
+    tf = parse(path)
+    problems = [f"{tf.path}:{ln}: {what}" for ln, what in tf.malformed]
+    if tf.truncated:
+        problems.append(f"{tf.path}:{tf.truncated[0]}: truncated ({tf.truncated[1]})")
+    node = node or tf.header.get("node_name") or "oracle"
+    pid = tf.os_pid
+    if pid is None:
+        problems.append(f"{tf.path}:1: no 'Unix process pid:' header line: the OS pid is unknown "
+                        "(the kernel side cannot be joined)")
+    offset_us, spread_us = tf.wall_offset_us()
+    if offset_us is None:
+        raise MwinvError(f"{tf.path}:1: no '***' timestamp line followed by a tim= value: its times cannot be "
+                         "placed on the wall clock")
+    session = ex_mod.build(tf)
+    ns = _to_ns(tf, offset_us)
+    unit = tf.tim_unit_us
+    base = _next_statement_id(capture, node)
+    sid = {id(e): base + e.seq for e in session.executions}
+    file = str(tf.path)
+    first_session = tf.sessions[0] if tf.sessions else {}
+    database = tf.header.get("container") or first_session.get("service_name")
+    # interleaved cursors: a top-level execution's window holds calls of others, which are the client's
+    top = sorted((c for c in tf.calls if c.dep == 0), key=lambda c: c.start)
+    top_starts = [c.start for c in top]
+    top_e = list(accumulate((c.e for c in top), initial=0))
+    idle = sorted((w.tim, w.ela) for w in tf.waits if ex_mod.component(w.name) == "client_wait")
+    idle_tims = [t for t, _ in idle]
+    idle_ela = list(accumulate((e for _, e in idle), initial=0))
+
+    def client_time(e) -> int:
+        """Between its calls: the client's waits, and other cursors' calls (dep 0 only)."""
+        start, end = e.start, e.end
+        lo, hi = bisect.bisect_right(idle_tims, start), bisect.bisect_right(idle_tims, end)
+        t = idle_ela[hi] - idle_ela[lo]
+        if e.dep == 0:
+            lo, hi = bisect.bisect_left(top_starts, start), bisect.bisect_right(top_starts, end)
+            while hi > lo and top[hi - 1].tim > end:
+                hi -= 1
+            t += top_e[hi] - top_e[lo] - sum(c.e for c in e.calls)
+        return min(t, end - start)
+
+    statements, texts, seen_text = [], [], set()
+    for e in session.executions:
+        text = e.parsing.text if e.parsing else f"(cursor #{e.cursor}: its PARSING IN CURSOR is not in {tf.path.name})"
+        h = text_hash(text)
+        qid = text_hash(ex_mod.normalized(text))
+        if h not in seen_text:
+            seen_text.add(h)
+            texts.append({"query_text_hash": h, "query_id": qid, "text": text})
+        start, end = e.start, e.end
+        statements.append({
+            "node": node, "dbms": DBMS, "pid": pid, "leader_pid": None, "statement_id": sid[id(e)],
+            "parent_statement_id": sid[id(e.parent)] if e.parent is not None else None,
+            "query_id": qid, "query_text_hash": h, "database": database,
+            "username": f"uid={e.parsing.uid}" if e.parsing and e.parsing.uid is not None else None,
+            "start_ns": ns(start), "end_ns": ns(end), "start_wall_ns": ns(start), "plan_ns": None,
+            "parse_ns": sum(c.e for c in e.calls if c.kind == "PARSE") * unit * 1000,
+            "client_wait_ns": client_time(e) * unit * 1000,
+            "cpu_user_ns": sum(c.c for c in e.calls) * unit * 1000, "cpu_sys_ns": None,
+            "rows": sum(c.r for c in e.calls if c.kind in ("EXEC", "FETCH")),
+            "nesting_level": e.dep, "errored": e.errored,
+        })
+
+    def top_id(call) -> int | None:
+        exn = session.call_execution.get(id(call))
+        if exn is None:
+            p = session.call_parent.get(id(call))
+            while p is not None and id(p) not in session.call_execution:
+                p = session.call_parent.get(id(p))
+            exn = session.call_execution.get(id(p)) if p is not None else None
+        return sid[id(exn.top)] if exn is not None else None
+
+    calls = []
+    for c in tf.calls:
+        exn = session.call_execution.get(id(c))
+        calls.append({
+            "node": node, "pid": pid, "file": file, "line": c.line, "cursor": c.cursor, "call": c.kind, "dep": c.dep,
+            "statement_id": sid[id(exn)] if exn is not None else None, "top_statement_id": top_id(c),
+            "start_ns": ns(c.start), "end_ns": ns(c.tim), "c_ns": c.c * unit * 1000, "e_ns": c.e * unit * 1000,
+            "p": c.p, "cr": c.cr, "cu": c.cu, "mis": c.mis, "r": c.r, "og": c.og, "plh": c.plh, "detail": c.detail,
+            "binds": c.binds,
+        })
+    for ev in tf.events:
+        calls.append({"node": node, "pid": pid, "file": file, "line": ev.line, "cursor": ev.cursor, "call": ev.kind,
+                      "dep": None, "start_ns": ns(ev.tim), "end_ns": ns(ev.tim), "c_ns": 0, "e_ns": 0,
+                      "detail": ev.detail})
+    waits = []
+    for pw in session.waits:
+        w = pw.wait
+        params = (w.params + [(None, None)] * 3)[:3]
+        top = None
+        if pw.call is not None:
+            top = top_id(pw.call)
+        waits.append({
+            "node": node, "pid": pid, "file": file, "line": w.line, "cursor": w.cursor, "event": w.name,
+            "component": ex_mod.component(w.name), "ela_ns": w.ela * unit * 1000, "end_ns": ns(w.tim),
+            "p1_name": params[0][0], "p1": params[0][1], "p2_name": params[1][0], "p2": params[1][1],
+            "p3_name": params[2][0], "p3": params[2][1], "obj": w.obj,
+            "statement_id": sid[id(pw.execution)] if pw.execution is not None else None,
+            "top_statement_id": top, "in_call": pw.call is not None,
+            "call_dep": pw.call.dep if pw.call is not None else None,
+        })
+    plans = []
+    for st in tf.stats:
+        exn = session.stat_execution.get(st.line)
+        plh = next((c.plh for c in reversed(exn.calls) if c.plh is not None), None) if exn else None
+        plans.append({
+            "node": node, "pid": pid, "statement_id": sid[id(exn)] if exn else None, "cursor": st.cursor,
+            "plh": plh, "id": st.id, "parent_id": st.parent_id, "pos": st.pos, "obj": st.obj,
+            "operation": st.operation, "cnt": st.cnt, "cr": st.stats.get("cr"), "pr": st.stats.get("pr"),
+            "pw": st.stats.get("pw"), "starts": st.stats.get("str"),
+            "time_ns": st.stats["time"] * 1000 if "time" in st.stats else None, "cost": st.stats.get("cost"),
+            "size": st.stats.get("size"), "card": st.stats.get("card"),
+        })
+    sessions = [{"node": node, "pid": pid, "application_name": s.get("module_name"), "client_addr": None,
+                 "client_port": None, "backend_start_wall_ns": s.get("wall_ns"), "first_seen_ns": s.get("wall_ns")}
+                for s in tf.sessions if s.get("session_id")]
+
+    for table, rows in (("statement", statements), ("statement_text", texts), ("dbms_call", calls),
+                        ("dbms_wait", waits), ("plan_operation", plans), ("session", sessions)):
+        if rows:
+            capture.write_part(table, rows, node=node)
+    info = capture.manifest().get("nodes", {}).get(node, {})
+    files = [f for f in info.get("oracle_files", []) if f.get("path") != file] + [{
+        "path": file, "os_pid": pid, "lines": tf.lines, "tim_to_wall_offset_us": offset_us,
+        "offset_spread_us": spread_us, "zone_known": tf.zone_known, "version": ".".join(map(str, tf.version)),
+        "instance": tf.header.get("instance"), "sessions": [s.get("session_id") for s in tf.sessions],
+        "problems": problems[:20], "statements": len(statements),
+    }]
+    starts = [r["start_ns"] for r in statements] + [r["end_ns"] - r["ela_ns"] for r in waits]
+    ends = [r["end_ns"] for r in statements] + [r["end_ns"] for r in waits]
+    capture.update_manifest(nodes={node: {
+        **info, "clock": "realtime", "dbms": DBMS, "software": {"oracle": tf.header.get("banner", "")},
+        "start_ns": min(starts + ([info["start_ns"]] if "start_ns" in info else []), default=None),
+        "end_ns": max(ends + ([info["end_ns"]] if "end_ns" in info else []), default=None),
+        "oracle_files": files}})
+    return Imported(tf.path, node, pid, len(statements), len(waits), problems)
+
+
+def import_files(capture_dir: str | Path, paths: list[str | Path], node: str | None = None,
+                 progress=None) -> list[Imported]:
+    """Import every file; a file that cannot be read at all stops the import with its error (the
+    files imported before it are kept)."""
+    cap = Capture(capture_dir)
+    cap.create(capture_kind="dbms-trace")
+    done = []
+    for k, p in enumerate(paths):
+        if progress:
+            progress(f"[{k + 1}/{len(paths)}] {p}")
+        done.append(import_file(cap, p, node))
+    return done
