@@ -1,7 +1,8 @@
 -- dbms_attribution: a top-level statement's wall time from its DBMS's own account, for statements
 -- the kernel trace does not cover (an Oracle 10046 trace without a kernel capture of its host).
 --
--- inputs:  statement_clean (start_ns, end_ns, cpu_user_ns, client_wait_ns), dbms_call, dbms_wait,
+-- inputs:  statement_clean (start_ns, end_ns, cpu_user_ns, client_wait_ns), dbms_call (its file),
+--          dbms_wait,
 --          trace_range_or_empty
 -- columns: node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, component, ns
 --
@@ -15,8 +16,10 @@ CREATE OR REPLACE TABLE dbms_attribution AS
 WITH stmt AS (
     SELECT s.node, s.statement_id, s.query_id, s.pid, s.leader_pid, s.parent_statement_id, s.start_ns, s.end_ns,
            s.end_ns - s.start_ns AS wall_ns, coalesce(s.cpu_user_ns, 0) AS cpu_ns,
-           coalesce(s.client_wait_ns, 0) AS client_ns
+           coalesce(s.client_wait_ns, 0) AS client_ns, f.file
     FROM statement_clean s LEFT JOIN trace_range_or_empty tr USING (node)
+         LEFT JOIN (SELECT node, statement_id, any_value(file) AS file FROM dbms_call GROUP BY ALL) f
+         USING (node, statement_id)
     WHERE coalesce(s.nesting_level, 0) = 0
       AND NOT (tr.node IS NOT NULL AND s.start_ns >= tr.lo AND s.end_ns <= tr.hi)
       AND EXISTS (SELECT 1 FROM dbms_call c WHERE c.node = s.node AND c.statement_id = s.statement_id)),
@@ -25,7 +28,7 @@ in_call AS (
     FROM dbms_wait w WHERE w.in_call AND w.top_statement_id IS NOT NULL GROUP BY ALL),
 between_calls AS (
     SELECT s.node, s.statement_id, w.component, sum(w.ela_ns) AS ns
-    FROM stmt s JOIN dbms_wait w ON w.node = s.node AND w.pid = s.pid
+    FROM stmt s JOIN dbms_wait w ON w.node = s.node AND w.pid = s.pid AND w.file IS NOT DISTINCT FROM s.file
          AND w.end_ns > s.start_ns AND w.end_ns <= s.end_ns
     WHERE NOT w.in_call AND w.component <> 'client_wait' GROUP BY ALL),
 parts AS (

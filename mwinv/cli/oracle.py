@@ -1,0 +1,175 @@
+"""`mwinv oracle`: Oracle extended SQL traces (event 10046) into a capture, and the profiles Oracle
+DBAs read from them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from mwinv.cli.common import progress_console
+from mwinv.errors import MwinvError
+
+
+@click.group("oracle", help=__doc__)
+def oracle_cli() -> None:
+    pass
+
+
+def _console() -> Console:
+    """Wide enough for the tables when piped (rich assumes 80 columns there)."""
+    c = Console()
+    return c if c.is_terminal else Console(width=200)
+
+
+def _ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:,.3f}"
+
+
+@oracle_cli.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--out", "out", required=True, type=click.Path(file_okay=False),
+              help="capture directory to write (created; several imports may add to one).")
+@click.option("--node", default=None, help="node name (default: the host in each file's header).")
+@click.option("--lenient", is_flag=True, help="exit 0 even when lines were malformed or a file was truncated.")
+def import_cmd(files, out, node, lenient) -> None:
+    """Read 10046 trace files (sessions, RAC instances) into one capture: one statement per execution,
+    the trace's calls, waits and plans; then `mwinv-correlate OUT` attributes them and `mwinv oracle
+    profile OUT` profiles them. Malformed and truncated lines are skipped, everything else is kept,
+    and the exit is non-zero with the first such line named (unless --lenient).
+
+    \b
+    Examples:
+      mwinv oracle import orcl_ora_9854.trc -o out/ora
+      mwinv oracle import trace/*_ora_*.trc -o out/rac --node db1
+    """
+    from mwinv.engines.oracle.importer import import_files
+
+    err = progress_console()
+    done = import_files(out, [Path(f) for f in files], node=node, progress=lambda s: err.print(s, highlight=False))
+    problems = [p for d in done for p in d.problems]
+    for d in done:
+        err.print(f"{d.path}: node {d.node}, pid {d.pid}: {d.statements} executions, {d.waits} waits", highlight=False)
+    for p in problems[1:6]:
+        err.print(f"warning: {p}", highlight=False)
+    if problems and not lenient:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise MwinvError(f"{problems[0]}{more}; the rest was imported into {out}")
+
+
+@oracle_cli.command("profile")
+@click.argument("capture", type=click.Path(file_okay=False))
+@click.option("--group", default="name", show_default=True,
+              help="SQL expression to group by: name, kind, call, file, statement_id, query_id, text, obj, ...")
+@click.option("--where", default=None, help="SQL condition on the items, e.g. \"dur_ns > 1e6\" or \"kind = 'wait'\".")
+@click.option("--skew", is_flag=True, help="add each group's histogram of durations.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def profile_cmd(capture, group, where, skew, fmt) -> None:
+    """Response-time profile of the traced sessions: every microsecond once (the CPU of top-level calls,
+    every wait, unaccounted-for time within and between calls, possibly negative), grouped and
+    filtered by SQL expressions over the items (columns: node, pid, file, line, statement_id,
+    query_id, text, kind, name, call, dep, dur_ns, obj).
+
+    \b
+    Examples:
+      mwinv oracle profile out/ora
+      mwinv oracle profile out/ora --group file
+      mwinv oracle profile out/ora --where "name = 'db file sequential read'" --group obj --skew
+      mwinv oracle profile out/ora --group "query_id || ' ' || left(text, 40)" --format json
+    """
+    from mwinv.engines.oracle import profile as prof
+
+    db = prof.open_oracle(capture)
+    rows, total = prof.profile(db, group=group, where=where)
+    if fmt == "json":
+        click.echo(json.dumps({"total_ns": total, "rows": [{
+            "group": r.group, "duration_ns": r.duration_ns, "share": r.share, "count": r.count, "mean_ns": r.mean_ns,
+            "min_ns": r.min_ns, "max_ns": r.max_ns,
+            "histogram": [{"bucket": b, "count": c, "ns": s} for b, (c, s) in zip(prof.BUCKET_LABELS, r.histogram)]}
+            for r in rows]}, indent=2))
+        return
+    t = Table(title=f"response-time profile ({total / 1e9:,.6f} s)")
+    for col, just in ((group, "left"), ("duration ms", "right"), ("%", "right"), ("count", "right"),
+                      ("mean ms", "right"), ("min ms", "right"), ("max ms", "right")):
+        t.add_column(col, justify=just, overflow="fold")
+    if skew:
+        for label in prof.BUCKET_LABELS:
+            t.add_column(label, justify="right")
+    for r in rows:
+        cells = [r.group, _ms(r.duration_ns), f"{100 * r.share:.1f}", f"{r.count:,}", _ms(r.mean_ns), _ms(r.min_ns),
+                 _ms(r.max_ns)]
+        if skew:
+            cells += [str(c) if c else "" for c, _ in r.histogram]
+        t.add_row(*cells)
+    t.add_row("total", _ms(total), "100.0", f"{sum(r.count for r in rows):,}", "", "", "")
+    _console().print(t)
+
+
+@oracle_cli.command("tkprof")
+@click.argument("capture", type=click.Path(file_okay=False))
+@click.option("--query-id", type=int, default=None, help="one statement (its query id from the table).")
+@click.option("--top", type=int, default=10, show_default=True, help="statements to show, by elapsed time.")
+def tkprof_cmd(capture, query_id, top) -> None:
+    """tkprof's tables — count, cpu, elapsed, disk, query, current, rows per Parse/Execute/Fetch and misses
+    in library cache — with statements that differ only in literals under one query id, each
+    statement's row source operations with the disk waits on their objects, the fetch array size
+    what-if, and the overall totals with recursive statements apart.
+
+    \b
+    Examples:
+      mwinv oracle tkprof out/ora
+      mwinv oracle tkprof out/ora --query-id 2744760496109356605
+    """
+    from mwinv.engines.oracle import profile as prof
+
+    db = prof.open_oracle(capture)
+    rows = prof.tkprof_rows(db, query_id)
+    console = _console()
+    order = list(dict.fromkeys(r[0] for r in rows))[:top]
+    if query_id is not None and not order:
+        raise MwinvError(f"{capture}: no statement with query id {query_id}")
+    for qid in order:
+        mine = [r for r in rows if r[0] == qid]
+        console.rule(f"query id {qid}{' (recursive)' if mine[0][2] else ''}")
+        console.print(mine[0][1][:2000], highlight=False)
+        console.print(_call_table(mine))
+        for r in mine:
+            if r[11]:
+                console.print(f"misses in library cache during {r[3].lower()}: {r[11]}", highlight=False)
+        plan = prof.plan_rows(db, qid)
+        if plan:
+            t = Table(title="row source operations (disk waits on their object)")
+            for col in ("id", "operation", "rows", "cr", "pr", "time ms", "disk waits", "disk wait ms"):
+                t.add_column(col, justify="left" if col == "operation" else "right")
+            depth = {}
+            for pid_, parent, op, obj, cnt, cr, pr, time_ns, n, wait_ns in plan:
+                depth[pid_] = depth.get(parent, -1) + 1
+                t.add_row(str(pid_), "  " * depth[pid_] + op, f"{cnt:,}", str(cr), str(pr), _ms(time_ns),
+                          str(n) if n else "", _ms(wait_ns) if n else "")
+            console.print(t)
+        for w in prof.fetch_whatif(db, qid):
+            if w.saved_ns:
+                console.print(f"what-if fetch array size {w.array_size}: {w.fetches} → {w.fetches_after} fetch calls "
+                              f"for {w.rows} rows in {w.executions} executions, {_ms(w.saved_ns)} ms of client round "
+                              f"trips saved (at {_ms(w.trip_wait_ns)} ms per trip)", highlight=False)
+    for recursive in (False, True):
+        mine = [(None, None, r[0], *r[1:]) for r in prof.overall(db) if r[0] == recursive]
+        if mine:
+            console.rule(f"OVERALL TOTALS FOR ALL {'RECURSIVE' if recursive else 'NON-RECURSIVE'} STATEMENTS")
+            console.print(_call_table(mine))
+
+
+def _call_table(rows) -> Table:
+    t = Table()
+    for col in ("call", "count", "cpu s", "elapsed s", "disk", "query", "current", "rows"):
+        t.add_column(col, justify="left" if col == "call" else "right")
+    tot = [0] * 7
+    for r in rows:
+        vals = (r[4], r[5], r[6], r[7], r[8], r[9], r[10])
+        tot = [a + (b or 0) for a, b in zip(tot, vals)]
+        t.add_row(r[3], f"{vals[0]:,}", f"{vals[1] / 1e9:.6f}", f"{vals[2] / 1e9:.6f}", *(f"{v:,}" for v in vals[3:]))
+    t.add_row("total", f"{tot[0]:,}", f"{tot[1] / 1e9:.6f}", f"{tot[2] / 1e9:.6f}", *(f"{v:,}" for v in tot[3:]))
+    return t

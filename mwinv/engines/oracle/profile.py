@@ -1,0 +1,114 @@
+"""What Oracle DBAs read from a 10046 trace, from the capture tables: tkprof's table (literals folded
+into one query id), a response-time profile that counts every microsecond once with its
+unaccounted-for time explicit (by file, statement, call type or wait event, filtered and grouped by
+SQL expressions like mrskew's --where/--group), the skew of durations as histograms, the plan
+operators behind the disk waits, and the fetch array size what-if."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from mwinv.correlator.load import CaptureDB, literal, open_capture
+from mwinv.errors import MwinvError
+
+SQL_DIR = Path(__file__).parent / "sql"
+# Histogram buckets of durations (upper bounds): 1 µs, 10 µs, ... 10 s, then everything above.
+BUCKETS_NS = tuple(10 ** k for k in range(3, 11))
+BUCKET_LABELS = ("<1µs", "<10µs", "<100µs", "<1ms", "<10ms", "<100ms", "<1s", "<10s", "≥10s")
+
+
+def open_oracle(capture_dir: str | Path) -> CaptureDB:
+    db = open_capture(capture_dir)
+    if not db.has("dbms_call") and not db.has("dbms_wait"):
+        raise MwinvError(f"{capture_dir}: no Oracle trace in this capture (import one with `mwinv oracle import`)")
+    for name in ("response_item", "tkprof", "plan_waits", "fetch_trips"):
+        db.con.execute((SQL_DIR / f"{name}.sql").read_text())
+    return db
+
+
+@dataclass
+class ProfileRow:
+    group: str
+    duration_ns: int
+    share: float
+    count: int
+    mean_ns: float
+    min_ns: int
+    max_ns: int
+    histogram: list[tuple[int, int]]   # (count, ns) per bucket of BUCKET_LABELS
+
+
+def profile(db: CaptureDB, group: str = "name", where: str | None = None) -> tuple[list[ProfileRow], int]:
+    """Response-time profile over response_item: rows grouped by the SQL expression `group`, filtered by
+    `where`; the total is the sum of every selected item (the files' response time when unfiltered)."""
+    cond = f"WHERE {where}" if where else ""
+    bucket = "CASE " + " ".join(f"WHEN abs(dur_ns) < {b} THEN {k}" for k, b in enumerate(BUCKETS_NS)) + \
+        f" ELSE {len(BUCKETS_NS)} END"
+    hist = ", ".join(f"count(*) FILTER (WHERE b = {k}), coalesce(sum(dur_ns) FILTER (WHERE b = {k}), 0)"
+                     for k in range(len(BUCKET_LABELS)))
+    try:
+        rows = db.sql(f"""
+            WITH sel AS (SELECT CAST(({group}) AS VARCHAR) AS g, dur_ns, {bucket} AS b FROM response_item {cond})
+            SELECT g, sum(dur_ns), count(*), avg(dur_ns), min(dur_ns), max(dur_ns), {hist}
+            FROM sel GROUP BY g ORDER BY 2 DESC NULLS LAST""").fetchall()
+    except duckdb.Error as exc:
+        raise MwinvError(f"--group/--where: {str(exc).splitlines()[0]}") from None
+    total = sum(r[1] or 0 for r in rows)
+    return [ProfileRow(str(r[0]), int(r[1] or 0), (r[1] or 0) / total if total else 0.0, int(r[2]), float(r[3] or 0),
+                       int(r[4] or 0), int(r[5] or 0), [(int(r[6 + 2 * k]), int(r[7 + 2 * k]))
+                                                        for k in range(len(BUCKET_LABELS))])
+            for r in rows], int(total)
+
+
+def tkprof_rows(db: CaptureDB, query_id: int | None = None) -> list[tuple]:
+    where = f"WHERE query_id = {literal(query_id)}" if query_id is not None else ""
+    return db.sql(f"""
+        SELECT query_id, text, recursive, call, count, cpu_ns, elapsed_ns, disk, query, current, rows, misses
+        FROM tkprof {where}
+        ORDER BY sum(elapsed_ns) OVER (PARTITION BY query_id) DESC, query_id,
+                 CASE call WHEN 'Parse' THEN 0 WHEN 'Execute' THEN 1 ELSE 2 END""").fetchall()
+
+
+def overall(db: CaptureDB) -> list[tuple]:
+    """tkprof's OVERALL TOTALS, non-recursive and recursive statements apart."""
+    return db.sql("""
+        SELECT recursive, call, sum(count), sum(cpu_ns), sum(elapsed_ns), sum(disk), sum(query), sum(current),
+               sum(rows), sum(misses)
+        FROM tkprof GROUP BY recursive, call ORDER BY recursive, CASE call WHEN 'Parse' THEN 0 WHEN 'Execute' THEN 1 ELSE 2 END
+        """).fetchall()
+
+
+def plan_rows(db: CaptureDB, query_id: int) -> list[tuple]:
+    return db.sql(f"""SELECT id, parent_id, operation, obj, cnt, cr, pr, time_ns, disk_waits, disk_wait_ns
+                      FROM plan_waits WHERE query_id = {literal(query_id)} ORDER BY id""").fetchall()
+
+
+@dataclass
+class FetchWhatIf:
+    query_id: int
+    executions: int
+    fetches: int
+    rows: int
+    trip_wait_ns: int
+    array_size: int
+    fetches_after: int
+    saved_ns: int
+
+
+def fetch_whatif(db: CaptureDB, query_id: int, array_sizes=(100, 500)) -> list[FetchWhatIf]:
+    """Fetch calls a larger array size would need (each execution's rows / size, at least one) and
+    the client round trips saved, each at the trace's mean SQL*Net client wait per trip."""
+    row = db.sql(f"SELECT executions, fetches, rows, rows_per_execution, trip_wait_ns FROM fetch_trips "
+                 f"WHERE query_id = {literal(query_id)}").fetchone()
+    if not row:
+        return []
+    execs, fetches, rows, per_exec, trip = row
+    out = []
+    for size in array_sizes:
+        after = sum(max(1, math.ceil((r or 0) / size)) for r in per_exec)
+        out.append(FetchWhatIf(query_id, execs, fetches, rows, trip, size, after, max(0, fetches - after) * trip))
+    return out
