@@ -17,10 +17,11 @@ import pyarrow as pa
 from mwinv.capture.columns import empty_table
 from mwinv.capture.tables import SCHEMAS, Capture
 from mwinv.correlator.classify import class_shares, ranked_kernel_functions
-from mwinv.correlator.load import connect, create_empty
+from mwinv.correlator.load import connect, create_empty, sql_file
 from mwinv.correlator.model import Platform, estimate_components, inputs_from, model_connection, model_total
 from mwinv.correlator.rules import (MIN_LOCK_SHARE, MIN_RUN_QUEUE_SHARE, MIN_WALL_NS, RULES, Advice, Evidence, _ms,
                                     make_advice, what_ifs)
+from mwinv.engines.oracle.rules import ORACLE_RULES
 
 BLOCKER_LOOKBACK_NS = 60_000_000_000  # a blocker's statement that took the lock started at most this long before
 
@@ -31,13 +32,14 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
            cpus: int | None = None, settings: dict | None = None,
            node_samples: pa.Table | None = None, only: list[int] | None = None,
            con: duckdb.DuckDBPyConnection | None = None, windows: str = "statements",
-           node_parts: dict | None = None) -> list[Advice]:
+           node_parts: dict | None = None, dbms_evidence: dict[int, dict] | None = None) -> list[Advice]:
     """Advice for every root statement (or those in `only`). settings: server GUCs the capture recorded
     (e.g. jit); node_samples: the nodes' CPU samples, which tell a CPU shortage from a capped process.
     con: a connection that already holds these as `statements`, `attribution`, `statement_io` and
     `node_sample` (advise_capture reads them from Parquet: registering Arrow tables imports pandas).
     windows: the table of the times the statements ran (see _idle_cpus); node_parts: a cluster
-    statement's parts on its data nodes (nodes.node_parts), by statement id."""
+    statement's parts on its data nodes (nodes.node_parts), by statement id; dbms_evidence: the DBMS's
+    own account of a statement (Oracle's trace), by statement id: its engine's rules advise on it."""
     platform = None
     if calibration and "disk" in calibration:
         platform = Platform.from_calibration(calibration)
@@ -66,7 +68,11 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
             out.append(_too_thin(st, row))
             continue
         e = evidence_of(st, classes[sid], row, kfuncs.get(sid, []), idle.get(sid), (node_parts or {}).get(sid), ctx)
-        out.extend(advice for rule in RULES if (advice := rule(e)) is not None)
+        own = (dbms_evidence or {}).get(sid)
+        if own:
+            e.dbms = own
+        rules = ORACLE_RULES if own else RULES
+        out.extend(advice for rule in rules if (advice := rule(e)) is not None)
     return out
 
 
@@ -92,7 +98,7 @@ def advise_capture(capture_dir, statement_ids: list[int]) -> dict[int, list[Advi
     manifest = cap.manifest()
     con = connect()
     for table in ("statement", "statement_attribution", "statement_kernel_function", "node_sample", "statement_text",
-                  "kernel_event"):
+                  "kernel_event", "dbms_call", "dbms_wait", "plan_operation"):
         if cap.has(table):
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{cap.glob(table)}')")
         else:
@@ -156,6 +162,8 @@ def advise_capture(capture_dir, statement_ids: list[int]) -> dict[int, list[Advi
         CREATE TABLE windows AS
         SELECT m.key AS statement_id, s.node, s.start_ns, s.end_ns FROM member m JOIN statement s USING (statement_id)""")
 
+    dbms_evidence = _dbms_evidence(con) if cap.has("dbms_call") else None
+
     def arrow(sql: str) -> pa.Table:
         return con.execute(sql).to_arrow_table()
     advice = advise(arrow("SELECT * FROM statements"), arrow("SELECT * FROM attribution"),
@@ -166,11 +174,50 @@ def advise_capture(capture_dir, statement_ids: list[int]) -> dict[int, list[Advi
                         "SELECT count(*) FROM attribution WHERE component = 'lock_wait' AND ns > 0").fetchone()[0]
                     else None, cpus=manifest.get("cpus"),
                     settings=manifest.get("settings") or {}, node_samples=arrow("SELECT * FROM node_sample"),
-                    only=statement_ids, con=con, windows="windows", node_parts=_node_parts(cap, statement_ids))
+                    only=statement_ids, con=con, windows="windows", node_parts=_node_parts(cap, statement_ids),
+                    dbms_evidence=dbms_evidence)
     con.close()
     out: dict[int, list[Advice]] = {}
     for a in advice:
         out.setdefault(a.statement_id, []).append(a)
+    return out
+
+
+FETCH_ARRAY_WHAT_IF = 100  # the array size the fetch round-trip what-if tries
+
+
+def _dbms_evidence(con: duckdb.DuckDBPyConnection) -> dict[int, dict]:
+    """Per advised statement, the DBMS's own evidence (sql/dbms_evidence.sql), with the fetch round
+    trips an array of FETCH_ARRAY_WHAT_IF rows would save at its mean client wait per trip."""
+    con.execute(sql_file("dbms_evidence"))
+    out: dict[int, dict] = {}
+    for key, event, comp, ns, count, obj, obj_ns, op in con.execute(
+            "SELECT * FROM dbms_wait_of ORDER BY key, ns DESC, event, obj_ns DESC").fetchall():
+        waits = out.setdefault(key, {"waits": []})["waits"]
+        if not waits or waits[-1]["event"] != event:
+            waits.append({"event": event, "component": comp, "ns": int(ns), "count": int(count), "objects": []})
+        if obj is not None and obj > 0:
+            waits[-1]["objects"].append({"obj": int(obj), "ns": int(obj_ns), "operation": op})
+    for key, parses, hard, parse_ns, execs, fetches, rows, commits, variants in con.execute(
+            "SELECT * FROM dbms_call_of").fetchall():
+        out.setdefault(key, {"waits": []}).update(parses=parses, hard_parses=int(hard), parse_ns=int(parse_ns),
+                                                  execs=execs, fetches=fetches, rows=int(rows), commits=commits,
+                                                  variants=variants or 1)
+    trips = con.execute("""
+        SELECT m.key, list(r ORDER BY m.statement_id), sum(f), sum(w) FROM member m JOIN (
+            SELECT c.statement_id, count(*) FILTER (WHERE c.call = 'FETCH') AS f,
+                   coalesce(sum(c.r) FILTER (WHERE c.call = 'FETCH'), 0) AS r,
+                   (SELECT coalesce(sum(w.ela_ns), 0) FROM dbms_wait w JOIN statement s ON s.node = w.node
+                    AND s.statement_id = c.statement_id AND w.statement_id = s.statement_id
+                    WHERE w.event = 'SQL*Net message from client' AND w.end_ns > s.start_ns
+                      AND w.end_ns <= s.end_ns) AS w
+            FROM dbms_call c GROUP BY c.statement_id) x USING (statement_id)
+        GROUP BY m.key""").fetchall()
+    for key, rows_each, fetches, wait_ns in trips:
+        if key in out and fetches:
+            after = sum(max(1, -(-(r or 0) // FETCH_ARRAY_WHAT_IF)) for r in rows_each)
+            per_trip = wait_ns / max(fetches - len(rows_each), 1)
+            out[key].update(fetch_saved_ns=int(max(0, fetches - after) * per_trip), fetch_size_to=FETCH_ARRAY_WHAT_IF)
     return out
 
 

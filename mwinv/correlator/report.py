@@ -91,7 +91,11 @@ def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: b
     texts_t = cap.read("statement_text")
     texts = dict(zip(texts_t.column("query_text_hash").to_pylist(), texts_t.column("text").to_pylist()))
     attribution = cap.read("statement_attribution")
-    if not cap.has("kernel_event") and not cap.has("cpu_sample"):
+    if not cap.has("kernel_event") and not cap.has("cpu_sample") and cap.has("dbms_wait"):
+        missing.append("No kernel events: each statement's time is split by the DBMS's own account (its calls' "
+                       "CPU and wait events); its unaccounted-for time cannot be split into run queue, off-CPU "
+                       "states and block I/O, and no kernel functions are known.")
+    elif not cap.has("kernel_event") and not cap.has("cpu_sample"):
         missing.append("No kernel events (extension-only capture): the time of each statement cannot be "
                        "split into disk, network, lock and run-queue waits, and no kernel functions are known.")
     if attribution.num_rows == 0 and statements.num_rows:

@@ -5,7 +5,7 @@ is computed once per statement, the model's what-ifs once each, whatever the rul
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from mwinv.correlator.classify import _pct
@@ -63,6 +63,9 @@ class Evidence:
     cpus: int
     kernel_functions: list[dict]  # ranked kernel hot spots (function, source, share, samples)
     parts: list | None  # a cluster statement's parts on its data nodes
+    # the DBMS's own account where it keeps one (Oracle's 10046 trace): wait events with their objects,
+    # calls, hard parses, literal variants, commits, fetch round trips; empty otherwise
+    dbms: dict = field(default_factory=dict)
 
     def advice(self, rule: str, advice: str, evidence: str, gain: int | None = None,
                basis: str = "no model estimate") -> Advice:
