@@ -1,0 +1,254 @@
+"""Oracle extended SQL traces (10046) on real trace files (tests/golden/oracle_10046, sources and
+licences in its SOURCES.md): the statements, their attribution, tkprof's totals and the profile,
+each checked against sums computed here from the raw lines, independently of the reader."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from mwinv.correlator.pipeline import correlate
+from mwinv.engines.oracle import executions, importer, profile
+from mwinv.engines.oracle.trace10046 import parse
+from mwinv.errors import MwinvError
+
+TRACES = Path(__file__).parent / "golden" / "oracle_10046"
+CLEAN = sorted(p for p in TRACES.glob("*.trc") if "broken" not in p.name and "malformed" not in p.name)
+JK = [TRACES / "jkstill_js122a1_ora_9850.trc", TRACES / "jkstill_js122a1_ora_9854.trc"]
+CALL = re.compile(r"^(PARSE|EXEC|FETCH) #\d+:c=(\d+),e=(\d+),p=(\d+),cr=(\d+),cu=(\d+),mis=(\d+),r=(\d+),dep=(\d+)")
+
+
+def raw_calls(path: Path) -> list[tuple]:
+    """(call, c, e, p, cr, cu, mis, r, dep) of every PARSE/EXEC/FETCH line, read with one regex."""
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        m = CALL.match(line)
+        if m:
+            out.append((m.group(1), *map(int, m.groups()[1:])))
+    return out
+
+
+BIN = Path(sys.executable).parent
+
+
+def run_cli(*args: str, tool: str = "mwinv") -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / tool), *args], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def capture(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("oracle") / "cap"
+    importer.import_files(out, CLEAN)
+    correlate(out)
+    return out
+
+
+def q(capture: Path, sql: str):
+    con = duckdb.connect()
+    for t in ("statement", "statement_attribution", "dbms_call", "dbms_wait", "plan_operation", "statement_text"):
+        if (capture / t).is_dir():
+            con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{capture}/{t}/*.parquet', union_by_name=true)")
+    return con.execute(sql).fetchall()
+
+
+def test_every_real_trace_is_read(capture):
+    for path in sorted(TRACES.glob("*.trc")):
+        tf = parse(path)
+        assert tf.os_pid, path
+        assert tf.version and tf.version[0] in (12, 19), path
+        assert len(tf.calls) == len([1 for line in path.read_text().splitlines()
+                                     if re.match(r"^(PARSE|EXEC|FETCH|CLOSE|LOB[A-Z]+)[ #:]", line)
+                                     and re.search(r"tim=\d+\s*$", line)]), path
+    # one capture, one node per host, both sessions of the RAC instance on it
+    nodes = dict(q(capture, "SELECT node, count(DISTINCT pid) FROM statement GROUP BY node"))
+    assert nodes["ora122rac01.jks.com"] == 2
+
+
+def test_components_sum_to_wall_time(capture):
+    rows = q(capture, """
+        SELECT s.statement_id, any_value(s.end_ns - s.start_ns), sum(a.ns), count(a.component)
+        FROM statement s JOIN statement_attribution a USING (node, statement_id)
+        WHERE coalesce(s.nesting_level, 0) = 0 GROUP BY ALL""")
+    tops = q(capture, "SELECT count(*) FROM statement WHERE nesting_level = 0")[0][0]
+    assert len(rows) == tops > 10
+    assert all(wall == total for _, wall, total, _ in rows)
+
+
+def test_recursive_calls_counted_once(capture):
+    """The top-level statements' CPU is their own calls' c= (which include the recursive calls'): the
+    sum over them equals the dep=0 call lines' c=, not the sum over all depths."""
+    want = sum(c for f in CLEAN for call, c, *_rest, dep in raw_calls(f) if dep == 0)
+    everything = sum(c for f in CLEAN for call, c, *_ in raw_calls(f))
+    got = q(capture, "SELECT sum(ns) FROM statement_attribution WHERE component = 'cpu_user'")[0][0]
+    assert got == want * 1000
+    assert everything > want
+
+
+def test_tkprof_totals_match_the_raw_lines(capture):
+    db = profile.open_oracle(capture)
+    got = {(rec, call): row for rec, call, *row in profile.overall(db)}
+    name = {"PARSE": "Parse", "EXEC": "Execute", "FETCH": "Fetch"}
+    want: dict = {}
+    for f in CLEAN:
+        for call, c, e, p, cr, cu, mis, r, dep in raw_calls(f):
+            w = want.setdefault((dep > 0, name[call]), [0] * 8)
+            for k, v in enumerate((1, c * 1000, e * 1000, p, cr, cu, r, mis)):
+                w[k] += v
+    assert set(got) == set(want)
+    for key, w in want.items():
+        assert list(got[key]) == w, key
+
+
+def test_profile_accounts_for_each_file_span(capture):
+    """Every microsecond of a file once: the profile's items sum to the file's span, from the first
+    top-level call's or wait's start to the last one's end (computed here from the raw tim values)."""
+    db = profile.open_oracle(capture)
+    for path in JK:
+        t0, t1 = None, None
+        for line in path.read_text().splitlines():
+            m = CALL.match(line) or re.match(r"^(CLOSE) #\d+:c=(\d+),e=(\d+),dep=(\d+)", line)
+            w = re.match(r"^WAIT #\d+: nam='.*' ela= (\d+) .* tim=(\d+)$", line)
+            tim = re.search(r"tim=(\d+)", line)
+            if m and int((m.group(9) if m.lastindex >= 9 else m.group(4))) == 0:
+                start, end = int(tim.group(1)) - int(m.group(3)), int(tim.group(1))
+            elif w:
+                start, end = int(w.group(2)) - int(w.group(1)), int(w.group(2))
+            else:
+                continue
+            t0, t1 = min(t0 or start, start), max(t1 or end, end)
+        rows, total = profile.profile(db, where=f"file = '{path}'")
+        assert total == (t1 - t0) * 1000, path
+        assert any(r.group == "unaccounted-for within calls" for r in rows)
+
+
+def test_waits_placed_in_their_calls(capture):
+    path = str(TRACES / "jkstill_js122a1_ora_9854.trc")
+    rows = {(ev, ela): (in_call, dep, nest) for ev, ela, in_call, dep, nest in q(capture, f"""
+        SELECT w.event, w.ela_ns // 1000, w.in_call, w.call_dep, s.nesting_level
+        FROM dbms_wait w LEFT JOIN statement s ON s.node = w.node AND s.statement_id = w.statement_id
+        WHERE w.file = '{path}'""")}
+    # before the block's PARSING IN CURSOR line, inside its PARSE call
+    assert rows[("cursor: pin S wait on X", 262717)] == (True, 0, 0)
+    assert rows[("library cache: mutex X", 7325)] == (True, 0, 0)
+    # inside a recursive cursor's PARSE, and its FETCH
+    assert rows[("cursor: pin S wait on X", 68182)] == (True, 1, 1)
+    assert rows[("read by other session", 17610)] == (True, 1, 1)
+    # the client's think time is between calls
+    assert rows[("SQL*Net message from client", 617)][0] is False
+    block = q(capture, f"""
+        SELECT a.component, a.ns // 1000 FROM statement_attribution a JOIN statement s USING (node, statement_id)
+        JOIN dbms_call c ON c.node = s.node AND c.statement_id = s.statement_id AND c.call = 'EXEC'
+        WHERE c.file = '{path}' AND s.nesting_level = 0 AND c.e_ns = 5134386000""")
+    shares = dict(block)
+    assert shares["other_wait"] >= 10 * 499000   # ten DBMS_LOCK.SLEEP(.5)
+    assert shares["lock_wait"] == 262717 + 7325 + 68182 + 7044
+    assert shares["cpu_user"] == 4881 + 23944
+
+
+def test_client_round_trips_are_not_the_statements(capture):
+    """two_statements_one_cursor: twelve fetches of one execution with SQL*Net message from client
+    between them: their sum is client_wait, outside the statement's ranked total."""
+    path = TRACES / "trctools_two_statements_one_cursor.trc"
+    lines = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if "sqlid='6ssxu7vjxb51a'" in line)
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("STAT"))
+    idle = sum(int(re.search(r"ela= (\d+)", line).group(1)) for line in lines[start:end]
+               if "SQL*Net message from client" in line)
+    got = q(capture, f"""
+        SELECT s.client_wait_ns, a.ns FROM statement s JOIN statement_attribution a USING (node, statement_id)
+        JOIN statement_text t USING (query_text_hash)
+        WHERE a.component = 'client_wait' AND s.pid = 613102 AND t.text LIKE 'select ...'
+          AND s.statement_id IN (SELECT statement_id FROM dbms_call WHERE file = '{path}')
+        ORDER BY s.end_ns - s.start_ns DESC LIMIT 1""")
+    assert got == [(idle * 1000, idle * 1000)]
+
+
+def test_literals_fold_into_one_query_id():
+    a = executions.normalized("select * from t where id = 42 and name = 'x''y'")
+    b = executions.normalized("SELECT *  FROM t WHERE id = 7 AND name = 'z'")
+    assert a == b == "select * from t where id = ? and name = ?"
+    assert executions.normalized("select c1 from t1") != executions.normalized("select c2 from t1")
+
+
+def test_plan_operations_carry_their_disk_waits(capture):
+    db = profile.open_oracle(capture)
+    qid = q(capture, "SELECT DISTINCT s.query_id FROM statement s JOIN statement_text t USING (query_text_hash) "
+                     "WHERE t.text = 'SELECT COUNT(*) EMP_COUNT FROM HR.EMPLOYEES'")[0][0]
+    ops = {r[2]: r for r in profile.plan_rows(db, qid)}
+    scan = ops["INDEX FULL SCAN EMP_EMAIL_UK"]
+    waits = q(capture, "SELECT count(*), sum(ela_ns) FROM dbms_wait WHERE obj = 73207 AND component LIKE 'disk%' "
+                       f"AND statement_id IN (SELECT statement_id FROM statement WHERE query_id = {qid})")[0]
+    assert (scan[8], scan[9]) == waits and waits[0] > 0
+
+
+def test_fetch_array_whatif(capture):
+    db = profile.open_oracle(capture)
+    qid = q(capture, "SELECT query_id FROM statement WHERE pid = 613102 GROUP BY query_id "
+                     "ORDER BY sum(rows) DESC LIMIT 1")[0][0]
+    w = {x.array_size: x for x in profile.fetch_whatif(db, qid)}
+    rows_each = [r for (r,) in q(capture, f"""
+        SELECT s.rows FROM statement s WHERE s.query_id = {qid} AND s.nesting_level = 0 AND EXISTS (
+            SELECT 1 FROM dbms_call c WHERE c.node = s.node AND c.statement_id = s.statement_id AND c.call = 'FETCH')""")]
+    assert w[100].fetches_after == sum(max(1, -(-r // 100)) for r in rows_each)
+    assert w[100].fetches > w[100].fetches_after and w[100].saved_ns > 0
+
+
+def test_report_and_advice_on_an_oracle_capture(capture, tmp_path):
+    shutil.copytree(capture, tmp_path / "cap")
+    r = run_cli(str(tmp_path / "cap"), "--report", str(tmp_path / "rep"), tool="mwinv-correlate")
+    assert r.returncode == 0, r.stderr
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "cursor cs_emp is select count(*)" in md
+    assert "oracle.sleep" in md and "PL/SQL lock timer" in md
+    assert "DBMS's own account" in md
+    assert "pg_stat_activity" not in md
+
+
+def test_corrupt_and_truncated_traces(tmp_path):
+    broken = TRACES / "trctools_broken_trace.trc"
+    r = run_cli("oracle", "import", str(broken), "-o", str(tmp_path / "b"))
+    assert r.returncode == 2
+    err = r.stderr.strip().splitlines()[-1]
+    assert err.startswith(f"mwinv: error: {broken}:49: malformed EXEC line") and "Traceback" not in r.stderr
+    assert q(tmp_path / "b", "SELECT count(*) FROM statement")[0][0] >= 1   # what was read is kept
+    # a good trace cut in the middle of a line: the last line is named, the rest imported
+    cut = tmp_path / "cut.trc"
+    text = JK[1].read_bytes()
+    cut.write_bytes(text[:text.index(b"PL/SQL lock timer") + 40])
+    r = run_cli("oracle", "import", str(cut), "-o", str(tmp_path / "c"))
+    assert r.returncode == 2 and f"{cut}:" in r.stderr and "truncated" in r.stderr
+    assert q(tmp_path / "c", "SELECT count(*) FROM statement")[0][0] > 5
+    r = run_cli("oracle", "import", str(cut), "-o", str(tmp_path / "c2"), "--lenient")
+    assert r.returncode == 0, r.stderr
+    # not a trace at all
+    junk = tmp_path / "junk.trc"
+    junk.write_bytes(bytes(range(256)) * 10)
+    with pytest.raises(MwinvError, match="not an Oracle SQL trace"):
+        parse(junk)
+    r = run_cli("oracle", "import", str(junk), "-o", str(tmp_path / "j"))
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 2 and last.startswith(f"mwinv: error: {junk}: not an Oracle SQL trace")
+    assert "Traceback" not in r.stderr
+
+
+def test_profile_cli_groups_and_filters(capture):
+    r = run_cli("oracle", "profile", str(capture), "--where", "kind = 'wait'", "--group", "name", "--skew",
+                "--format", "json")
+    assert r.returncode == 0, r.stderr
+    import json
+    data = json.loads(r.stdout)
+    waits = q(capture, "SELECT sum(ela_ns), count(*) FROM dbms_wait")[0]
+    assert data["total_ns"] == waits[0]
+    assert sum(row["count"] for row in data["rows"]) == waits[1]
+    for row in data["rows"]:
+        assert sum(b["count"] for b in row["histogram"]) == row["count"]
+    r = run_cli("oracle", "profile", str(capture), "--where", "no_such_column > 1")
+    assert r.returncode == 2 and "--group/--where" in r.stderr
+    r = run_cli("oracle", "tkprof", str(capture), "--top", "2")
+    assert r.returncode == 0 and "OVERALL TOTALS FOR ALL RECURSIVE STATEMENTS" in r.stdout
