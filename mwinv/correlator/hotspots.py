@@ -56,8 +56,9 @@ def kernel_functions(db: CaptureDB) -> None:
         CREATE OR REPLACE TABLE statement_kernel_function AS
         WITH raw AS ({' UNION ALL '.join(parts)}),
         per_function AS (
-            -- one row per function: its most frequent stack as the example
-            SELECT node, statement_id, source, function, arg_max(stack, ns) AS stack,
+            -- one row per function: its most frequent stack as the example (ties: the first by name, so
+            -- that every run names the same one)
+            SELECT node, statement_id, source, function, first(stack ORDER BY ns DESC, stack) AS stack,
                    sum(samples) AS samples, sum(ns) AS ns
             FROM raw GROUP BY node, statement_id, source, function)
         SELECT p.node, p.statement_id, s.query_id, p.function, p.stack, p.samples, p.ns,
