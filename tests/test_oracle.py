@@ -252,3 +252,19 @@ def test_profile_cli_groups_and_filters(capture):
     assert r.returncode == 2 and "--group/--where" in r.stderr
     r = run_cli("oracle", "tkprof", str(capture), "--top", "2")
     assert r.returncode == 0 and "OVERALL TOTALS FOR ALL RECURSIVE STATEMENTS" in r.stdout
+
+
+def test_session_hook_fails_in_one_line_without_a_server():
+    """The hook is unverified against a live server (none runs here): what can be checked is that it
+    refuses bad arguments and reports an unreachable server in one line."""
+    r = run_cli("oracle", "trace", "--dsn", "127.0.0.1:9/XEPDB1", "--user", "perf", "--seconds", "1")
+    assert r.returncode == 2 and "ORACLE_PASSWORD" in r.stderr
+    import os
+    env = {**os.environ, "ORACLE_PASSWORD": "x"}
+    r = subprocess.run([str(BIN / "mwinv"), "oracle", "trace", "--dsn", "127.0.0.1:9/XEPDB1", "--user", "perf",
+                        "--seconds", "1"], capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and r.stderr.startswith("mwinv: error: 127.0.0.1:9/XEPDB1: cannot connect (DPY-")
+    assert r.stderr.count("\n") == 1
+    r = subprocess.run([str(BIN / "mwinv"), "oracle", "trace", "--dsn", "x", "--user", "u", "--sid", "1"],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and "--sid and --serial go together" in r.stderr
