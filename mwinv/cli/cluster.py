@@ -27,8 +27,8 @@ def cluster_cli() -> None:
 @cluster_cli.command("up")
 @click.option("--nodes", default=2, show_default=True, help="data nodes (1-4).")
 @click.option("--scale", default=0.01, show_default=True, help="TPC-H scale factor.")
-@click.option("--scheme", default="2-part", show_default=True, help="2-part (lineitem and orders by orderkey) "
-              "or 1-part (lineitem only); the rest is replicated on every node.")
+@click.option("--scheme", default="2-part", show_default=True, help="2-part (lineitem and orders by orderkey), "
+              "1-part (lineitem only), or a scheme file (docs/cluster.md); the rest is replicated on every node.")
 @click.option("--node-cpu", type=float, default=0.5, show_default=True, help="CPUs per data node (cgroup quota).")
 @click.option("--node-memory-mb", type=int, default=512, show_default=True, help="memory per data node.")
 @click.option("--node-read-mbps", type=float, default=None, help="disk read rate per data node, MB/s.")

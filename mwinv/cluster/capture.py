@@ -124,7 +124,8 @@ class ClusterCapture:
 
     def start(self) -> "ClusterCapture":
         self.capture.create(capture_kind="cluster", coordinator=COORDINATOR, scheme=self.cluster.scheme,
-                            scale=self.cluster.scale)
+                            scheme_definition=self.cluster.scheme_def.describe(), scale=self.cluster.scale,
+                            data_nodes=len(self.cluster.data_nodes))
         try:
             for node in self.nodes:
                 server = self.cluster.servers[node]

@@ -18,15 +18,74 @@ from mwinv.workloads import tpch
 class Scheme:
     name: str
     partitioned: dict[str, str] = field(default_factory=dict)   # table -> hash key column
+    parts: int | None = None    # hash partitions per table, placed round robin on the nodes; None: one per node
 
     def replicated(self) -> list[str]:
         return [t for t in tpch.TABLES if t not in self.partitioned]
+
+    def describe(self) -> dict:
+        """What the manifest records: enough to rebuild the scheme."""
+        return {"name": self.name, "partitioned": dict(self.partitioned), "replicated": self.replicated(),
+                "parts": self.parts}
 
 
 SCHEMES = {
     "2-part": Scheme("2-part", {"lineitem": "l_orderkey", "orders": "o_orderkey"}),
     "1-part": Scheme("1-part", {"lineitem": "l_orderkey"}),
 }
+
+
+def _columns(table: str) -> list[str]:
+    body = table_ddl()[table].split("(", 1)[1]
+    return re.findall(r"(?:^|,)\s*([a-z]+_\w+)\s", body)
+
+
+def scheme_from_file(path: str | Path) -> Scheme:
+    """A scheme a DBA writes (TOML):
+
+        name = "3-part"
+        parts = 4                         # optional: hash partitions per table (default: one per node)
+        [partitioned]                     # table = its hash key column; every other table is replicated
+        lineitem = "l_orderkey"
+        orders = "o_orderkey"
+        customer = "c_custkey"
+    """
+    import tomllib
+
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except OSError as exc:
+        raise MwinvError(f"{p}: cannot read ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise MwinvError(f"{p}: {exc}") from None
+    unknown = set(data) - {"name", "parts", "partitioned"}
+    if unknown:
+        raise MwinvError(f"{p}: unknown key {sorted(unknown)[0]!r} (name, parts, partitioned)")
+    part = data.get("partitioned") or {}
+    if not isinstance(part, dict) or not part:
+        raise MwinvError(f"{p}: [partitioned] must name at least one table = its key column")
+    for table, key in part.items():
+        if table not in tpch.TABLES:
+            raise MwinvError(f"{p}: [partitioned] {table}: not a TPC-H table ({', '.join(tpch.TABLES)})")
+        if key not in _columns(table):
+            raise MwinvError(f"{p}: [partitioned] {table} = {key!r}: no such column (one of "
+                             f"{', '.join(_columns(table))})")
+    parts = data.get("parts")
+    if parts is not None and (not isinstance(parts, int) or not 1 <= parts <= 64):
+        raise MwinvError(f"{p}: parts = {parts!r}: an integer from 1 to 64")
+    return Scheme(str(data.get("name", p.stem)), dict(part), parts)
+
+
+def resolve_scheme(spec: "str | Scheme") -> Scheme:
+    """A scheme by name (1-part, 2-part) or from a scheme file."""
+    if isinstance(spec, Scheme):
+        return spec
+    if spec in SCHEMES:
+        return SCHEMES[spec]
+    if spec.endswith(".toml") or Path(spec).exists():
+        return scheme_from_file(spec)
+    raise MwinvError(f"unknown scheme {spec!r} (choose from {', '.join(SCHEMES)}, or a scheme file)")
 
 # postgres_fdw options of every data node's server on the coordinator: the remote scans of one query
 # run at once on all nodes (async append), rows come in batches of fetch_size, inserts in batches.
@@ -74,16 +133,44 @@ def create_schema(coordinator, data_nodes: dict[str, tuple], scheme: Scheme) -> 
         coordinator.execute(f"CREATE SERVER {node} FOREIGN DATA WRAPPER postgres_fdw "
                             f"OPTIONS (host '{host}', port '{port}', dbname 'tpch', {opts})")
         coordinator.execute(f"CREATE USER MAPPING FOR CURRENT_USER SERVER {node} OPTIONS (user 'postgres')")
-    n = len(data_nodes)
     for t in tpch.TABLES:
         if t not in scheme.partitioned:
             coordinator.execute(ddl[t])
             continue
         coordinator.execute(f"{ddl[t]} PARTITION BY HASH ({scheme.partitioned[t]})")
-        for i, node in enumerate(data_nodes):
-            coordinator.execute(f"CREATE FOREIGN TABLE {t}_{node} PARTITION OF {t} "
-                                f"FOR VALUES WITH (MODULUS {n}, REMAINDER {i}) SERVER {node} "
-                                f"OPTIONS (table_name '{t}')")
+        places = placement(scheme, list(data_nodes), t)
+        for i, (node, remote) in enumerate(places):
+            if remote != t:   # more parts than nodes: each part a table of its own on its node
+                data_nodes[node][0].execute(ddl[t].replace(f"CREATE TABLE {t}", f"CREATE TABLE {remote}", 1))
+            coordinator.execute(f"CREATE FOREIGN TABLE {t}_{node}{remote[len(t):]} PARTITION OF {t} "
+                                f"FOR VALUES WITH (MODULUS {len(places)}, REMAINDER {i}) SERVER {node} "
+                                f"OPTIONS (table_name '{remote}')")
+
+
+def placement(scheme: Scheme, nodes: list[str], table: str) -> list[tuple[str, str]]:
+    """(node, table name there) of each hash partition of a partitioned table, by remainder: one per
+    node, or `parts` of them placed round robin, each then a table `<table>_p<i>` of its own."""
+    n = scheme.parts or len(nodes)
+    return [(nodes[i % len(nodes)], table if n == len(nodes) else f"{table}_p{i}") for i in range(n)]
+
+
+def _keys_on_node(scheme: Scheme, nodes: list[str], node: str) -> list[str]:
+    """The keys and indexes of a data node's tables (a partition table gets its table's). A foreign key
+    holds on a node only when both tables' rows are there together: the built-in schemes keep it so
+    (co-partitioned or replicated); a scheme file may not, so its nodes get none."""
+    out = []
+    for stmt in filter(str.strip, tpch.KEYS_SQL.split(";")):
+        stmt = stmt.strip()
+        if "FOREIGN KEY" in stmt and scheme not in SCHEMES.values():
+            continue
+        table = re.search(r"(?:ALTER TABLE|ON)\s+(\w+)", stmt).group(1)
+        if table not in scheme.partitioned:
+            out.append(stmt)
+            continue
+        for where, remote in placement(scheme, nodes, table):
+            if where == node:
+                out.append(re.sub(rf"\b{table}\b(?!_)", remote, stmt, count=1) if remote != table else stmt)
+    return out
 
 
 def _copy(conn, table: str, path: Path) -> None:
@@ -105,10 +192,14 @@ def load(coordinator, data_nodes: dict[str, tuple], scheme: Scheme, data_dir: Pa
         targets = everyone if t not in scheme.partitioned else {"coordinator": coordinator}
         for conn in targets.values():
             _copy(conn, t, data_dir / f"{t}.tbl")
-        counts[t] = {n: c.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for n, c in everyone.items()}
+        counts[t] = {"coordinator": coordinator.execute(f"SELECT count(*) FROM {t}").fetchone()[0]}
+        for n, (c, _, _) in data_nodes.items():
+            names = [r for where, r in placement(scheme, list(data_nodes), t) if where == n] \
+                if t in scheme.partitioned else [t]
+            counts[t][n] = sum(c.execute(f"SELECT count(*) FROM {r}").fetchone()[0] for r in names)
     say("keys, indexes and statistics")
-    for conn, _, _ in data_nodes.values():
-        for stmt in filter(str.strip, tpch.KEYS_SQL.split(";")):
+    for node, (conn, _, _) in data_nodes.items():
+        for stmt in _keys_on_node(scheme, list(data_nodes), node):
             conn.execute(stmt)
         conn.execute("VACUUM ANALYZE")
     for stmt in _statements_on(tpch.KEYS_SQL, scheme.replicated()):

@@ -45,7 +45,7 @@ class NodeCaps:
 class Cluster:
     nodes: int = 2
     scale: float = 0.01
-    scheme: str = "2-part"
+    scheme: "str | distribute.Scheme" = "2-part"   # a name, a scheme file, or a Scheme
     node_caps: NodeCaps = field(default_factory=NodeCaps)
     coordinator_caps: NodeCaps = field(default_factory=lambda: NodeCaps(cpu=None, memory_mb=None))
     preload: tuple[str, ...] = ("mwinv",)
@@ -54,13 +54,13 @@ class Cluster:
     def __post_init__(self) -> None:
         if not 1 <= self.nodes <= MAX_DATA_NODES:
             raise MwinvError(f"--nodes {self.nodes}: a cluster has 1 to {MAX_DATA_NODES} data nodes")
-        if self.scheme not in distribute.SCHEMES:
-            raise MwinvError(f"unknown scheme {self.scheme!r} (choose from {', '.join(distribute.SCHEMES)})")
+        self.scheme_def = distribute.resolve_scheme(self.scheme)
+        self.scheme = self.scheme_def.name
         self.tag = uuid.uuid4().hex[:6]
         self.net = ClusterNet(self.tag)
         self.servers: dict[str, PgServer] = {}
         self.state_file = STATE_DIR / f"{self.tag}.json"
-        self._state = {"tag": self.tag, "pid": os.getpid(), "scale": self.scale, "scheme": self.scheme,
+        self._state = {"tag": self.tag, "pid": os.getpid(), "scale": self.scale, "scheme": self.scheme_def.name,
                        "nodes": self.nodes, "netns": [], "links": [], "bridge": None, "cgroups": [], "servers": {}}
 
     # ---- names
@@ -151,7 +151,7 @@ class Cluster:
                 for conn in conns.values():
                     conn.execute("CREATE EXTENSION IF NOT EXISTS mwinv")
             data = {n: (conns[n], self.address(n), self.servers[n].port) for n in self.data_nodes}
-            scheme = distribute.SCHEMES[self.scheme]
+            scheme = self.scheme_def
             distribute.create_schema(conns[COORDINATOR], data, scheme)
             self.row_counts = distribute.load(conns[COORDINATOR], data, scheme, data_dir, progress=self._say)
         finally:
