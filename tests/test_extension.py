@@ -138,12 +138,34 @@ def test_tiny_ring_loses_nothing_silently(installed, tmp_path):
     assert pending == 0
     assert dropped > 0, "a 64-record ring should overflow under 4 clients"
     assert written + dropped == per_client * clients
+    assert drainer.dropped == dropped   # the drainer's own count, which a capture's manifest reports
     statements = capture.read("statement")
     assert statements.num_rows == written
     assert set(statements.column("node").to_pylist()) == {"n1"}
     texts = capture.read("statement_text").to_pylist()
     assert len(texts) == 1 and texts[0]["text"] == "SELECT $1::int AS i"
     assert set(statements.column("query_text_hash").to_pylist()) == {texts[0]["query_text_hash"]}
+
+
+def test_a_full_ring_is_drained_before_the_capture(installed, tmp_path):
+    """A ring left full (a bulk load through postgres_fdw fills a data node's) drops every new record
+    until drained: the drainer empties it when it starts, so statements run right after are kept."""
+    with PgServer(name="ext-full", shared_preload_libraries=["mwinv"], gucs={**GUCS, "mwinv.buffer_size": "64"}) as srv:
+        srv.psql("CREATE EXTENSION mwinv")
+        with srv.connect() as conn:
+            for i in range(200):
+                conn.execute(f"SELECT {i} AS before_the_capture")
+            assert conn.execute("SELECT pending FROM mwinv_info()").fetchone()[0] == 64
+            since = conn.execute("SELECT mwinv_clock_ns()").fetchone()[0]
+            capture = Capture(tmp_path / "cap").create(name="full")
+            drainer = StatementDrainer(srv.conninfo(), capture, node="n1", since_ns=since).start()
+            for i in range(20):
+                conn.execute("SELECT 'during the capture' AS x")
+        drainer.stop()
+    texts = {t["query_text_hash"]: t["text"] for t in capture.read("statement_text").to_pylist()}
+    kept = [texts[h] for h in capture.read("statement").column("query_text_hash").to_pylist()]
+    assert kept.count("SELECT 'during the capture' AS x") == 20 and drainer.dropped == 0
+    assert drainer.before_capture == 64
 
 
 def test_nesting_errors_and_reader_capture(server, tmp_path):

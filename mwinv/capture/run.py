@@ -260,6 +260,8 @@ class KernelCapture:
                 result = part.stop()
                 if what == "statements":
                     self.summary["statements_before_capture"] = part.before_capture
+                    if part.dropped:
+                        self.summary["statements_dropped"] = part.dropped
                 if what == "sampler":
                     self.summary["sampler"] = {"samples": result.samples, "cpu_s": round(result.cpu_s, 3),
                                                "cpu_share": round(result.cpu_share, 5)}
@@ -267,6 +269,9 @@ class KernelCapture:
                     self.summary["recorder"] = result
             except Exception as exc:
                 errors.append(f"{what}: {exc}")
+        if self.summary.get("statements_dropped"):
+            self._update_node({"statements_lost": f"{self.summary['statements_dropped']:,} statement records "
+                               "dropped: the extension's ring was full (raise mwinv.buffer_size)"})
         if self.recorder is not None and "recorder" in self.summary:
             self._parse()
             if self.from_probes:

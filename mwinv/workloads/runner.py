@@ -20,6 +20,7 @@ class QueryRun:
     rows: int
     error: str | None = None
     result: list[tuple] | None = None
+    backend_pid: int | None = None   # the server process that ran it (to find its statement in a capture)
 
     @property
     def seconds(self) -> float:
@@ -49,6 +50,7 @@ def run_queries(server, numbers: list[int], dbname: str = "tpch", streams: int =
             if statement_timeout_s:
                 conn.execute(f"SET statement_timeout = {int(statement_timeout_s * 1000)}")
             conn.execute("SET application_name = 'mwinv-tpch'")
+            backend = conn.info.backend_pid
             for q in _stream_order(numbers, stream):
                 sql = tpch.query_sql(q)
                 t0 = time.monotonic_ns()
@@ -60,7 +62,7 @@ def run_queries(server, numbers: list[int], dbname: str = "tpch", streams: int =
                 except Exception as exc:  # a failing query is a result to report, not a crash
                     err = str(exc).strip().splitlines()[0]
                 t1 = time.monotonic_ns()
-                run = QueryRun(q, stream, t0, t1, len(rows), err, rows if keep_results else None)
+                run = QueryRun(q, stream, t0, t1, len(rows), err, rows if keep_results else None, backend)
                 with lock:
                     runs.append(run)
                 if on_done:
