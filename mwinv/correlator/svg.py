@@ -46,8 +46,9 @@ def legend(components: list[str]) -> str:
 
 
 def line_chart(series: dict[str, list[tuple[float, float]]], title: str, unit: str, width: int = 640,
-               height: int = 160) -> str:
-    """Lines over time (x in seconds from the start of the capture), with axes and a legend."""
+               height: int = 160, x_format: str = "{:.1f} s", dashed: tuple[str, ...] = ()) -> str:
+    """Lines with axes and a legend; x in seconds from the start of the capture unless x_format says
+    otherwise; the series named in `dashed` drawn dashed (a reference such as the ideal)."""
     pts = [p for s in series.values() for p in s]
     if not pts:
         return ""
@@ -71,7 +72,8 @@ def line_chart(series: dict[str, list[tuple[float, float]]], title: str, unit: s
         out.append(f'<text x="{left - 4}" y="{_fmt(sy(yv) + 4)}" font-size="10" text-anchor="end">{yv:.3g}</text>')
     for frac in (0, 0.5, 1):
         xv = x0 + (x1 - x0) * frac
-        out.append(f'<text x="{_fmt(sx(xv))}" y="{height - 8}" font-size="10" text-anchor="middle">{xv:.1f} s</text>')
+        out.append(f'<text x="{_fmt(sx(xv))}" y="{height - 8}" font-size="10" text-anchor="middle">'
+                   f'{escape(x_format.format(xv))}</text>')
     lx = left + 7 * (len(title) + len(unit) + 3) + 10  # legend right of the title
     for i, (name, s) in enumerate(series.items()):
         color = SERIES_COLORS[i % len(SERIES_COLORS)]
@@ -79,8 +81,9 @@ def line_chart(series: dict[str, list[tuple[float, float]]], title: str, unit: s
             out.append(f'<circle class="point" cx="{_fmt(sx(s[0][0]))}" cy="{_fmt(sy(s[0][1]))}" r="3" fill="{color}"/>')
         elif s:
             coords = " ".join(f"{_fmt(sx(x))},{_fmt(sy(y))}" for x, y in s)
-            out.append(f'<polyline class="series" fill="none" stroke="{color}" stroke-width="1.5" points="{coords}">'
-                       f'<title>{escape(name)}</title></polyline>')
+            dash = ' stroke-dasharray="4 3"' if name in dashed else ""
+            out.append(f'<polyline class="series" fill="none" stroke="{color}" stroke-width="1.5"{dash} '
+                       f'points="{coords}"><title>{escape(name)}</title></polyline>')
         out.append(f'<rect x="{lx}" y="5" width="10" height="10" fill="{color}"/>'
                    f'<text x="{lx + 13}" y="14" font-size="11">{escape(name)}</text>')
         lx += 20 + 7 * len(name)

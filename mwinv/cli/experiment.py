@@ -1,0 +1,65 @@
+"""`mwinv experiment`: run a plan of factors and levels on clusters, and report what the results show."""
+
+from __future__ import annotations
+
+import click
+
+from mwinv.cli.common import progress_console
+
+
+@click.group("experiment")
+def experiment_cli() -> None:
+    """Experiments over clusters: node counts, partitioning schemes and resource factors.
+
+    \b
+    Examples:
+      mwinv experiment run examples/plans/nodes-and-schemes.toml -o out/exp1
+      mwinv experiment report out/exp1
+    """
+
+
+@experiment_cli.command("run")
+@click.argument("plan", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", "out", required=True, type=click.Path(file_okay=False),
+              help="the experiment's directory: results, a capture per cell, the report.")
+@click.option("--drop-captures", is_flag=True, help="keep only the results of each cell, not its capture.")
+def run_cmd(plan, out, drop_captures) -> None:
+    """Run every cell of PLAN (a TOML file: factors and levels, queries, repetitions; see
+    examples/plans/) on a fresh cluster each, under a capture of every node; write one results row per
+    query and run, then the report. Cells already done are skipped: an interrupted run resumes.
+
+    \b
+    Examples:
+      mwinv experiment run examples/plans/nodes-and-schemes.toml -o out/exp1
+      mwinv experiment run examples/plans/memory-sweep.toml -o out/mem --drop-captures
+    """
+    from mwinv.experiment.plan import load_plan
+    from mwinv.experiment.report import render
+    from mwinv.experiment.runner import run_plan
+
+    err = progress_console()
+    p = load_plan(plan)
+    err.print(f"plan {p.name}: {len(p.cells())} cells x {len(p.queries)} queries x {p.repetitions} "
+              f"repetitions, SF {p.scale:g}", highlight=False)
+    summary = run_plan(p, out, progress=lambda s: err.log(s, highlight=False), keep_captures=not drop_captures)
+    err.print(f"{summary['ran']} cells run, {summary['skipped']} already done", highlight=False)
+    for f in summary["failed"]:
+        err.print(f"[yellow]cell failed:[/] {f}")
+    html, md = render(out)
+    err.print(f"report: {html} (and {md})", highlight=False)
+
+
+@experiment_cli.command("report")
+@click.argument("out", type=click.Path(file_okay=False))
+def report_cmd(out) -> None:
+    """Write the report of an experiment directory again (report.md, report.html with charts,
+    results.csv, summary.json in OUT/report).
+
+    \b
+    Example:
+      mwinv experiment report out/exp1
+    """
+    from mwinv.experiment.report import render
+
+    html, md = render(out)
+    click.echo(f"report: {html} (and {md})")

@@ -1,0 +1,300 @@
+"""What an experiment's results show ([Taufer] Figs. 1 and 5-7, [Zhang]'s sweeps): per query the
+speed-up over node counts against the ideal with slow-downs and timeouts marked, the component shares
+per node count and the components whose share grows with nodes, scheme against scheme per query,
+one-factor sweeps with their best level and knee, node-count predictions checked against the runs,
+and partitioning advice from the bytes each scheme shipped. Markdown and HTML (inline SVG charts),
+CSV and JSON; derived by the SQL steps in `sql/`, rendered here."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from html import escape
+from pathlib import Path
+
+import duckdb
+
+from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
+from mwinv.correlator import svg
+from mwinv.correlator.load import connect
+from mwinv.errors import MwinvError
+
+SQL_DIR = Path(__file__).parent / "sql"
+KNEE_GAIN = 0.10      # a level is worth its step while it cuts the time by a tenth or more
+SHARE_GROWS = 0.05    # a component "grows with nodes" when its share rises by 5 points or more
+BETTER_SCHEME = 0.10  # a scheme is advised when it is a tenth faster
+
+
+@dataclass
+class Prediction:
+    group: str
+    query: int
+    from_nodes: int
+    nodes: int
+    predicted_ns: int
+    measured_ns: int | None
+
+    @property
+    def error(self) -> float | None:
+        return (self.predicted_ns - self.measured_ns) / self.measured_ns if self.measured_ns else None
+
+
+def open_results(out: str | Path) -> duckdb.DuckDBPyConnection:
+    out = Path(out)
+    parts = sorted((out / "results").glob("*.parquet"))
+    if not parts:
+        raise MwinvError(f"{out}: no results (run the plan first: mwinv experiment run PLAN -o {out})")
+    con = connect()
+    files = ", ".join(f"'{p}'" for p in parts)
+    con.execute(f"CREATE VIEW results AS SELECT * FROM read_parquet([{files}], union_by_name=true)")
+    node_parts = sorted((out / "results_node").glob("*.parquet"))
+    if node_parts:
+        files = ", ".join(f"'{p}'" for p in node_parts)
+        con.execute(f"CREATE VIEW results_node AS SELECT * FROM read_parquet([{files}], union_by_name=true)")
+    for name in ("cell_query", "speedup", "scheme_diff", "sweep"):
+        con.execute((SQL_DIR / f"{name}.sql").read_text())
+    return con
+
+
+def _rows(con, sql: str) -> list[dict]:
+    cur = con.execute(sql)
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
+def predictions(con) -> list[Prediction]:
+    """From each group's smallest node count N0, the other node counts: the coordinator's own time stays,
+    the time it waited for its data nodes (remote_wait: their work and the links) shrinks as N0/n
+    ([Taufer]: the data per node). Checked against the run at n where the plan ran it."""
+    base = _rows(con, """
+        SELECT s.grp, s.query, s.base_nodes, q.wall_ns, q.c_remote_wait
+        FROM speedup s JOIN cell_query q ON q.query = s.query AND q.nodes = s.base_nodes
+        JOIN cell_others o ON o.cell = q.cell AND o.factor = 'nodes' AND o.others = s.grp
+        WHERE s.nodes = s.base_nodes AND q.wall_ns IS NOT NULL""")
+    measured = {(r["grp"], r["query"], r["nodes"]): r["wall_ns"] for r in _rows(con, "SELECT * FROM speedup")}
+    nodes = sorted({n for _, _, n in measured})
+    out = []
+    for b in base:
+        own = b["wall_ns"] - (b["c_remote_wait"] or 0)
+        for n in nodes:
+            if n == b["base_nodes"] or (b["grp"], b["query"], n) not in measured:
+                continue
+            pred = own + (b["c_remote_wait"] or 0) * b["base_nodes"] / n
+            out.append(Prediction(b["grp"], b["query"], b["base_nodes"], n, int(pred),
+                                  measured.get((b["grp"], b["query"], n))))
+    return out
+
+
+def shares_by_nodes(con) -> list[dict]:
+    """Per group and node count, each component's share of the queries' summed wall time."""
+    comps = ", ".join(f"sum(c_{c}) AS {c}" for c in ATTRIBUTION_COMPONENTS)
+    rows = _rows(con, f"""
+        SELECT o.others AS grp, q.nodes, sum(q.wall_ns) AS wall_ns, {comps}
+        FROM cell_query q JOIN cell_others o ON o.cell = q.cell AND o.factor = 'nodes'
+        WHERE q.wall_ns IS NOT NULL GROUP BY ALL ORDER BY grp, nodes""")
+    for r in rows:
+        total = sum(r[c] or 0 for c in ATTRIBUTION_COMPONENTS) or 1
+        r["shares"] = {c: (r[c] or 0) / total for c in ATTRIBUTION_COMPONENTS}
+    return rows
+
+
+def growing(shares: list[dict]) -> dict[str, list[str]]:
+    """Per group, the components whose share grows from the smallest to the largest node count: what
+    limits scaling."""
+    out: dict[str, list[str]] = {}
+    for grp in dict.fromkeys(r["grp"] for r in shares):
+        mine = [r for r in shares if r["grp"] == grp]
+        if len(mine) < 2:
+            continue
+        lo, hi = mine[0]["shares"], mine[-1]["shares"]
+        out[grp] = [c for c in ATTRIBUTION_COMPONENTS if hi[c] - lo[c] >= SHARE_GROWS]
+    return out
+
+
+def sweep_findings(con) -> list[dict]:
+    """Per factor, group and query: the best level and the knee (the last level that still cut the time
+    by KNEE_GAIN against the one before it)."""
+    out = []
+    rows = _rows(con, "SELECT * FROM sweep")
+    keys = dict.fromkeys((r["factor"], r["others"], r["query"]) for r in rows)
+    for factor, others, query in keys:
+        series = [r for r in rows if (r["factor"], r["others"], r["query"]) == (factor, others, query)]
+        timed = [r for r in series if r["wall_ns"]]
+        if not timed:
+            continue
+        best = min(timed, key=lambda r: r["wall_ns"])
+        knee = series[0]["level"]
+        for prev, cur in zip(series, series[1:]):
+            if prev["wall_ns"] and cur["wall_ns"] and (prev["wall_ns"] - cur["wall_ns"]) / prev["wall_ns"] >= KNEE_GAIN:
+                knee = cur["level"]
+        out.append({"factor": factor, "others": others, "query": query, "best": best["level"], "knee": knee,
+                    "levels": [(r["level"], r["wall_ns"], r["timed_out"]) for r in series]})
+    return out
+
+
+def scheme_advice(con) -> list[str]:
+    """Which scheme to use per query, from what both shipped and how long both took (measured), with the
+    model's expected difference where both cells had estimates."""
+    out = []
+    for r in _rows(con, "SELECT * FROM scheme_diff WHERE wall_a IS NOT NULL AND wall_b IS NOT NULL"):
+        fast, slow = ("b", "a") if r["wall_b"] < r["wall_a"] else ("a", "b")
+        gain = (r[f"wall_{slow}"] - r[f"wall_{fast}"]) / r[f"wall_{slow}"]
+        if gain < BETTER_SCHEME:
+            continue
+        est = ""
+        if r["est_a"] and r["est_b"]:
+            d = (r[f"est_{slow}"] - r[f"est_{fast}"]) / 1e6
+            est = f"; the model expected {abs(d):.1f} ms {'less' if d >= 0 else 'more'}"
+        out.append(f"Q{r['query']} on {r['nodes']} data node{'s' if r['nodes'] > 1 else ''}: use {r[f'scheme_{fast}']} — "
+                   f"{r[f'wall_{slow}'] / 1e6:.1f} → {r[f'wall_{fast}'] / 1e6:.1f} ms measured ({gain:.0%} less), "
+                   f"data nodes shipped {(r[f'net_{slow}'] or 0) / 1e3:,.0f} → {(r[f'net_{fast}'] or 0) / 1e3:,.0f} kB; "
+                   f"the component that moved most: {r['moved']} ({(r['moved_ns'] or 0) / 1e6:+.1f} ms b−a){est}")
+    return out
+
+
+def summarize(out: str | Path) -> dict:
+    con = open_results(out)
+    try:
+        varied = _varied(con)
+        preds = sorted(predictions(con), key=lambda p: (p.group, p.query, p.nodes))
+        for p in preds:
+            p.group = _label(p.group, varied)
+        shares = shares_by_nodes(con)
+        for r in shares:
+            r["grp"] = _label(r["grp"], varied)
+        errs = [abs(p.error) for p in preds if p.error is not None]
+        return {
+            "plan": json.loads((Path(out) / "plan.json").read_text()) if (Path(out) / "plan.json").exists() else {},
+            "cells": _rows(con, "SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, "
+                                "parallel_workers, streams, cold, count(*) AS queries, "
+                                "count(*) FILTER (WHERE timed_out) AS timeouts, count(*) FILTER (WHERE failed) AS failures "
+                                "FROM cell_query GROUP BY ALL ORDER BY scheme, nodes, cell"),
+            "speedup": [{**r, "grp": _label(r["grp"], varied)} for r in _rows(con, "SELECT * FROM speedup")],
+            "shares": [{k: v for k, v in r.items() if k in ("grp", "nodes", "wall_ns", "shares")} for r in shares],
+            "growing": growing(shares),
+            "scheme_diff": _rows(con, "SELECT * FROM scheme_diff"),
+            "sweeps": [{**f, "others": _label(f["others"], varied)} for f in sweep_findings(con)],
+            "predictions": [{**asdict(p), "error": p.error} for p in preds],
+            "prediction_mean_abs_error": sum(errs) / len(errs) if errs else None,
+            "scheme_advice": scheme_advice(con),
+        }
+    finally:
+        con.close()
+
+
+def _varied(con) -> set[str]:
+    return {f for (f,) in con.execute("SELECT factor FROM cell_level GROUP BY factor HAVING count(DISTINCT level) > 1")
+            .fetchall()}
+
+
+def _label(others: str, varied: set[str]) -> str:
+    """A group's levels, only of the factors the plan varies (the fixed ones are in the cell table)."""
+    kept = [kv for kv in others.split(" ") if kv.split("=", 1)[0] in varied]
+    return " ".join(kept) or "all cells"
+
+
+def _ms(ns) -> str:
+    return "-" if ns is None else f"{ns / 1e6:,.1f}"
+
+
+def render(out: str | Path) -> tuple[Path, Path]:
+    """report.md and report.html (with charts), results.csv and summary.json in OUT/report."""
+    out = Path(out)
+    s = summarize(out)
+    rep = out / "report"
+    rep.mkdir(parents=True, exist_ok=True)
+    con = open_results(out)
+    con.execute(f"COPY (SELECT * FROM results ORDER BY cell, query, repetition, stream) TO '{rep / 'results.csv'}' "
+                "(HEADER, DELIMITER ',')")
+    con.close()
+    (rep / "summary.json").write_text(json.dumps(s, indent=1, default=str))
+    md, html = [f"# Experiment {s['plan'].get('name', out.name)}", ""], []
+    md += ["## Cells", "", "| cell | nodes | scheme | cpu | memory MB | read MB/s | link Mbit | workers | streams | cold "
+           "| queries | timeouts | failures |", "|" + "---|" * 13]
+    for c in s["cells"]:
+        md.append("| " + " | ".join(str(c[k] if c[k] is not None else "-") for k in (
+            "cell", "nodes", "scheme", "node_cpu", "node_memory_mb", "node_read_mbps", "link_mbit", "parallel_workers",
+            "streams", "cold", "queries", "timeouts", "failures")) + " |")
+    md.append("")
+    groups = list(dict.fromkeys(r["grp"] for r in s["speedup"]))
+    if any(len({r["nodes"] for r in s["speedup"] if r["grp"] == g}) > 1 for g in groups):
+        md += ["## Speed-up over node counts", "",
+               "Against the ideal (nodes / the smallest count); ▼ a slow-down, ⏱ a timeout, ✗ a failure.", ""]
+        for g in groups:
+            mine = [r for r in s["speedup"] if r["grp"] == g]
+            ns = sorted({r["nodes"] for r in mine})
+            if len(ns) < 2:
+                continue
+            md += [f"### {g}", "", "| query | " + " | ".join(f"{n} node{'s' if n > 1 else ''}" for n in ns) + " |", "|---|" + "---|" * len(ns)]
+            series = {"ideal": [(n, n / ns[0]) for n in ns]}
+            for q in sorted({r["query"] for r in mine}):
+                cells = []
+                for n in ns:
+                    r = next((x for x in mine if x["query"] == q and x["nodes"] == n), None)
+                    if r is None:
+                        cells.append("")
+                    elif r["timed_out"]:
+                        cells.append("⏱")
+                    elif r["failed"]:
+                        cells.append("✗")
+                    else:
+                        cells.append(f"{r['speedup']:.2f}{' ▼' if r['slowdown'] else ''} ({_ms(r['wall_ns'])} ms)")
+                        series.setdefault(f"Q{q}", []).append((n, r["speedup"]))
+                md.append(f"| Q{q} | " + " | ".join(cells) + " |")
+            md.append("")
+            html.append(svg.line_chart(series, f"speed-up, {g}", "x", x_format="{:.0f} nodes", dashed=("ideal",)))
+    if s["shares"]:
+        md += ["## Component shares per node count", "",
+               "The coordinator's time summed over the queries; remote_wait is its wait for the data nodes.", ""]
+        for g in dict.fromkeys(r["grp"] for r in s["shares"]):
+            mine = [r for r in s["shares"] if r["grp"] == g]
+            md += [f"### {g}", "", "| nodes | wall ms | " + " | ".join(ATTRIBUTION_COMPONENTS) + " |",
+                   "|---|---|" + "---|" * len(ATTRIBUTION_COMPONENTS)]
+            peak = max(r["wall_ns"] for r in mine) or 1
+            for r in mine:
+                md.append(f"| {r['nodes']} | {_ms(r['wall_ns'])} | "
+                          + " | ".join(f"{100 * r['shares'][c]:.0f}%" for c in ATTRIBUTION_COMPONENTS) + " |")
+                html.append(svg.stacked_bar([(c, r["shares"][c] * r["wall_ns"]) for c in ATTRIBUTION_COMPONENTS],
+                                            r["wall_ns"], peak, label=f"{g}: {r['nodes']} nodes, {_ms(r['wall_ns'])} ms"))
+            grows = s["growing"].get(g)
+            if grows is not None:
+                md += ["", f"Growing with nodes (what limits scaling): {', '.join(grows) if grows else 'none'}."]
+            md.append("")
+        html.append(svg.legend(list(ATTRIBUTION_COMPONENTS)))
+    if s["scheme_diff"]:
+        md += ["## Scheme against scheme", "", "| query | nodes | schemes a / b | ms a | ms b | kB shipped a | kB b "
+               "| moved most (b − a) |", "|---|---|---|---|---|---|---|---|"]
+        for r in s["scheme_diff"]:
+            md.append(f"| Q{r['query']} | {r['nodes']} | {r['scheme_a']} / {r['scheme_b']} | {_ms(r['wall_a'])} | "
+                      f"{_ms(r['wall_b'])} | {(r['net_a'] or 0) / 1e3:,.0f} | {(r['net_b'] or 0) / 1e3:,.0f} | "
+                      f"{r['moved'] or '-'} {(r['moved_ns'] or 0) / 1e6:+.1f} ms |")
+        md.append("")
+    if s["scheme_advice"]:
+        md += ["## Partitioning advice (measured)", ""] + [f"- {a}" for a in s["scheme_advice"]] + [""]
+    if s["sweeps"]:
+        md += ["## One-factor sweeps", "", "| factor | others | query | best level | knee | levels (ms) |",
+               "|---|---|---|---|---|---|"]
+        for f in s["sweeps"]:
+            levels = ", ".join(f"{lv}: {'⏱' if to else _ms(w)}" for lv, w, to in f["levels"])
+            md.append(f"| {f['factor']} | {f['others']} | Q{f['query']} | {f['best']} | {f['knee']} | {levels} |")
+        md.append("")
+    if s["predictions"]:
+        mae = s["prediction_mean_abs_error"]
+        md += ["## Node counts predicted, then run", "",
+               "From each group's smallest node count: the coordinator's own time stays, its wait for the data "
+               "nodes shrinks with the data per node." + (f" Mean absolute error {mae:.0%}." if mae is not None else ""),
+               "", "| group | query | from | to | predicted ms | measured ms | error |", "|---|---|---|---|---|---|---|"]
+        for p in s["predictions"]:
+            err = f"{p['error']:+.0%}" if p["error"] is not None else "-"
+            md.append(f"| {p['group']} | Q{p['query']} | {p['from_nodes']} | {p['nodes']} | {_ms(p['predicted_ns'])} | "
+                      f"{_ms(p['measured_ns'])} | {err} |")
+        md.append("")
+    md_path = rep / "report.md"
+    md_path.write_text("\n".join(md))
+    html_path = rep / "report.html"
+    html_path.write_text("<!doctype html><meta charset='utf-8'><title>mwinv experiment</title>"
+                         "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
+                         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}</style>"
+                         + "<section class='charts'>" + "".join(f"<div>{h}</div>" for h in html) + "</section>"
+                         + "<pre>" + escape("\n".join(md)) + "</pre>")
+    return html_path, md_path

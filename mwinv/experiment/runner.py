@@ -1,0 +1,135 @@
+"""Run an experiment plan: each cell on a fresh cluster with its levels, the queries under a capture of
+every node, correlated, its response variables written as one Parquet part per cell. A cell whose part
+exists is done: an interrupted run resumes where it stopped."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mwinv.errors import MwinvError
+from mwinv.experiment.plan import Cell, Plan
+from mwinv.experiment.results import NODE_SCHEMA, RESULT_SCHEMA, cell_rows
+
+
+def results_dir(out: Path, table: str = "results") -> Path:
+    return out / table
+
+
+def done_cells(out: Path) -> set[str]:
+    return {p.stem for p in results_dir(out).glob("*.parquet")}
+
+
+def _write(out: Path, table: str, cell: Cell, rows: list[dict], schema: pa.Schema) -> None:
+    d = results_dir(out, table)
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / f"{cell.id}.tmp"
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
+    tmp.replace(d / f"{cell.id}.parquet")   # the results part is what marks a cell done: written last
+
+
+def run_plan(plan: Plan, out: str | Path, progress: Callable[[str], None] | None = None,
+             keep_captures: bool = True) -> dict:
+    """Run every cell not yet done. Returns {"ran": n, "skipped": n, "failed": [labels]}."""
+    say = progress or (lambda _: None)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "plan.json").write_text(json.dumps({"name": plan.name, "path": str(plan.path), "scale": plan.scale,
+                                               "queries": plan.queries, "repetitions": plan.repetitions,
+                                               "timeout_s": plan.timeout_s, "factors": plan.factors}, indent=1))
+    cells = plan.cells()
+    done = done_cells(out)
+    summary = {"ran": 0, "skipped": 0, "failed": []}
+    for k, cell in enumerate(cells, 1):
+        if cell.id in done:
+            summary["skipped"] += 1
+            continue
+        say(f"cell {k}/{len(cells)} [{cell.id}]: {cell.label()}")
+        t0 = time.monotonic()
+        try:
+            rows, node_rows = run_cell(plan, cell, out, say, keep_captures)
+        except MwinvError as exc:
+            # a cell that cannot run (a cap too small, a scheme the nodes refuse) is a result, not a crash
+            summary["failed"].append(f"{cell.label()}: {exc}")
+            rows = [_failed_row(plan, cell, q, r, str(exc)) for r in range(plan.repetitions) for q in plan.queries]
+            node_rows = []
+        _write(out, "results_node", cell, node_rows, NODE_SCHEMA)
+        _write(out, "results", cell, rows, RESULT_SCHEMA)
+        summary["ran"] += 1
+        say(f"cell {k}/{len(cells)} done in {time.monotonic() - t0:.0f} s")
+    return summary
+
+
+def _failed_row(plan: Plan, cell: Cell, query: int, rep: int, error: str) -> dict:
+    return {"experiment": plan.name, "cell": cell.id, **_levels(cell), "query": query, "repetition": rep,
+            "stream": 0, "error": error, "timed_out": False}
+
+
+def _levels(cell: Cell) -> dict:
+    lv = dict(cell.levels)
+    lv["scheme"] = Path(str(lv["scheme"])).stem if str(lv["scheme"]).endswith(".toml") else lv["scheme"]
+    return lv
+
+
+def run_cell(plan: Plan, cell: Cell, out: Path, say, keep_captures: bool = True) -> tuple[list[dict], list[dict]]:
+    """One cell: a cluster with its levels, a warm-up pass (unless cold), the measured passes under a
+    capture of every node, calibration (disk and CPU once per experiment, the link per cell), then
+    the correlation and the cell's rows."""
+    from mwinv.cgroup import drop_page_cache
+    from mwinv.cluster.capture import ClusterCapture
+    from mwinv.cluster.harness import Cluster, NodeCaps
+    from mwinv.correlator.calibrate import calibrate, calibrate_link, store
+    from mwinv.correlator.load import open_correlated
+    from mwinv.correlator.pipeline import correlate
+    from mwinv.correlator.report import load, write_derived_tables
+    from mwinv.workloads.runner import run_queries
+
+    lv = cell.levels
+    capture_dir = out / "cells" / cell.id / "capture"
+    if capture_dir.exists():
+        shutil.rmtree(capture_dir)   # a cell interrupted before its results: run again from the start
+    caps = NodeCaps(cpu=lv["node_cpu"], memory_mb=lv["node_memory_mb"], read_mbps=lv["node_read_mbps"],
+                    link_mbit=lv["link_mbit"])
+    with Cluster(nodes=lv["nodes"], scale=plan.scale, scheme=lv["scheme"], node_caps=caps, progress=say) as cluster:
+        if lv["parallel_workers"] is not None:
+            for server in cluster.servers.values():
+                server.psql(f"ALTER SYSTEM SET max_parallel_workers_per_gather = {int(lv['parallel_workers'])}; "
+                            "SELECT pg_reload_conf()")
+        kw = dict(streams=lv["streams"], statement_timeout_s=plan.timeout_s)
+        if lv["cold"]:
+            drop_page_cache()
+        else:
+            say("warm-up pass")
+            run_queries(cluster.coordinator, plan.queries, **kw)
+        runs = []
+        with ClusterCapture(cluster, capture_dir, progress=say):
+            for rep in range(plan.repetitions):
+                for r in run_queries(cluster.coordinator, plan.queries, **kw):
+                    runs.append((rep, r))
+        cal_file = out / "calibration.json"
+        if cal_file.exists():
+            cal = json.loads(cal_file.read_text())
+        else:
+            say("calibrate disk and CPU (once per experiment)")
+            cal = calibrate(cluster.servers["d1"].data_dir)
+            cal_file.write_text(json.dumps(cal))
+        d1 = cluster.net.links["d1"]
+        cal = {**cal, "links": {d1.address: calibrate_link(f"{d1.netns}:{d1.address}", bulk_mb=8, pings=50)}}
+        store(capture_dir, cal)
+    say("correlate")
+    correlate(capture_dir).con.close()
+    write_derived_tables(load(capture_dir))
+    db = open_correlated(capture_dir)
+    try:
+        rows, node_rows = cell_rows(db, plan.name, cell.id, _levels(cell), runs)
+    finally:
+        db.con.close()
+    if not keep_captures:
+        shutil.rmtree(capture_dir.parent)
+    return rows, node_rows

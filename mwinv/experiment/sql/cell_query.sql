@@ -1,0 +1,39 @@
+-- cell_query: one row per cell and query: the median wall time over its runs (repetitions and
+-- streams), the components' means, bytes shipped, the model's estimate, and whether it timed out or
+-- failed (then its time is not a measurement).
+--
+-- inputs:  results (RESULT_SCHEMA, every cell's part)
+-- columns: the factor levels, cell, query, runs, wall_ns, timed_out, failed, error, estimated_ns,
+--          net_bytes, limit, c_<component> (mean ns); and cell_level, cell_others (below)
+CREATE OR REPLACE TABLE cell_query AS
+SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, parallel_workers, streams, cold,
+       query, count(*) AS runs,
+       CAST(median(wall_ns) FILTER (WHERE error IS NULL) AS BIGINT) AS wall_ns,
+       bool_or(timed_out) AS timed_out, bool_or(error IS NOT NULL AND NOT timed_out) AS failed,
+       any_value(error) AS error,
+       CAST(avg(estimated_ns) AS BIGINT) AS estimated_ns, CAST(avg(net_bytes) AS BIGINT) AS net_bytes,
+       mode("limit") AS "limit",
+       CAST(avg(COLUMNS('^c_(.*)')) AS BIGINT) AS "c_\1"
+FROM results
+GROUP BY cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, parallel_workers, streams,
+         cold, query;
+
+-- cell_level: each cell's level of every factor, as text (for grouping cells that differ in one).
+CREATE OR REPLACE TABLE cell_level AS
+UNPIVOT (
+    SELECT DISTINCT cell, CAST(nodes AS VARCHAR) AS nodes, scheme, coalesce(CAST(node_cpu AS VARCHAR), '-') AS node_cpu,
+           coalesce(CAST(node_memory_mb AS VARCHAR), '-') AS node_memory_mb,
+           coalesce(CAST(node_read_mbps AS VARCHAR), '-') AS node_read_mbps,
+           coalesce(CAST(link_mbit AS VARCHAR), '-') AS link_mbit,
+           coalesce(CAST(parallel_workers AS VARCHAR), '-') AS parallel_workers, CAST(streams AS VARCHAR) AS streams,
+           CAST(cold AS VARCHAR) AS cold
+    FROM cell_query)
+ON nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, parallel_workers, streams, cold
+INTO NAME factor VALUE level;
+
+-- cell_others: for each cell and factor, the cell's levels of all the other factors (cells with equal
+-- text differ in that factor only).
+CREATE OR REPLACE TABLE cell_others AS
+SELECT l.cell, l.factor, l.level, string_agg(o.factor || '=' || o.level, ' ' ORDER BY o.factor) AS others
+FROM cell_level l JOIN cell_level o ON o.cell = l.cell AND o.factor <> l.factor
+GROUP BY l.cell, l.factor, l.level;

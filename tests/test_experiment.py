@@ -1,0 +1,119 @@
+"""Experiments end to end on real clusters (issue 18): a small plan of node counts and both schemes at
+SF 0.01, its results per query and node, the report with its charts in headless Chromium, resuming an
+interrupted run, and plan errors."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, Capture
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="clusters need root (namespaces, cgroups)")
+MWINV = str(Path(sys.executable).parent / "mwinv")
+CHROMIUM = "/usr/bin/chromium"
+PLAN = """
+name = "small"
+scale = 0.01
+queries = [3, 12]
+timeout_s = 30
+[factors]
+nodes = [1, 2]
+scheme = ["1-part", "2-part"]
+"""
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    d = tmp_path_factory.mktemp("experiment")
+    (d / "plan.toml").write_text(PLAN)
+    r = subprocess.run([MWINV, "experiment", "run", str(d / "plan.toml"), "-o", str(d / "out")], capture_output=True,
+                       text=True, timeout=1200)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return d, r
+
+
+def q(out: Path, sql: str):
+    con = duckdb.connect()
+    con.execute(f"CREATE VIEW results AS SELECT * FROM read_parquet('{out}/results/*.parquet')")
+    con.execute(f"CREATE VIEW results_node AS SELECT * FROM read_parquet('{out}/results_node/*.parquet')")
+    return con.execute(sql).fetchall()
+
+
+def test_every_cell_and_query_has_its_response_variables(experiment):
+    out = experiment[0] / "out"
+    rows = q(out, "SELECT nodes, scheme, query, wall_ns, error, statement_id, "
+                  + " + ".join(f"c_{c}" for c in ATTRIBUTION_COMPONENTS) + " FROM results")
+    assert {(n, s, qq) for n, s, qq, *_ in rows} == {(n, s, qq) for n in (1, 2) for s in ("1-part", "2-part")
+                                                      for qq in (3, 12)}
+    for n, s, qq, wall, err, sid, comps in rows:
+        assert err is None and sid is not None, (n, s, qq)
+        # the coordinator statement's components: its execution, inside the client's measured run
+        assert 0.5 * wall <= comps <= wall, (n, s, qq, comps, wall)
+    # every data node has a part of every query; one of them is the critical path
+    parts = q(out, "SELECT r.nodes, n.query, n.cell, count(*), count(*) FILTER (WHERE n.critical) FROM results_node n "
+                   "JOIN results r ON r.cell = n.cell AND r.query = n.query GROUP BY ALL")
+    assert len(parts) == 8 and all(count == nodes and critical == 1 for nodes, _, _, count, critical in parts)
+    for cell in (out / "cells").iterdir():
+        m = Capture(cell / "capture").manifest()
+        assert m["scheme_definition"]["partitioned"]["lineitem"] == "l_orderkey"
+        assert ("orders" in m["scheme_definition"]["partitioned"]) == (m["scheme"] == "2-part")
+
+
+def test_schemes_differ_where_orders_is_not_co_partitioned(experiment):
+    """Q3 joins orders and lineitem: with 1-part the nodes ship lineitem rows to the coordinator to be
+    joined there; with 2-part the join runs on the nodes. Measured, not modelled."""
+    out = experiment[0] / "out"
+    net = dict(q(out, "SELECT scheme, avg(net_bytes) FROM results WHERE query = 3 AND nodes = 2 GROUP BY scheme"))
+    assert net["1-part"] > 3 * net["2-part"] > 0
+    md = (out / "report" / "report.md").read_text()
+    assert "## Scheme against scheme" in md and "Q3 on 2 data nodes: use 2-part" in md
+    assert "## Speed-up over node counts" in md and "### scheme=1-part" in md
+    assert "## Node counts predicted, then run" in md and "Mean absolute error" in md
+    assert (out / "report" / "results.csv").read_text().count("\n") == 9   # header and 8 runs
+
+
+@pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason="chromium is not installed")
+def test_report_charts_render_in_chromium(experiment, tmp_path):
+    html = experiment[0] / "out" / "report" / "report.html"
+    r = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", html.as_uri()],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0
+    dom = r.stdout
+    assert dom.count("<svg") >= 4 and dom.count("<polyline") >= 4 and 'stroke-dasharray="4 3"' in dom
+
+
+def test_an_interrupted_run_resumes(experiment):
+    d, _ = experiment
+    out = d / "out"
+    parts = sorted((out / "results").glob("*.parquet"))
+    parts[0].unlink()          # as if the run had stopped before that cell's results were written
+    shutil.rmtree(out / "report")
+    r = subprocess.run([MWINV, "experiment", "run", str(d / "plan.toml"), "-o", str(out)], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "1 cells run, 3 already done" in r.stderr
+    assert len(list((out / "results").glob("*.parquet"))) == 4 and (out / "report" / "report.md").exists()
+
+
+def test_plan_and_scheme_errors(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[factors]\nnode = [1, 2]\n")
+    r = subprocess.run([MWINV, "experiment", "run", str(bad), "-o", str(tmp_path / "o")], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.strip() == f"mwinv: error: {bad}: [factors] node: unknown factor (one of " \
+        "nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, parallel_workers, streams, cold)"
+    scheme = tmp_path / "s.toml"
+    scheme.write_text("[partitioned]\nlineitem = \"o_orderkey\"\n")
+    bad.write_text(f"[factors]\nscheme = [\"{scheme}\"]\n")
+    r = subprocess.run([MWINV, "experiment", "run", str(bad), "-o", str(tmp_path / "o")], capture_output=True, text=True)
+    assert r.returncode == 2 and f"{scheme}: [partitioned] lineitem = 'o_orderkey': no such column" in r.stderr
+    scheme.write_text("[partitioned\n")
+    r = subprocess.run([MWINV, "experiment", "run", str(bad), "-o", str(tmp_path / "o")], capture_output=True, text=True)
+    assert r.returncode == 2 and f"{scheme}: " in r.stderr and "line 1" in r.stderr
+    assert not (tmp_path / "o" / "results").exists()
