@@ -4,6 +4,7 @@ each checked against sums computed here from the raw lines, independently of the
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -268,3 +269,56 @@ def test_session_hook_fails_in_one_line_without_a_server():
     r = subprocess.run([str(BIN / "mwinv"), "oracle", "trace", "--dsn", "x", "--user", "u", "--sid", "1"],
                        capture_output=True, text=True, env=env)
     assert r.returncode == 2 and "--sid and --serial go together" in r.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/sys/kernel/tracing/instances").exists(),
+                    reason="needs root and tracefs (kernel tracing)")
+def test_kernel_side_of_the_traced_host(tmp_path):
+    """The join with a kernel capture of the host, by the server process's pid and time: no Oracle server
+    runs here, so a process replays the 12.2 session's timeline (tests/oracle_replay.py: c= busy, waits
+    and unaccounted-for time asleep) under a real kernel capture; the real trace is imported into that
+    capture, its statements land on the kernel's clock and are attributed from the kernel's events, and
+    Oracle's unaccounted-for time is set against what the kernel saw."""
+    from mwinv.capture.run import KernelCapture, wall_minus_mono
+
+    trace = JK[1]
+    replay = subprocess.Popen([sys.executable, str(Path(__file__).parent / "oracle_replay.py"), str(trace), "3"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        start_mono, first_us = map(int, replay.stdout.readline().split())
+        cap = KernelCapture(tmp_path / "host", pids=[replay.pid], node="orahost", statements=False).start()
+        try:
+            replay.stdin.write("go\n")
+            replay.stdin.flush()
+            assert replay.wait(timeout=60) == 0
+        finally:
+            cap.stop()
+    finally:
+        if replay.poll() is None:
+            replay.kill()
+    tf = parse(trace)
+    trace_wall_first = (first_us + tf.wall_offset_us()[0]) * 1000
+    offset_s = (trace_wall_first - (start_mono + wall_minus_mono()["offset_ns"])) / 1e9
+    r = run_cli("oracle", "import", str(trace), "-o", str(tmp_path / "host"), "--node", "orahost", "--pid",
+                str(replay.pid), "--clock-offset", f"{offset_s:.9f}")
+    assert r.returncode == 0, r.stderr
+    db = correlate(tmp_path / "host")
+    assert not [w for w in db.warnings if "outside" in w], db.warnings
+    block = q(tmp_path / "host", """
+        SELECT s.statement_id, s.end_ns - s.start_ns, s.cpu_user_ns FROM statement s
+        WHERE s.nesting_level = 0 ORDER BY 2 DESC LIMIT 1""")[0]
+    sid, wall, oracle_cpu = block
+    comps = dict(q(tmp_path / "host", f"SELECT component, ns FROM statement_attribution WHERE statement_id = {sid}"))
+    assert sum(comps.values()) == wall
+    # the kernel saw the replayed c= on the CPU and the sleeps (DBMS_LOCK.SLEEP, waits) off it
+    kernel_cpu = comps["cpu_user"] + comps["cpu_sys"] + comps["run_queue"]
+    assert abs(kernel_cpu - oracle_cpu) <= 0.25 * oracle_cpu + 15_000_000, (kernel_cpu, oracle_cpu)
+    assert comps["other_wait"] + comps["not_allocated"] >= 4_900_000_000
+    rows = {r["statement_id"]: r for r in profile.unaccounted_rows(profile.open_oracle(tmp_path / "host"))}
+    split = rows[sid]
+    assert split["unaccounted_ns"] == 8_900_000 or abs(split["unaccounted_ns"] - 8_900_000) < 1_000_000
+    assert split["run_queue_ns"] + split["cpu_missed_ns"] + split["io_outside_waits_ns"] + split["rest_ns"] \
+        == split["unaccounted_ns"]
+    assert split["kernel_cpu_ns"] == comps["cpu_user"] + comps["cpu_sys"]
+    r = run_cli("oracle", "unaccounted", str(tmp_path / "host"))
+    assert r.returncode == 0 and "split by the kernel" in r.stdout

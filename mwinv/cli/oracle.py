@@ -34,22 +34,30 @@ def _ms(ns: float | None) -> str:
 @click.option("-o", "--out", "out", required=True, type=click.Path(file_okay=False),
               help="capture directory to write (created; several imports may add to one).")
 @click.option("--node", default=None, help="node name (default: the host in each file's header).")
+@click.option("--pid", type=int, default=None, help="the server process's OS pid, where the header lacks it.")
+@click.option("--clock-offset", type=float, default=0.0, show_default=True,
+              help="seconds the database host's wall clock was ahead of the capture host's.")
 @click.option("--lenient", is_flag=True, help="exit 0 even when lines were malformed or a file was truncated.")
-def import_cmd(files, out, node, lenient) -> None:
+def import_cmd(files, out, node, pid, clock_offset, lenient) -> None:
     """Read 10046 trace files (sessions, RAC instances) into one capture: one statement per execution,
     the trace's calls, waits and plans; then `mwinv-correlate OUT` attributes them and `mwinv oracle
     profile OUT` profiles them. Malformed and truncated lines are skipped, everything else is kept,
-    and the exit is non-zero with the first such line named (unless --lenient).
+    and the exit is non-zero with the first such line named (unless --lenient). Into a kernel capture
+    of the host (--node naming that capture's node) the statements are placed on the kernel trace's
+    clock and attributed from its events, and `mwinv oracle unaccounted OUT` splits Oracle's
+    unaccounted-for time by what the kernel saw (docs/oracle.md).
 
     \b
     Examples:
       mwinv oracle import orcl_ora_9854.trc -o out/ora
       mwinv oracle import trace/*_ora_*.trc -o out/rac --node db1
+      mwinv oracle import orcl_ora_9854.trc -o out/host --node dbhost --clock-offset 0.25
     """
     from mwinv.engines.oracle.importer import import_files
 
     err = progress_console()
-    done = import_files(out, [Path(f) for f in files], node=node, progress=lambda s: err.print(s, highlight=False))
+    done = import_files(out, [Path(f) for f in files], node=node, pid=pid, clock_offset_s=clock_offset,
+                        progress=lambda s: err.print(s, highlight=False))
     problems = [p for d in done for p in d.problems]
     for d in done:
         err.print(f"{d.path}: node {d.node}, pid {d.pid}: {d.statements} executions, {d.waits} waits", highlight=False)
@@ -105,6 +113,34 @@ def profile_cmd(capture, group, where, skew, fmt) -> None:
             cells += [str(c) if c else "" for c, _ in r.histogram]
         t.add_row(*cells)
     t.add_row("total", _ms(total), "100.0", f"{sum(r.count for r in rows):,}", "", "", "")
+    _console().print(t)
+
+
+@oracle_cli.command("unaccounted")
+@click.argument("capture", type=click.Path(file_okay=False))
+@click.option("--top", type=int, default=10, show_default=True, help="statements to show, by wall time.")
+def unaccounted_cmd(capture, top) -> None:
+    """Oracle's unaccounted-for time split by what the kernel saw the server process do, for statements
+    a kernel capture of the host covers (import the trace into that capture, then run mwinv-correlate):
+    run queue, CPU that c= missed, block I/O outside any wait event, and the rest.
+
+    \b
+    Example:
+      mwinv oracle unaccounted out/host
+    """
+    from mwinv.engines.oracle import profile as prof
+
+    rows = prof.unaccounted_rows(prof.open_oracle(capture), top)
+    if not rows:
+        raise MwinvError(f"{capture}: no Oracle statement is covered by a kernel trace (import the trace into a "
+                         "kernel capture of its host, then run mwinv-correlate)")
+    t = Table(title="Oracle's unaccounted-for time, split by the kernel (ms)")
+    cols = ("statement_id", "wall_ns", "oracle_cpu_ns", "kernel_cpu_ns", "oracle_wait_ns", "unaccounted_ns",
+            "run_queue_ns", "cpu_missed_ns", "io_outside_waits_ns", "rest_ns")
+    for c in cols:
+        t.add_column(c.removesuffix("_ns"), justify="right")
+    for r in rows:
+        t.add_row(str(r["statement_id"]), *(_ms(r[c]) for c in cols[1:]))
     _console().print(t)
 
 

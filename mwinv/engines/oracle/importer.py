@@ -41,16 +41,32 @@ def _next_statement_id(capture: Capture, node: str) -> int:
     return max(ids, default=0) + 1
 
 
-def _to_ns(tf: TraceFile, offset_us: int):
+def _to_ns(tf: TraceFile, offset_us: int, node_info: dict):
+    """tim -> the node's clock: wall-clock ns, or, on a node a kernel capture recorded (clock mono), its
+    CLOCK_MONOTONIC by the wall-minus-mono offsets it measured at its start and end (interpolated)."""
     unit = tf.tim_unit_us
+    a, b = node_info.get("wall_minus_mono_start"), node_info.get("wall_minus_mono_end")
+    if node_info.get("clock") != "mono" or not a:
+        return lambda tim: (tim * unit + offset_us) * 1000
+    b = b or a
+    span = (b["at_ns"] - a["at_ns"]) or 1
 
-    def ns(tim: int) -> int:
-        return (tim * unit + offset_us) * 1000
-    return ns
+    def mono(tim: int) -> int:
+        wall = (tim * unit + offset_us) * 1000
+        guess = wall - a["offset_ns"]
+        return wall - (a["offset_ns"] + (b["offset_ns"] - a["offset_ns"]) * (guess - a["at_ns"]) // span)
+    return mono
 
 
-def import_file(capture: Capture, path: str | Path, node: str | None = None) -> Imported:
+def import_file(capture: Capture, path: str | Path, node: str | None = None, pid: int | None = None,
+                clock_offset_s: float = 0.0) -> Imported:
+    """One trace file into `capture`. node: the capture's node of the host it came from (a node a kernel
+    capture recorded: its statements are then placed on that capture's clock and attributed from the
+    kernel's events); pid: the server process's OS pid where the header lacks it (trcsess output);
+    clock_offset_s: how far the database host's wall clock was ahead of the capture host's."""
     tf = parse(path)
+    if pid is not None:
+        tf.os_pid = pid
     problems = [f"{tf.path}:{ln}: {what}" for ln, what in tf.malformed]
     if tf.truncated:
         problems.append(f"{tf.path}:{tf.truncated[0]}: truncated ({tf.truncated[1]})")
@@ -63,8 +79,11 @@ def import_file(capture: Capture, path: str | Path, node: str | None = None) -> 
     if offset_us is None:
         raise MwinvError(f"{tf.path}:1: no '***' timestamp line followed by a tim= value: its times cannot be "
                          "placed on the wall clock")
+    offset_us -= round(clock_offset_s * 1e6)
     session = ex_mod.build(tf)
-    ns = _to_ns(tf, offset_us)
+    info = capture.manifest().get("nodes", {}).get(node, {})
+    ns = _to_ns(tf, offset_us, info)
+    wall = _to_ns(tf, offset_us, {})
     unit = tf.tim_unit_us
     base = _next_statement_id(capture, node)
     sid = {id(e): base + e.seq for e in session.executions}
@@ -105,7 +124,7 @@ def import_file(capture: Capture, path: str | Path, node: str | None = None) -> 
             "parent_statement_id": sid[id(e.parent)] if e.parent is not None else None,
             "query_id": qid, "query_text_hash": h, "database": database,
             "username": f"uid={e.parsing.uid}" if e.parsing and e.parsing.uid is not None else None,
-            "start_ns": ns(start), "end_ns": ns(end), "start_wall_ns": ns(start), "plan_ns": None,
+            "start_ns": ns(start), "end_ns": ns(end), "start_wall_ns": wall(start), "plan_ns": None,
             "parse_ns": sum(c.e for c in e.calls if c.kind == "PARSE") * unit * 1000,
             "client_wait_ns": client_time(e) * unit * 1000,
             "cpu_user_ns": sum(c.c for c in e.calls) * unit * 1000, "cpu_sys_ns": None,
@@ -172,7 +191,6 @@ def import_file(capture: Capture, path: str | Path, node: str | None = None) -> 
                         ("dbms_wait", waits), ("plan_operation", plans), ("session", sessions)):
         if rows:
             capture.write_part(table, rows, node=node)
-    info = capture.manifest().get("nodes", {}).get(node, {})
     files = [f for f in info.get("oracle_files", []) if f.get("path") != file] + [{
         "path": file, "os_pid": pid, "lines": tf.lines, "tim_to_wall_offset_us": offset_us,
         "offset_spread_us": spread_us, "zone_known": tf.zone_known, "version": ".".join(map(str, tf.version)),
@@ -181,23 +199,27 @@ def import_file(capture: Capture, path: str | Path, node: str | None = None) -> 
     }]
     starts = [r["start_ns"] for r in statements] + [r["end_ns"] - r["ela_ns"] for r in waits]
     ends = [r["end_ns"] for r in statements] + [r["end_ns"] for r in waits]
-    capture.update_manifest(nodes={node: {
-        **info, "clock": "realtime", "dbms": DBMS, "software": {"oracle": tf.header.get("banner", "")},
-        "start_ns": min(starts + ([info["start_ns"]] if "start_ns" in info else []), default=None),
-        "end_ns": max(ends + ([info["end_ns"]] if "end_ns" in info else []), default=None),
-        "oracle_files": files}})
+    software = {**info.get("software", {}), "oracle": tf.header.get("banner", "")}
+    if info.get("clock") == "mono":   # a kernel capture's node: its clock and span stay
+        capture.update_manifest(nodes={node: {**info, "dbms": DBMS, "software": software, "oracle_files": files}})
+    else:
+        capture.update_manifest(nodes={node: {
+            **info, "clock": "realtime", "dbms": DBMS, "software": software,
+            "start_ns": min(starts + ([info["start_ns"]] if "start_ns" in info else []), default=None),
+            "end_ns": max(ends + ([info["end_ns"]] if "end_ns" in info else []), default=None),
+            "oracle_files": files}})
     return Imported(tf.path, node, pid, len(statements), len(waits), problems)
 
 
-def import_files(capture_dir: str | Path, paths: list[str | Path], node: str | None = None,
-                 progress=None) -> list[Imported]:
+def import_files(capture_dir: str | Path, paths: list[str | Path], node: str | None = None, pid: int | None = None,
+                 clock_offset_s: float = 0.0, progress=None) -> list[Imported]:
     """Import every file; a file that cannot be read at all stops the import with its error (the
     files imported before it are kept)."""
     cap = Capture(capture_dir)
-    cap.create(capture_kind="dbms-trace")
+    cap.create(**({} if cap.manifest() else {"capture_kind": "dbms-trace"}))
     done = []
     for k, p in enumerate(paths):
         if progress:
             progress(f"[{k + 1}/{len(paths)}] {p}")
-        done.append(import_file(cap, p, node))
+        done.append(import_file(cap, p, node, pid, clock_offset_s))
     return done

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import duckdb
 
-from mwinv.correlator.load import CaptureDB, literal, open_capture
+from mwinv.correlator.load import CaptureDB, literal, open_correlated
 from mwinv.errors import MwinvError
 
 SQL_DIR = Path(__file__).parent / "sql"
@@ -22,12 +22,23 @@ BUCKET_LABELS = ("<1µs", "<10µs", "<100µs", "<1ms", "<10ms", "<100ms", "<1s",
 
 
 def open_oracle(capture_dir: str | Path) -> CaptureDB:
-    db = open_capture(capture_dir)
+    db = open_correlated(capture_dir)
     if not db.has("dbms_call") and not db.has("dbms_wait"):
         raise MwinvError(f"{capture_dir}: no Oracle trace in this capture (import one with `mwinv oracle import`)")
     for name in ("response_item", "tkprof", "plan_waits", "fetch_trips"):
         db.con.execute((SQL_DIR / f"{name}.sql").read_text())
     return db
+
+
+def unaccounted_rows(db: CaptureDB, top: int = 10) -> list[dict]:
+    """Oracle's unaccounted-for time split by the kernel's view (sql/unaccounted_split.sql), for the
+    longest statements a kernel trace covers; empty without one (or before `mwinv-correlate`)."""
+    if not db.has("kernel_event") or not db.has("statement_attribution"):
+        return []
+    db.con.execute((SQL_DIR / "unaccounted_split.sql").read_text())
+    cur = db.sql(f"SELECT * FROM unaccounted_split ORDER BY wall_ns DESC LIMIT {int(top)}")
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r)) for r in cur.fetchall()]
 
 
 @dataclass
