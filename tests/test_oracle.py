@@ -322,3 +322,5 @@ def test_kernel_side_of_the_traced_host(tmp_path):
     assert split["kernel_cpu_ns"] == comps["cpu_user"] + comps["cpu_sys"]
     r = run_cli("oracle", "unaccounted", str(tmp_path / "host"))
     assert r.returncode == 0 and "split by the kernel" in r.stdout
+    r = run_cli("capture", str(tmp_path / "x"), "--pids", "9854,x", tool="mwinv-trace")
+    assert r.returncode == 2 and "--pids '9854,x': a comma-separated list of process ids" in r.stderr

@@ -31,6 +31,9 @@ def cli() -> None:
 @cli.command(context_settings={"ignore_unknown_options": False})
 @click.argument("capture_dir", type=click.Path(file_okay=False))
 @click.option("--pid", "postmaster_pid", type=int, help="postmaster pid (its children are followed).")
+@click.option("--pids", "other_pids", default=None, metavar="PID[,PID...]",
+              help="another DBMS's server processes (an Oracle server process, whose 10046 trace "
+                   "`mwinv oracle import` joins): kernel events and samples only.")
 @click.option("--data-dir", type=click.Path(exists=True, file_okay=False), help="PostgreSQL data directory.")
 @click.option("--conninfo", help="libpq conninfo of the server (also used to drain the mwinv extension).")
 @click.option("--duration", type=float, help="stop after this many seconds.")
@@ -40,13 +43,14 @@ def cli() -> None:
 @click.option("--no-trace", is_flag=True, help="samples (and statements) only, no kernel tracing.")
 @click.option("--node", help="node name in the tables (default: $MWINV_NODE or the host name).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def capture(capture_dir, postmaster_pid, data_dir, conninfo, duration, stacks, page_faults, sample_interval_s,
-            no_trace, node, command) -> None:
+def capture(capture_dir, postmaster_pid, other_pids, data_dir, conninfo, duration, stacks, page_faults,
+            sample_interval_s, no_trace, node, command) -> None:
     """Capture until --duration, Ctrl-C, or the COMMAND after `--` exits; then parse into tables.
 
     \b
     Examples:
       mwinv-trace capture out/run1 --pid 4242 --duration 30
+      mwinv-trace capture out/ora --pids 9854 --duration 60      # then: mwinv oracle import ... --node
       mwinv-trace capture out/run1 --data-dir /srv/pg15 --stacks -- pgbench -T 20 bench
       mwinv-trace capture out/run1 --conninfo "host=/tmp port=5432 dbname=tpch" \\
           -- psql -f q1.sql "host=/tmp port=5432 dbname=tpch"
@@ -54,7 +58,16 @@ def capture(capture_dir, postmaster_pid, data_dir, conninfo, duration, stacks, p
     from mwinv.capture.run import postmaster_of, record_capture
 
     console = progress_console()
-    if postmaster_pid is None:
+    extra = {}
+    if other_pids:
+        try:
+            pids = [int(p) for p in other_pids.split(",")]
+        except ValueError:
+            raise MwinvError(f"--pids {other_pids!r}: a comma-separated list of process ids") from None
+        if postmaster_pid or data_dir or conninfo:
+            raise MwinvError("--pids is for another DBMS's processes: not with --pid, --data-dir or --conninfo")
+        extra = {"pids": pids, "statements": False}
+    elif postmaster_pid is None:
         postmaster_pid = postmaster_of(data_dir=data_dir, conninfo=conninfo)
     if duration is None and not command:
         console.print("capturing until Ctrl-C (or give --duration / -- command)")
@@ -62,7 +75,7 @@ def capture(capture_dir, postmaster_pid, data_dir, conninfo, duration, stacks, p
         summary = record_capture(capture_dir, postmaster_pid=postmaster_pid, conninfo=conninfo, duration_s=duration,
                                  command=list(command) or None, stacks=stacks, sample_interval_s=sample_interval_s,
                                  trace=not no_trace, page_faults=page_faults, node=node, data_dir=data_dir,
-                                 progress=status)
+                                 progress=status, **extra)
     _print_summary(console, capture_dir, summary)
     for r in summary.get("restarts", []):
         console.print(f"the server restarted: postmaster {r['postmaster_pid_before']} -> {r['postmaster_pid_after']} "
