@@ -37,6 +37,22 @@ def pg_bindir() -> Path:
         raise MwinvError("no PostgreSQL 15 binaries found (set MWINV_PG_BINDIR)") from exc
 
 
+def track(server) -> None:
+    """Stop `server` (anything with stop()) at exit, on SIGTERM, and when the tests end."""
+    with _live_lock:
+        _live.add(server)
+    _install_sigterm_cleanup()
+
+
+def untrack(server) -> bool:
+    """Forget `server`; False if it was not tracked (stopped already)."""
+    with _live_lock:
+        if server not in _live:
+            return False
+        _live.discard(server)
+    return True
+
+
 def _stop_all_live() -> None:
     for srv in list(_live):
         srv.stop()
@@ -149,9 +165,7 @@ class PgServer:
         else:
             self.base_dir.mkdir(parents=True, exist_ok=True)
         self._owns_base = True
-        with _live_lock:
-            _live.add(self)
-        _install_sigterm_cleanup()
+        track(self)
         try:
             self.socket_dir.mkdir(exist_ok=True)
             if self.run_as:
@@ -226,10 +240,8 @@ class PgServer:
 
     def stop(self) -> None:
         """Stop the server (fast, then immediate) and remove its directory. Safe to call twice."""
-        with _live_lock:
-            if self not in _live:
-                return
-            _live.discard(self)
+        if not untrack(self):
+            return
         if self.base_dir and (self.data_dir / "postmaster.pid").exists():
             bindir = pg_bindir()
             for mode in ("fast", "immediate"):
@@ -250,8 +262,7 @@ class PgServer:
 
     def detach(self) -> None:
         """Leave the server running when this process exits (someone else stops it later)."""
-        with _live_lock:
-            _live.discard(self)
+        untrack(self)
 
     def _kill_postmaster(self) -> None:
         try:

@@ -15,6 +15,8 @@ DEBIAN_PACKAGES=(
   postgresql-15-pg-stat-kcache
   postgresql-contrib
   chromium
+  mariadb-server
+  mariadb-client
   iproute2
   procps
 )

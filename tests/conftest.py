@@ -27,3 +27,17 @@ def pg():
 
     with PgServer(name="pytest-fresh") as server:
         yield server
+
+
+@pytest.fixture
+def mariadb_server():
+    """A fresh throw-away MariaDB per test (skipped where mariadbd is not installed)."""
+    from mwinv.engines.mariadb.server import MariaDBServer, mariadbd
+    from mwinv.errors import MwinvError
+
+    try:
+        mariadbd()
+    except MwinvError as exc:
+        pytest.skip(str(exc))
+    with MariaDBServer(name="pytest") as server:
+        yield server

@@ -1,0 +1,1 @@
+"""MariaDB / MySQL: throw-away servers (`server`) and TPC-H in MariaDB's dialect (`tpch`)."""

@@ -1,0 +1,20 @@
+-- Q13 in MariaDB's dialect: a derived table cannot rename its columns in a list after its alias
+-- (`AS c_orders (c_custkey, c_count)`), so the inner select names them.
+SELECT
+    c_count,
+    count(*) AS custdist
+FROM (
+    SELECT
+        c_custkey,
+        count(o_orderkey) AS c_count
+    FROM
+        customer
+    LEFT OUTER JOIN orders ON c_custkey = o_custkey
+    AND o_comment NOT LIKE '%special%requests%'
+GROUP BY
+    c_custkey) AS c_orders
+GROUP BY
+    c_count
+ORDER BY
+    custdist DESC,
+    c_count DESC;
