@@ -65,6 +65,9 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("parent_id", i32), ("pos", i32), ("obj", i64), ("operation", s), ("cnt", i64), ("cr", i64), ("pr", i64),
         ("pw", i64), ("starts", i64), ("time_ns", i64), ("cost", i64), ("size", i64), ("card", i64),
     ]),
+    # The DBMS's own counters of one statement, by name (MariaDB's rows_examined, created_tmp_disk_tables,
+    # sort_merge_passes, no_index_used, lock_time_ns, ...)
+    "statement_stat": pa.schema([("node", s), ("statement_id", i64), ("name", s), ("value", i64)]),
     # OS side
     "process": pa.schema([
         ("node", s), ("pid", i32), ("ppid", i32), ("comm", s), ("role", s), ("start_ns", i64),

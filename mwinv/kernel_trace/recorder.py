@@ -79,7 +79,14 @@ def descendants(root_pid: int) -> list[int]:
         p = todo.pop()
         out.append(p)
         todo.extend(children.get(p, []))
-    return out
+    # /proc lists processes only: the other threads of each (mariadbd's connection threads) are its tasks
+    threads = []
+    for p in out:
+        try:
+            threads += [int(t.name) for t in os.scandir(f"/proc/{p}/task") if int(t.name) != p]
+        except OSError:
+            continue
+    return out + threads
 
 
 def children(pid: int) -> list[int]:

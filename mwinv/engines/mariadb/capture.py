@@ -1,0 +1,71 @@
+"""A capture of one MariaDB server: the kernel's events of all its threads (existing and new), /proc
+samples, and its statements from performance_schema, each on the OS thread that ran it. The threads'
+roles (connection, page cleaner, purge, I/O, ...) from performance_schema.threads go into `process`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mwinv.capture.run import KernelCapture
+from mwinv.capture.tables import Capture
+from mwinv.engines.mariadb.reader import PerfSchemaReader
+from mwinv.engines.mariadb.server import MariaDBServer
+
+# performance_schema thread names -> roles
+ROLES = (("one_connection", "connection"), ("page_cleaner", "page cleaner"), ("purge", "purge"),
+         ("io_", "I/O"), ("thread_pool", "InnoDB pool"), ("checkpoint", "checkpoint"), ("main", "main"))
+
+
+def role(name: str) -> str:
+    return next((r for key, r in ROLES if key in name), "background")
+
+
+class MariaDBCapture:
+    """Use as a context manager around the workload; `summary` after it."""
+
+    def __init__(self, server: MariaDBServer, out: str | Path, node: str = "mariadb", stacks: bool = False,
+                 trace: bool | str = True, progress=None):
+        self.server, self.capture, self.node = server, Capture(out), node
+        self.kernel = KernelCapture(out, pids=[server.pid()], node=node, stacks=stacks, statements=False,
+                                    trace=trace, progress=progress)
+        self.reader: PerfSchemaReader | None = None
+        self.summary: dict = {}
+
+    def start(self) -> "MariaDBCapture":
+        self.kernel.start()
+        try:
+            self.reader = PerfSchemaReader(self.server.connect, self.capture, self.node).start()
+        except BaseException:
+            self.kernel.stop()
+            raise
+        return self
+
+    def stop(self) -> dict:
+        try:
+            info = self.reader.stop() if self.reader else {}
+        finally:
+            self.summary = self.kernel.stop()
+        pid = self.server.pid()
+        rows = [{"node": self.node, "pid": os_id, "ppid": pid, "comm": name, "role": role(name)}
+                for os_id, name in self._thread_names() if os_id]
+        if rows:
+            self.capture.write_part("process", rows, node=self.node)
+        node_info = self.capture.manifest()["nodes"][self.node]
+        lost = info.get("statements_overwritten", 0)
+        update = {"dbms": "mariadb", "statement_source": "performance_schema", **info}
+        if lost:
+            update["statements_lost"] = (f"{lost:,} statements overwritten in events_statements_history_long "
+                                         f"({info['history_long_size']:,} rows) before a drain")
+        self.capture.update_manifest(nodes={self.node: {**node_info, **update}})
+        self.summary["statements"] = info
+        return self.summary
+
+    def _thread_names(self) -> list[tuple[int, str]]:
+        return [(os_id, name) for os_id, name in self.server.sql(
+            "SELECT THREAD_OS_ID, NAME FROM performance_schema.threads")]
+
+    def __enter__(self) -> "MariaDBCapture":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

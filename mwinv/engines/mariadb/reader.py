@@ -1,0 +1,231 @@
+"""MariaDB's statements from performance_schema into the capture tables, while a capture runs.
+
+The statement consumers are switched on for the capture and restored after it; the history ring
+(events_statements_history_long, 1,000 rows here by default) is drained every `interval_s`; each
+statement gets the OS thread of its connection (threads.THREAD_OS_ID, read as the threads come and
+go), its digest and text, rows, errors, temporary tables, sort merges and index flags. Statements
+the ring overwrote before a drain are counted from the server's own statement counters, never lost
+silently.
+
+Times: performance_schema's TIMER_START/END are picoseconds on the server's statement timer since it
+started; the common `NOW() - Uptime` recipe is off by seconds. Here a marker statement is sent between
+two CLOCK_MONOTONIC reads and its TIMER_START read back: the offset is the middle of the two reads minus
+the marker's start, its error at most half their gap (the tightest of MARKERS tries); measured at the
+start and the end, and a statement's time is mapped by the offset interpolated between the two."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from mwinv.capture.tables import Capture, text_hash
+from mwinv.errors import MwinvError
+
+DBMS = "mariadb"
+MARKERS = 7
+THREADS_EVERY_S = 0.02
+CONSUMERS = ("events_statements_current", "events_statements_history", "events_statements_history_long")
+STAT_COLUMNS = ("ROWS_EXAMINED", "CREATED_TMP_TABLES", "CREATED_TMP_DISK_TABLES", "SORT_MERGE_PASSES",
+                "NO_INDEX_USED", "NO_GOOD_INDEX_USED", "SELECT_FULL_JOIN", "SELECT_SCAN", "WARNINGS", "MYSQL_ERRNO")
+HISTORY_SQL = f"""
+    SELECT THREAD_ID, EVENT_ID, TIMER_START, TIMER_END, LOCK_TIME, SQL_TEXT, DIGEST, DIGEST_TEXT, CURRENT_SCHEMA,
+           ROWS_SENT, ROWS_AFFECTED, ERRORS, NESTING_EVENT_ID, NESTING_EVENT_TYPE, NESTING_EVENT_LEVEL,
+           {", ".join(STAT_COLUMNS)}
+    FROM performance_schema.events_statements_history_long WHERE END_EVENT_ID IS NOT NULL"""
+COUNTS_SQL = """
+    SELECT (SELECT SUM(COUNT_STAR) FROM performance_schema.events_statements_summary_global_by_event_name),
+           (SELECT SUM(COUNT_STAR) FROM performance_schema.events_statements_summary_by_thread_by_event_name
+            WHERE THREAD_ID IN (%s, %s))"""
+
+
+def _digest_id(digest: str | None, text: str) -> int:
+    """The digest (32 hex digits) as a signed 64-bit query id; the text's hash where there is none."""
+    if not digest:
+        return text_hash(text)
+    return int.from_bytes(bytes.fromhex(digest[:16]), "big", signed=True)
+
+
+class PerfSchemaReader:
+    def __init__(self, connect, capture: Capture, node: str, interval_s: float = 0.25):
+        """connect: a callable returning a new PyMySQL connection (autocommit) to the server."""
+        self.connect, self.capture, self.node, self.interval_s = connect, capture, node, interval_s
+        self.rows: list[dict] = []
+        self.threads: dict[int, tuple[int | None, str | None]] = {}   # THREAD_ID -> (THREAD_OS_ID, user)
+        self.seen: dict[int, int] = {}                                # THREAD_ID -> last EVENT_ID drained
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    # ---- set-up and restore
+    def start(self) -> "PerfSchemaReader":
+        self.conn = self.connect()
+        cur = self.conn.cursor()
+        cur.execute("SELECT @@performance_schema")
+        if not cur.fetchone()[0]:
+            raise MwinvError("MariaDB runs without performance_schema (set performance_schema=ON and restart)")
+        cur.execute(f"SELECT NAME, ENABLED FROM performance_schema.setup_consumers WHERE NAME IN {CONSUMERS!r}")
+        self.saved_consumers = dict(cur.fetchall())
+        cur.execute("SELECT NAME, ENABLED, TIMED FROM performance_schema.setup_instruments "
+                    "WHERE NAME LIKE 'statement/%' AND (ENABLED = 'NO' OR TIMED = 'NO')")
+        self.saved_instruments = cur.fetchall()
+        cur.execute(f"UPDATE performance_schema.setup_consumers SET ENABLED = 'YES' WHERE NAME IN {CONSUMERS!r}")
+        cur.execute("UPDATE performance_schema.setup_instruments SET ENABLED = 'YES', TIMED = 'YES' "
+                    "WHERE NAME LIKE 'statement/%'")
+        cur.execute("TRUNCATE TABLE performance_schema.events_statements_history_long")
+        self.my_thread = self._thread_id(cur)
+        cur.execute("SELECT @@performance_schema_events_statements_history_long_size")
+        self.ring_size = cur.fetchone()[0]
+        self.clock_start = self._measure_clock(cur)
+        self.poll_conn = self.connect()
+        self.poll_thread = self._thread_id(self.poll_conn.cursor())
+        self.counts_start = self._counts(cur)
+        self._thread = threading.Thread(target=self._run, name="mwinv-mariadb-reader", daemon=True)
+        self._thread.start()
+        return self
+
+    @staticmethod
+    def _thread_id(cur) -> int:
+        cur.execute("SELECT THREAD_ID FROM performance_schema.threads WHERE PROCESSLIST_ID = CONNECTION_ID()")
+        return cur.fetchone()[0]
+
+    def _counts(self, cur) -> tuple[int, int, int]:
+        """(statements the server has run, those of this reader's two connections, CLOCK_MONOTONIC)."""
+        cur.execute(COUNTS_SQL, (self.my_thread, self.poll_thread))
+        total, own = cur.fetchone()
+        return int(total or 0), int(own or 0), time.monotonic_ns()
+
+    def _restore(self, cur) -> None:
+        for name, enabled in self.saved_consumers.items():
+            cur.execute("UPDATE performance_schema.setup_consumers SET ENABLED = %s WHERE NAME = %s", (enabled, name))
+        for name, enabled, timed in self.saved_instruments:
+            cur.execute("UPDATE performance_schema.setup_instruments SET ENABLED = %s, TIMED = %s WHERE NAME = %s",
+                        (enabled, timed, name))
+
+    # ---- the clock
+    def _measure_clock(self, cur) -> dict:
+        best = None
+        for k in range(MARKERS):
+            marker = f"SELECT 'mwinv-clock-{time.monotonic_ns()}-{k}'"
+            t0 = time.monotonic_ns()
+            cur.execute(marker)
+            cur.fetchall()
+            t1 = time.monotonic_ns()
+            cur.execute("SELECT TIMER_START FROM performance_schema.events_statements_history "
+                        "WHERE THREAD_ID = %s AND SQL_TEXT = %s", (self.my_thread, marker))
+            row = cur.fetchone()
+            if row and (best is None or t1 - t0 < best[1] - best[0]):
+                best = (t0, t1, row[0])
+        if best is None:
+            raise MwinvError("performance_schema kept no marker statement (events_statements_history is off?)")
+        t0, t1, start_ps = best
+        mid = (t0 + t1) // 2
+        return {"at_ns": mid, "offset_ns": mid - start_ps // 1000, "error_ns": (t1 - t0 + 1) // 2}
+
+    def to_mono(self, ps: int) -> int:
+        a, b = self.clock_start, getattr(self, "clock_end", None) or self.clock_start
+        ns = ps // 1000
+        span = (b["at_ns"] - a["at_ns"]) or 1
+        guess = ns + a["offset_ns"]
+        return ns + a["offset_ns"] + (b["offset_ns"] - a["offset_ns"]) * (guess - a["at_ns"]) // span
+
+    # ---- draining
+    def _poll_threads(self, cur) -> None:
+        cur.execute("SELECT THREAD_ID, THREAD_OS_ID, PROCESSLIST_USER FROM performance_schema.threads")
+        for tid, os_id, user in cur.fetchall():
+            self.threads[tid] = (os_id, user)
+
+    def _poll(self, cur) -> None:
+        self._poll_threads(cur)
+        cur.execute(HISTORY_SQL)
+        cols = [d[0] for d in cur.description]
+        for values in cur.fetchall():
+            r = dict(zip(cols, values))
+            tid, eid = r["THREAD_ID"], r["EVENT_ID"]
+            if eid <= self.seen.get(tid, 0):
+                continue
+            self.seen[tid] = eid
+            if tid != self.my_thread:
+                self.rows.append(r)
+
+    def _run(self) -> None:
+        """Drain until stopped; then count what the server ran (before the last drain, so that a statement
+        that ends in between is captured and not counted, never the other way round), drain a last time."""
+        try:
+            cur = self.poll_conn.cursor()
+            last = time.monotonic()
+            # a connection's OS thread is known only while it lives: the threads are read often (a
+            # 50-row read), the history at interval_s
+            while not self._stop.wait(THREADS_EVERY_S):
+                if time.monotonic() - last >= self.interval_s:
+                    self._poll(cur)
+                    last = time.monotonic()
+                else:
+                    self._poll_threads(cur)
+            self.counts_end = self._counts(cur)
+            self._poll(cur)
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            self.poll_conn.close()
+
+    def stop(self) -> dict:
+        """The last drain, the end clock, overwritten statements counted, the setup restored, the tables
+        written."""
+        self._stop.set()
+        self._thread.join()
+        cur = self.conn.cursor()
+        try:
+            self.clock_end = self._measure_clock(cur)
+        finally:
+            self._restore(cur)
+            self.conn.close()
+        if self._error is not None:
+            raise MwinvError(f"performance_schema reader failed: {self._error}") from self._error
+        self.rows = [r for r in self.rows if r["THREAD_ID"] != self.poll_thread]
+        (total0, own0, _), (total1, own1, at) = self.counts_start, self.counts_end
+        executed = (total1 - total0) - (own1 - own0)
+        ended_before = sum(1 for r in self.rows if self.to_mono(r["TIMER_END"]) <= at)
+        return self._write(max(0, executed - ended_before), executed)
+
+    def _write(self, lost: int, executed: int) -> dict:
+        base = 1
+        if self.capture.has("statement"):
+            t = self.capture.read("statement")
+            base = max((s for n, s in zip(t.column("node").to_pylist(), t.column("statement_id").to_pylist())
+                        if n == self.node), default=0) + 1
+        sid = {(r["THREAD_ID"], r["EVENT_ID"]): base + k for k, r in enumerate(self.rows)}
+        statements, texts, stats, seen_text = [], [], [], set()
+        unknown_threads = 0
+        wall = time.time_ns() - time.monotonic_ns()
+        for r in self.rows:
+            text = r["SQL_TEXT"] or ""
+            h = text_hash(text)
+            qid = _digest_id(r["DIGEST"], text)
+            if h not in seen_text:
+                seen_text.add(h)
+                texts.append({"query_text_hash": h, "query_id": qid, "text": text})
+            os_id, user = self.threads.get(r["THREAD_ID"], (None, None))
+            unknown_threads += os_id is None
+            start, end = self.to_mono(r["TIMER_START"]), self.to_mono(r["TIMER_END"])
+            parent = sid.get((r["THREAD_ID"], r["NESTING_EVENT_ID"])) if r["NESTING_EVENT_TYPE"] == "STATEMENT" else None
+            statements.append({
+                "node": self.node, "dbms": DBMS, "pid": os_id, "statement_id": sid[(r["THREAD_ID"], r["EVENT_ID"])],
+                "parent_statement_id": parent, "query_id": qid, "query_text_hash": h,
+                "database": r["CURRENT_SCHEMA"], "username": user, "start_ns": start, "end_ns": end,
+                "start_wall_ns": start + wall, "rows": (r["ROWS_SENT"] or 0) + (r["ROWS_AFFECTED"] or 0),
+                "nesting_level": r["NESTING_EVENT_LEVEL"] or 0, "errored": bool(r["ERRORS"]),
+            })
+            sid_r = sid[(r["THREAD_ID"], r["EVENT_ID"])]
+            stats += [{"node": self.node, "statement_id": sid_r, "name": c.lower(), "value": int(r[c] or 0)}
+                      for c in STAT_COLUMNS if r[c]]
+            if r["LOCK_TIME"]:
+                stats.append({"node": self.node, "statement_id": sid_r, "name": "lock_time_ns",
+                              "value": int(r["LOCK_TIME"]) // 1000})
+        for table, rows in (("statement", statements), ("statement_text", texts), ("statement_stat", stats)):
+            if rows:
+                self.capture.write_part(table, rows, node=self.node)
+        info = {"statements": len(statements), "statements_executed": executed, "statements_overwritten": lost,
+                "threads_unknown": unknown_threads, "history_long_size": self.ring_size,
+                "clock": {"method": "marker statement between two CLOCK_MONOTONIC reads", "start": self.clock_start,
+                          "end": self.clock_end}}
+        return info
