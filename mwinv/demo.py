@@ -70,6 +70,39 @@ def run_cluster_demo(scale: float, out: str, nodes: int) -> Path:
     return _show(capture_dir, out_dir, console)
 
 
+def run_mariadb_demo(scale: float, out: str) -> Path:
+    """The same on MariaDB: a throw-away server, TPC-H in its dialect, the 22 queries under a capture of
+    its threads and its performance_schema statements."""
+    import time
+
+    from mwinv.engines.mariadb import tpch as mtpch
+    from mwinv.engines.mariadb.capture import MariaDBCapture
+    from mwinv.engines.mariadb.server import MariaDBServer
+
+    console = Console()
+    out_dir = Path(out)
+    capture_dir = out_dir / "capture"
+    if capture_dir.exists():
+        shutil.rmtree(capture_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with MariaDBServer(name="demo") as server:
+        console.log(f"MariaDB on port {server.port}")
+        with server.connect() as conn:
+            mtpch.load(conn, tpch.generate(scale, progress=lambda s: console.log(s)), progress=lambda s: console.log(s))
+        with server.connect("tpch") as conn, conn.cursor() as cur:
+            with MariaDBCapture(server, capture_dir, node="demo", stacks=True, trace="auto",
+                                progress=lambda s: console.log(s)) as cap:
+                for q in tpch.QUERY_NUMBERS:
+                    t0 = time.monotonic()
+                    cur.execute(mtpch.query_sql(q))
+                    rows = cur.fetchall()
+                    console.log(f"Q{q}: {len(rows)} rows in {time.monotonic() - t0:.3f} s")
+        for what, why in cap.summary.get("skipped", {}).items():
+            console.print(f"[yellow]skipped[/] {what}: {why}")
+        store(capture_dir, calibrate(server.data_dir, progress=lambda s: console.log(f"calibrate {s}")))
+    return _show(capture_dir, out_dir, console)
+
+
 def _show(capture_dir: Path, out_dir: Path, console: Console) -> Path:
     """Correlate, print the top statements (with their data nodes' parts) and what to change, write the report."""
     db = correlate(capture_dir, progress=lambda s: console.log(s))

@@ -130,6 +130,14 @@ def test_capture_tpch_with_kernel_tracing(mariadb_server, tmp_path):
     assert abs(cpu - (after - before)) <= 0.2 * (after - before) + 30_000_000, (cpu, after - before)
     roles = dict(db.sql("SELECT role, count(*) FROM process WHERE role IS NOT NULL GROUP BY role").fetchall())
     assert roles.get("connection", 0) >= 1 and roles.get("page cleaner", 0) >= 1
+    # MariaDB's own advice, on performance_schema's counters of the statement (Q1 scans lineitem unindexed)
+    from mwinv.correlator.advice import advise_capture
+    from mwinv.correlator.pipeline import top_statements
+
+    top = top_statements(db, 5)
+    advice = advise_capture(tmp_path / "cap", [t.example_id for t in top])
+    rules = {a.rule for v in advice.values() for a in v}
+    assert "mariadb.index" in rules and all(r.startswith(("mariadb.", "kernel_", "too-thin")) for r in rules), rules
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="MariaDB runs as mysql: only root can start it so")

@@ -93,7 +93,9 @@ def calibrate(capture, data_dir, links) -> None:
 @click.option("--out", default="out/demo", show_default=True, help="where the capture and report go.")
 @click.option("--nodes", type=int, default=0, show_default=True,
               help="data nodes of a cluster (1-4; 0: one server).")
-def demo(scale, out, nodes) -> None:
+@click.option("--dbms", type=click.Choice(["postgresql", "mariadb"]), default="postgresql", show_default=True,
+              help="the DBMS of the single-server demo.")
+def demo(scale, out, nodes, dbms) -> None:
     """Set up, load TPC-H, run the 22 queries under a capture, show where the time went and what to
     change, and write a report.
 
@@ -101,10 +103,15 @@ def demo(scale, out, nodes) -> None:
     Examples:
       mwinv demo --scale 0.1
       mwinv demo --nodes 3 --scale 0.01 --out out/demo-cluster
+      mwinv demo --dbms mariadb --scale 0.01 --out out/demo-mariadb
     """
-    from mwinv.demo import run_cluster_demo, run_demo
+    from mwinv.demo import run_cluster_demo, run_demo, run_mariadb_demo
 
-    if nodes:
+    if nodes and dbms != "postgresql":
+        raise click.UsageError("--nodes is a PostgreSQL cluster (postgres_fdw)")
+    if dbms == "mariadb":
+        run_mariadb_demo(scale=scale, out=out)
+    elif nodes:
         run_cluster_demo(scale=scale, out=out, nodes=nodes)
     else:
         run_demo(scale=scale, out=out)

@@ -21,8 +21,11 @@ from mwinv.correlator.load import connect, create_empty, sql_file
 from mwinv.correlator.model import Platform, estimate_components, inputs_from, model_connection, model_total
 from mwinv.correlator.rules import (MIN_LOCK_SHARE, MIN_RUN_QUEUE_SHARE, MIN_WALL_NS, RULES, Advice, Evidence, _ms,
                                     make_advice, what_ifs)
+from mwinv.engines.mariadb.rules import MARIADB_RULES
 from mwinv.engines.oracle.rules import ORACLE_RULES
 
+# An engine's statements get its own rules (its settings and remedies); PostgreSQL's are the default.
+ENGINE_RULES = {"oracle": ORACLE_RULES, "mariadb": MARIADB_RULES}
 BLOCKER_LOOKBACK_NS = 60_000_000_000  # a blocker's statement that took the lock started at most this long before
 
 
@@ -68,10 +71,8 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
             out.append(_too_thin(st, row))
             continue
         e = evidence_of(st, classes[sid], row, kfuncs.get(sid, []), idle.get(sid), (node_parts or {}).get(sid), ctx)
-        own = (dbms_evidence or {}).get(sid)
-        if own:
-            e.dbms = own
-        rules = ORACLE_RULES if own else RULES
+        e.dbms = (dbms_evidence or {}).get(sid) or {}
+        rules = ENGINE_RULES.get(row.get("dbms"), RULES)
         out.extend(advice for rule in rules if (advice := rule(e)) is not None)
     return out
 
@@ -98,7 +99,7 @@ def advise_capture(capture_dir, statement_ids: list[int]) -> dict[int, list[Advi
     manifest = cap.manifest()
     con = connect()
     for table in ("statement", "statement_attribution", "statement_kernel_function", "node_sample", "statement_text",
-                  "kernel_event", "dbms_call", "dbms_wait", "plan_operation"):
+                  "kernel_event", "dbms_call", "dbms_wait", "plan_operation", "statement_stat"):
         if cap.has(table):
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{cap.glob(table)}')")
         else:
@@ -162,7 +163,7 @@ def advise_capture(capture_dir, statement_ids: list[int]) -> dict[int, list[Advi
         CREATE TABLE windows AS
         SELECT m.key AS statement_id, s.node, s.start_ns, s.end_ns FROM member m JOIN statement s USING (statement_id)""")
 
-    dbms_evidence = _dbms_evidence(con) if cap.has("dbms_call") else None
+    dbms_evidence = _dbms_evidence(con) if cap.has("dbms_call") or cap.has("statement_stat") else None
 
     def arrow(sql: str) -> pa.Table:
         return con.execute(sql).to_arrow_table()
@@ -203,6 +204,8 @@ def _dbms_evidence(con: duckdb.DuckDBPyConnection) -> dict[int, dict]:
         out.setdefault(key, {"waits": []}).update(parses=parses, hard_parses=int(hard), parse_ns=int(parse_ns),
                                                   execs=execs, fetches=fetches, rows=int(rows), commits=commits,
                                                   variants=variants or 1)
+    for key, name, value in con.execute("SELECT * FROM dbms_stat_of").fetchall():
+        out.setdefault(key, {"waits": []}).setdefault("stats", {})[name] = int(value)
     trips = con.execute("""
         SELECT m.key, list(r ORDER BY m.statement_id), sum(f), sum(w) FROM member m JOIN (
             SELECT c.statement_id, count(*) FILTER (WHERE c.call = 'FETCH') AS f,

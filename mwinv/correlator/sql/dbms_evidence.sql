@@ -2,9 +2,10 @@
 -- summed), the DBMS's own evidence the engine's advice rules read: its wait events with the objects
 -- they were on and the plan operation reading each object, and its calls.
 --
--- inputs:  member (key, statement_id), statement, dbms_call, dbms_wait, plan_operation
+-- inputs:  member (key, statement_id), statement, dbms_call, dbms_wait, plan_operation, statement_stat
 -- columns: dbms_wait_of (key, event, component, ns, count, obj, obj_ns, operation);
---          dbms_call_of (key, parses, hard_parses, parse_ns, execs, fetches, rows, commits, variants)
+--          dbms_call_of (key, parses, hard_parses, parse_ns, execs, fetches, rows, commits, variants);
+--          dbms_stat_of (key, name, value)
 CREATE OR REPLACE TABLE dbms_wait_of AS
 WITH w AS (
     SELECT m.key, d.event, d.component, d.obj, d.ela_ns
@@ -37,3 +38,9 @@ SELECT c.key, count(*) FILTER (WHERE call = 'PARSE') AS parses,
         WHERE x.call = 'XCTEND' AND x.detail LIKE 'rlbk=0%') AS commits,
        any_value(v.variants) AS variants
 FROM c LEFT JOIN variants v USING (key) GROUP BY c.key;
+
+-- the DBMS's own counters of the statement (MariaDB's statement_stat), summed over the executions
+CREATE OR REPLACE TABLE dbms_stat_of AS
+SELECT m.key, s.name, sum(s.value) AS value
+FROM member m JOIN statement_stat s ON s.statement_id = m.statement_id
+GROUP BY ALL;

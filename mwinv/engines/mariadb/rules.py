@@ -1,0 +1,91 @@
+"""Advice rules for MariaDB statements: each a small function of the statement's Evidence, reading the
+kernel's shares and performance_schema's own counters of the statement (Evidence.dbms["stats"]: rows
+examined, index flags, temporary tables on disk, sort merge passes, full joins, lock time). They
+replace the PostgreSQL rules for MariaDB's statements: the settings and remedies are MariaDB's."""
+
+from __future__ import annotations
+
+from mwinv.correlator.classify import _pct
+from mwinv.correlator.rules import (MIN_LOCK_SHARE, MIN_RUN_QUEUE_SHARE, MIN_SHARE, Advice, Evidence, Rule, _ms,
+                                    KERNEL_HOT_SPOTS, kernel_hot_spot)
+
+EXAMINED_PER_ROW = 100      # rows examined per row returned before an index is worth a word
+MIN_EXAMINED = 10_000
+
+
+def _stat(e: Evidence, name: str) -> int:
+    return int(e.dbms.get("stats", {}).get(name, 0))
+
+
+def missing_index(e: Evidence) -> Advice | None:
+    examined, no_index, full_join = _stat(e, "rows_examined"), _stat(e, "no_index_used"), _stat(e, "select_full_join")
+    if not (no_index or full_join) or examined < MIN_EXAMINED or examined < EXAMINED_PER_ROW * max(e.rows, 1):
+        return None
+    what = "joins without an index (select_full_join)" if full_join else "scans without an index (no_index_used)"
+    return e.advice("mariadb.index", f"{what}: index the columns of its WHERE and join conditions (EXPLAIN shows "
+                    "type ALL); a covering index avoids the row lookups too",
+                    f"{examined:,} rows examined for {e.rows:,} returned; no_index_used {no_index}, "
+                    f"select_full_join {full_join}", None, "the rows no longer examined")
+
+
+def tmp_tables_on_disk(e: Evidence) -> Advice | None:
+    disk = _stat(e, "created_tmp_disk_tables")
+    if not disk:
+        return None
+    return e.advice("mariadb.tmp_disk", "its temporary tables went to disk: raise tmp_table_size and "
+                    "max_heap_table_size together (the smaller wins), and keep TEXT/BLOB columns out of the "
+                    "GROUP BY/ORDER BY of such queries (they force disk tables)",
+                    f"created_tmp_disk_tables {disk} of {_stat(e, 'created_tmp_tables')} temporary tables", None,
+                    "the temporary tables' disk I/O")
+
+
+def sort_merges(e: Evidence) -> Advice | None:
+    passes = _stat(e, "sort_merge_passes")
+    if not passes:
+        return None
+    return e.advice("mariadb.sort", "its sorts merged on disk: raise sort_buffer_size for this session (SET "
+                    "SESSION), or sort on an index", f"sort_merge_passes {passes}", None, "the merge passes")
+
+
+def buffer_pool(e: Evidence) -> Advice | None:
+    if e.shares["disk_random"] < MIN_SHARE:
+        return None
+    return e.advice("mariadb.buffer_pool", "InnoDB read its pages from disk one at a time: a larger "
+                    "innodb_buffer_pool_size keeps them (compare Innodb_buffer_pool_reads with "
+                    "Innodb_buffer_pool_read_requests), or an index that visits fewer pages",
+                    f"disk_random {_pct(e.shares['disk_random'])} of {_ms(e.wall_ns)}, {e.random_reqs:,} requests",
+                    e.gain("rand_access", 0.1), "model what-if: random access 10x faster (all cached)")
+
+
+def cpu(e: Evidence) -> Advice | None:
+    if e.shares["cpu"] < 0.5:
+        return None
+    examined = _stat(e, "rows_examined")
+    return e.advice("mariadb.cpu", "CPU-bound on one thread (MariaDB runs a query on one thread): cut the rows "
+                    "it examines (an index, a narrower condition) or split it into parts run in parallel "
+                    "by the application", f"cpu {_pct(e.shares['cpu'])} of {_ms(e.wall_ns)}; "
+                    f"{examined:,} rows examined", None, "depends on the rows no longer examined")
+
+
+def lock(e: Evidence) -> Advice | None:
+    lock_ns = _stat(e, "lock_time_ns")
+    if e.shares["lock"] < MIN_LOCK_SHARE and lock_ns < MIN_LOCK_SHARE * e.wall_ns:
+        return None
+    return e.advice("mariadb.lock", "waiting for locks (InnoDB row locks, metadata locks: futex sleeps in the "
+                    "kernel): find the holder in information_schema.INNODB_TRX / metadata_lock_info, shorten "
+                    "its transaction", f"lock_wait {_pct(e.shares['lock'])}; lock time {_ms(lock_ns)}",
+                    e.ns.get("lock_wait", 0), "all of the lock wait")
+
+
+def run_queue(e: Evidence) -> Advice | None:
+    if e.shares["run_queue"] < MIN_RUN_QUEUE_SHARE:
+        return None
+    waited = e.ns.get("run_queue", 0)
+    return e.advice("mariadb.run_queue", f"its thread waited {_ms(waited)} runnable but not running: more busy "
+                    f"threads than the {e.cpus} CPUs; cap them (thread_handling=pool-of-threads with "
+                    "thread_pool_size = CPUs) or add CPUs", f"run_queue {_pct(e.shares['run_queue'])}", waited,
+                    "all of the run-queue wait")
+
+
+MARIADB_RULES: list[Rule] = [missing_index, tmp_tables_on_disk, sort_merges, buffer_pool, cpu, lock, run_queue,
+                             *(kernel_hot_spot(*spot) for spot in KERNEL_HOT_SPOTS)]
