@@ -13,7 +13,7 @@ import importlib
 import runpy
 import sys
 
-BENCHMARKS = ("extension", "trace", "parse", "correlate")
+BENCHMARKS = ("extension", "trace", "parse", "correlate", "mariadb")
 
 
 def summary(name: str) -> str:

@@ -17,6 +17,7 @@ DEBIAN_PACKAGES=(
   chromium
   mariadb-server
   mariadb-client
+  sysbench
   iproute2
   procps
 )
