@@ -15,8 +15,9 @@ import duckdb
 import pytest
 
 from mwinv.correlator.pipeline import correlate
-from mwinv.engines.oracle import executions, importer, profile
+from mwinv.engines.oracle import importer, profile
 from mwinv.engines.oracle.trace10046 import parse
+from mwinv.engines.sqltext import normalized
 from mwinv.errors import MwinvError
 
 TRACES = Path(__file__).parent / "golden" / "oracle_10046"
@@ -171,10 +172,10 @@ def test_client_round_trips_are_not_the_statements(capture):
 
 
 def test_literals_fold_into_one_query_id():
-    a = executions.normalized("select * from t where id = 42 and name = 'x''y'")
-    b = executions.normalized("SELECT *  FROM t WHERE id = 7 AND name = 'z'")
+    a = normalized("select * from t where id = 42 and name = 'x''y'")
+    b = normalized("SELECT *  FROM t WHERE id = 7 AND name = 'z'")
     assert a == b == "select * from t where id = ? and name = ?"
-    assert executions.normalized("select c1 from t1") != executions.normalized("select c2 from t1")
+    assert normalized("select c1 from t1") != normalized("select c2 from t1")
 
 
 def test_plan_operations_carry_their_disk_waits(capture):

@@ -11,6 +11,7 @@ from rich.console import Console
 from mwinv.cli.cluster import cluster_cli
 from mwinv.cli.common import run_main
 from mwinv.cli.experiment import experiment_cli
+from mwinv.cli.mariadb import mariadb_cli
 from mwinv.cli.oracle import oracle_cli
 from mwinv.workloads import runner, tpch
 from mwinv.workloads.setup import tpch_server
@@ -120,6 +121,7 @@ def demo(scale, out, nodes, dbms) -> None:
 cli.add_command(cluster_cli)
 cli.add_command(oracle_cli)
 cli.add_command(experiment_cli)
+cli.add_command(mariadb_cli)
 
 
 def main() -> None:

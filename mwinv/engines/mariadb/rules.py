@@ -87,5 +87,16 @@ def run_queue(e: Evidence) -> Advice | None:
                     "all of the run-queue wait")
 
 
+def unexplained(e: Evidence) -> Advice | None:
+    share = e.ns.get("not_allocated", 0) / e.wall_ns if e.wall_ns else 0
+    if share < 0.5:
+        return None
+    return e.advice("mariadb.unexplained", f"{_pct(share)} of its time has no known cause: read from the slow query "
+                    "log (durations and lock time only) or outside a kernel capture; capture the server's threads "
+                    "(MariaDBCapture, docs/mariadb.md) to split it into CPU, disk, locks and run queue",
+                    f"not_allocated {_ms(e.ns.get('not_allocated', 0))} of {_ms(e.wall_ns)}", None,
+                    "unknown until the kernel side is captured")
+
+
 MARIADB_RULES: list[Rule] = [missing_index, tmp_tables_on_disk, sort_merges, buffer_pool, cpu, lock, run_queue,
-                             *(kernel_hot_spot(*spot) for spot in KERNEL_HOT_SPOTS)]
+                             *(kernel_hot_spot(*spot) for spot in KERNEL_HOT_SPOTS), unexplained]

@@ -10,7 +10,6 @@ first call of that depth ending at or after the line's end."""
 from __future__ import annotations
 
 import bisect
-import re
 from dataclasses import dataclass, field
 
 from mwinv.engines.oracle.trace10046 import BETWEEN_CALL_EVENTS, Call, Parsing, TraceFile
@@ -177,15 +176,6 @@ def build(trace: TraceFile) -> Session:
             ex = call_execution.get(id(p)) if p is not None else None
         placed.append(PlacedWait(w, call, ex))
     return Session(trace, executions, call_execution, call_parent, placed, stat_execution)
-
-
-_LITERAL = re.compile(r"'(?:[^']|'')*'|\b\d+(?:\.\d+)?(?:[eE][+-]?\d+)?\b")
-
-
-def normalized(text: str) -> str:
-    """The text with literals replaced by '?', whitespace collapsed and case folded: statements that
-    differ only in literals (tkprof lists them apart) share it, like Oracle's force-matching signature."""
-    return " ".join(_LITERAL.sub("?", text).split()).lower()
 
 
 # Oracle wait events -> attribution components (docs/oracle.md); first match wins, the rest other_wait.

@@ -18,6 +18,7 @@ from pathlib import Path
 from mwinv.capture.tables import Capture, text_hash
 from mwinv.engines.oracle import executions as ex_mod
 from mwinv.engines.oracle.trace10046 import TraceFile, parse
+from mwinv.engines.sqltext import normalized
 from mwinv.errors import MwinvError
 
 DBMS = "oracle"
@@ -114,7 +115,7 @@ def import_file(capture: Capture, path: str | Path, node: str | None = None, pid
     for e in session.executions:
         text = e.parsing.text if e.parsing else f"(cursor #{e.cursor}: its PARSING IN CURSOR is not in {tf.path.name})"
         h = text_hash(text)
-        qid = text_hash(ex_mod.normalized(text))
+        qid = text_hash(normalized(text))
         if h not in seen_text:
             seen_text.add(h)
             texts.append({"query_text_hash": h, "query_id": qid, "text": text})
