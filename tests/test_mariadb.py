@@ -138,6 +138,11 @@ def test_capture_tpch_with_kernel_tracing(mariadb_server, tmp_path):
     advice = advise_capture(tmp_path / "cap", [t.example_id for t in top])
     rules = {a.rule for v in advice.values() for a in v}
     assert "mariadb.index" in rules and all(r.startswith(("mariadb.", "kernel_", "too-thin")) for r in rules), rules
+    from mwinv.correlator.report import load, render_report
+
+    html, md = render_report(load(tmp_path / "cap"), tmp_path / "report")
+    text = md.read_text()
+    assert "mariadb.index" in text and "l_returnflag" in text and "max_parallel_workers" not in text
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="MariaDB runs as mysql: only root can start it so")

@@ -23,7 +23,8 @@ def missing_index(e: Evidence) -> Advice | None:
         return None
     what = "joins without an index (select_full_join)" if full_join else "scans without an index (no_index_used)"
     return e.advice("mariadb.index", f"{what}: index the columns of its WHERE and join conditions (EXPLAIN shows "
-                    "type ALL); a covering index avoids the row lookups too",
+                    "type ALL); a covering index avoids the row lookups too; until then a join without an index "
+                    "runs through the join buffer (join_buffer_size, join_cache_level)",
                     f"{examined:,} rows examined for {e.rows:,} returned; no_index_used {no_index}, "
                     f"select_full_join {full_join}", None, "the rows no longer examined")
 
