@@ -13,7 +13,7 @@ import importlib
 import runpy
 import sys
 
-BENCHMARKS = ("extension", "trace", "parse", "correlate", "mariadb")
+BENCHMARKS = ("extension", "trace", "parse", "correlate", "mariadb", "cluster")
 
 
 def summary(name: str) -> str:
