@@ -15,6 +15,7 @@ import pytest
 from mwinv.cluster import harness
 from mwinv.cluster.harness import Cluster, NodeCaps
 from mwinv.cluster.net import leftovers
+from mwinv.errors import MwinvError
 from mwinv.workloads import tpch
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces, cgroups)")
@@ -325,3 +326,26 @@ def test_link_rate_what_if_checked_by_running(cluster, tmp_path):
 
     rules = {a.rule: a for a in advise_capture(out, [sid])[sid]}
     assert "remote.link" in rules and "(critical)" in rules["remote.link"].evidence, sorted(rules)
+
+
+def test_link_latency_through_the_relay():
+    """netem is not in this kernel: a relay on the host delays each chunk each way. A round trip through
+    it takes twice the delay (measured with `SELECT 1` over it), a foreign-table lookup pays it on each
+    of its round trips, and the answers are unchanged."""
+    import psycopg
+
+    delay = 10.0
+    with Cluster(nodes=1, scale=0.01, node_caps=NodeCaps(link_latency_ms=delay)) as cl:
+        host, port = cl.relays[0].address
+        with psycopg.connect(f"host={host} port={port} dbname=tpch user=postgres", autocommit=True) as conn:
+            rtts = []
+            for _ in range(10):
+                t0 = time.monotonic()
+                conn.execute("SELECT 1").fetchall()
+                rtts.append((time.monotonic() - t0) * 1000)
+        assert 2 * delay <= min(rtts) < 2 * delay + 10, rtts
+        run = cl.run_queries([6], keep_results=True)[0]
+        assert tpch.compare_result(6, 0.01, run.result) == []
+        assert run.seconds >= 2 * delay / 1000
+        with pytest.raises(MwinvError, match="cannot be detached"):
+            cl.detach()

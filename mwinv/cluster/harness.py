@@ -39,6 +39,7 @@ class NodeCaps:
     memory_mb: int | None = 512
     read_mbps: float | None = None     # disk read rate (blkio throttle), MB/s
     link_mbit: float | None = None     # each way
+    link_latency_ms: float | None = None   # added each way by a relay on the host (cluster/relay.py)
 
 
 @dataclass
@@ -59,6 +60,7 @@ class Cluster:
         self.tag = uuid.uuid4().hex[:6]
         self.net = ClusterNet(self.tag)
         self.servers: dict[str, PgServer] = {}
+        self.relays: list = []
         self.state_file = STATE_DIR / f"{self.tag}.json"
         self._state = {"tag": self.tag, "pid": os.getpid(), "scale": self.scale, "scheme": self.scheme_def.name,
                        "nodes": self.nodes, "netns": [], "links": [], "bridge": None, "cgroups": [], "servers": {}}
@@ -154,12 +156,29 @@ class Cluster:
             scheme = self.scheme_def
             distribute.create_schema(conns[COORDINATOR], data, scheme)
             self.row_counts = distribute.load(conns[COORDINATOR], data, scheme, data_dir, progress=self._say)
+            if self.node_caps.link_latency_ms:
+                self._relay_links(conns[COORDINATOR])
         finally:
             for conn in conns.values():
                 conn.close()
 
+    def _relay_links(self, coordinator) -> None:
+        """After the load (its per-row inserts would each pay the latency): the coordinator reaches each
+        data node through a relay that delays every chunk by link_latency_ms each way."""
+        from mwinv.cluster.relay import LatencyRelay
+
+        for node in self.data_nodes:
+            relay = LatencyRelay(self.net.host_address, (self.address(node), self.servers[node].port),
+                                 self.node_caps.link_latency_ms).start()
+            self.relays.append(relay)
+            host, port = relay.address
+            coordinator.execute(f"ALTER SERVER {node} OPTIONS (SET host '{host}', SET port '{port}')")
+        self._say(f"links: +{self.node_caps.link_latency_ms:g} ms each way (relays on the host)")
+
     def down(self) -> None:
         """Stop the servers, remove their cgroups, links, bridge and namespaces and the state file."""
+        for relay in self.relays:
+            relay.stop()
         for server in self.servers.values():
             server.stop()
         self.net.remove()
@@ -175,6 +194,8 @@ class Cluster:
     def detach(self) -> dict:
         """Leave the cluster running after this process exits (`mwinv cluster up`): its state file no
         longer names a live owner, and `clean` leaves it alone until `down` or `clean --all`."""
+        if self.relays:
+            raise MwinvError("a cluster with link latency cannot be detached: its relays live in this process")
         for server in self.servers.values():
             server.detach()
         self._state.update(pid=0, detached=True)

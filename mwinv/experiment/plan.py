@@ -13,6 +13,7 @@ one-factor resource sweeps), the queries, repetitions; each combination of level
     node_memory_mb = [512]
     node_read_mbps = [50]              # disk read rate per data node
     link_mbit = [100]                  # each data node's link, each way
+    link_latency_ms = [0, 5]           # added each way by a relay on the host (netem is not in every kernel)
     parallel_workers = [0, 2]          # max_parallel_workers_per_gather on every node
     streams = [1]
     cold = [false]                     # drop the page cache before the measured pass
@@ -32,7 +33,7 @@ from mwinv.errors import MwinvError
 from mwinv.workloads import tpch
 
 DEFAULTS = {"nodes": 2, "scheme": "2-part", "node_cpu": 0.5, "node_memory_mb": 512, "node_read_mbps": None,
-            "link_mbit": None, "parallel_workers": None, "streams": 1, "cold": False}
+            "link_mbit": None, "link_latency_ms": None, "parallel_workers": None, "streams": 1, "cold": False}
 FACTORS = tuple(DEFAULTS)
 
 

@@ -18,6 +18,7 @@ from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
 from mwinv.correlator import svg
 from mwinv.correlator.load import connect
 from mwinv.errors import MwinvError
+from mwinv.experiment.results import RESULT_SCHEMA
 
 SQL_DIR = Path(__file__).parent / "sql"
 KNEE_GAIN = 0.10      # a level is worth its step while it cuts the time by a tenth or more
@@ -46,7 +47,12 @@ def open_results(out: str | Path) -> duckdb.DuckDBPyConnection:
         raise MwinvError(f"{out}: no results (run the plan first: mwinv experiment run PLAN -o {out})")
     con = connect()
     files = ", ".join(f"'{p}'" for p in parts)
-    con.execute(f"CREATE VIEW results AS SELECT * FROM read_parquet([{files}], union_by_name=true)")
+    con.execute(f"CREATE VIEW results_read AS SELECT * FROM read_parquet([{files}], union_by_name=true)")
+    have = {r[0] for r in con.execute("DESCRIBE results_read").fetchall()}
+    # results of an older runner lack the newer factors' columns: NULL, as an absent factor's default
+    absent = "".join(f", CAST(NULL AS {str(f.type).upper().replace('INT32', 'INTEGER').replace('INT64', 'BIGINT')})"
+                     f" AS {f.name}" for f in RESULT_SCHEMA if f.name not in have)
+    con.execute(f"CREATE VIEW results AS SELECT *{absent} FROM results_read")
     node_parts = sorted((out / "results_node").glob("*.parquet"))
     if node_parts:
         files = ", ".join(f"'{p}'" for p in node_parts)
@@ -166,7 +172,7 @@ def summarize(out: str | Path) -> dict:
         return {
             "plan": json.loads((Path(out) / "plan.json").read_text()) if (Path(out) / "plan.json").exists() else {},
             "cells": _rows(con, "SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, "
-                                "parallel_workers, streams, cold, count(*) AS queries, "
+                                "link_latency_ms, parallel_workers, streams, cold, count(*) AS queries, "
                                 "count(*) FILTER (WHERE timed_out) AS timeouts, count(*) FILTER (WHERE failed) AS failures "
                                 "FROM cell_query GROUP BY ALL ORDER BY scheme, nodes, cell"),
             "speedup": [{**r, "grp": _label(r["grp"], varied)} for r in _rows(con, "SELECT * FROM speedup")],
@@ -209,12 +215,12 @@ def render(out: str | Path) -> tuple[Path, Path]:
     con.close()
     (rep / "summary.json").write_text(json.dumps(s, indent=1, default=str))
     md, html = [f"# Experiment {s['plan'].get('name', out.name)}", ""], []
-    md += ["## Cells", "", "| cell | nodes | scheme | cpu | memory MB | read MB/s | link Mbit | workers | streams | cold "
-           "| queries | timeouts | failures |", "|" + "---|" * 13]
+    md += ["## Cells", "", "| cell | nodes | scheme | cpu | memory MB | read MB/s | link Mbit | link ms | workers | "
+           "streams | cold | queries | timeouts | failures |", "|" + "---|" * 14]
     for c in s["cells"]:
         md.append("| " + " | ".join(str(c[k] if c[k] is not None else "-") for k in (
-            "cell", "nodes", "scheme", "node_cpu", "node_memory_mb", "node_read_mbps", "link_mbit", "parallel_workers",
-            "streams", "cold", "queries", "timeouts", "failures")) + " |")
+            "cell", "nodes", "scheme", "node_cpu", "node_memory_mb", "node_read_mbps", "link_mbit", "link_latency_ms",
+            "parallel_workers", "streams", "cold", "queries", "timeouts", "failures")) + " |")
     md.append("")
     groups = list(dict.fromkeys(r["grp"] for r in s["speedup"]))
     if any(len({r["nodes"] for r in s["speedup"] if r["grp"] == g}) > 1 for g in groups):

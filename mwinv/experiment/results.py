@@ -15,7 +15,7 @@ i32, i64, f64, s, b = pa.int32(), pa.int64(), pa.float64(), pa.string(), pa.bool
 COMPONENT_COLUMNS = [(f"c_{c}", i64) for c in ATTRIBUTION_COMPONENTS]
 RESULT_SCHEMA = pa.schema([
     ("experiment", s), ("cell", s), ("nodes", i32), ("scheme", s), ("node_cpu", f64), ("node_memory_mb", i64),
-    ("node_read_mbps", f64), ("link_mbit", f64), ("parallel_workers", i32), ("streams", i32), ("cold", b),
+    ("node_read_mbps", f64), ("link_mbit", f64), ("link_latency_ms", f64), ("parallel_workers", i32), ("streams", i32), ("cold", b),
     ("query", i32), ("repetition", i32), ("stream", i32), ("wall_ns", i64), ("error", s), ("timed_out", b),
     ("statement_id", i64), ("limit", s), ("estimated_ns", i64), ("critical_node", s), ("net_bytes", i64),
     *COMPONENT_COLUMNS,

@@ -95,7 +95,7 @@ def run_cell(plan: Plan, cell: Cell, out: Path, say, keep_captures: bool = True)
     if capture_dir.exists():
         shutil.rmtree(capture_dir)   # a cell interrupted before its results: run again from the start
     caps = NodeCaps(cpu=lv["node_cpu"], memory_mb=lv["node_memory_mb"], read_mbps=lv["node_read_mbps"],
-                    link_mbit=lv["link_mbit"])
+                    link_mbit=lv["link_mbit"], link_latency_ms=lv.get("link_latency_ms"))
     with Cluster(nodes=lv["nodes"], scale=plan.scale, scheme=lv["scheme"], node_caps=caps, progress=say) as cluster:
         if lv["parallel_workers"] is not None:
             for server in cluster.servers.values():

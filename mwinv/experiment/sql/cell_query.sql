@@ -6,8 +6,8 @@
 -- columns: the factor levels, cell, query, runs, wall_ns, timed_out, failed, error, estimated_ns,
 --          net_bytes, limit, c_<component> (mean ns); and cell_level, cell_others (below)
 CREATE OR REPLACE TABLE cell_query AS
-SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, parallel_workers, streams, cold,
-       query, count(*) AS runs,
+SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, link_latency_ms, parallel_workers,
+       streams, cold, query, count(*) AS runs,
        CAST(median(wall_ns) FILTER (WHERE error IS NULL) AS BIGINT) AS wall_ns,
        bool_or(timed_out) AS timed_out, bool_or(error IS NOT NULL AND NOT timed_out) AS failed,
        any_value(error) AS error,
@@ -15,8 +15,8 @@ SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit,
        mode("limit") AS "limit",
        CAST(avg(COLUMNS('^c_(.*)')) AS BIGINT) AS "c_\1"
 FROM results
-GROUP BY cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, parallel_workers, streams,
-         cold, query;
+GROUP BY cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, link_latency_ms, parallel_workers,
+         streams, cold, query;
 
 -- cell_level: each cell's level of every factor, as text (for grouping cells that differ in one).
 CREATE OR REPLACE TABLE cell_level AS
@@ -25,10 +25,12 @@ UNPIVOT (
            coalesce(CAST(node_memory_mb AS VARCHAR), '-') AS node_memory_mb,
            coalesce(CAST(node_read_mbps AS VARCHAR), '-') AS node_read_mbps,
            coalesce(CAST(link_mbit AS VARCHAR), '-') AS link_mbit,
+           coalesce(CAST(link_latency_ms AS VARCHAR), '-') AS link_latency_ms,
            coalesce(CAST(parallel_workers AS VARCHAR), '-') AS parallel_workers, CAST(streams AS VARCHAR) AS streams,
            CAST(cold AS VARCHAR) AS cold
     FROM cell_query)
-ON nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, parallel_workers, streams, cold
+ON nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, link_latency_ms, parallel_workers, streams,
+   cold
 INTO NAME factor VALUE level;
 
 -- cell_others: for each cell and factor, the cell's levels of all the other factors (cells with equal
