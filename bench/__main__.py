@@ -13,7 +13,7 @@ import importlib
 import runpy
 import sys
 
-BENCHMARKS = ("extension", "trace", "parse", "correlate", "mariadb", "cluster")
+BENCHMARKS = ("extension", "trace", "parse", "correlate", "mariadb", "cluster", "oltp")
 
 
 def summary(name: str) -> str:

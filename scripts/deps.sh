@@ -18,6 +18,7 @@ DEBIAN_PACKAGES=(
   mariadb-server
   mariadb-client
   sysbench
+  bpftrace
   iproute2
   procps
 )

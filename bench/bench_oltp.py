@@ -1,0 +1,170 @@
+"""The whole capture's cost under OLTP load: pgbench -S (prepared, select-only) against one PostgreSQL
+with the mwinv extension preloaded, with no capture, with statements only (the extension's reader and
+the sampler, `mwinv-trace capture --no-trace`), with the default kernel events, with stacks, and with
+each family of the default events alone (sched + block, the wait syscalls, net); and,
+on the same rounds, what a user would pick instead: `trace-cmd record` of the equivalent events,
+filtered to the server's pids, and a `bpftrace` script counting the same tracepoints per pid in the
+kernel. The configurations run interleaved (rotated order) in each round; the figure is the median over
+rounds of each one's TPS divided by the same round's run without a capture. A second run without any
+capture ("none again") is the A/A control. For the captures: kernel events per second, events lost,
+and the capture's own CPU while pgbench runs (this process's threads; the parse afterwards is not
+counted; bpftrace's is its own process's, not shown) as a share of one core.
+
+    python -m bench.bench_oltp [--rounds 3] [--seconds 10] [--clients 2] [--scale 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from mwinv.capture.run import KernelCapture
+from mwinv.kernel_trace.recorder import BLOCK_EVENTS, NET_EVENTS, SCHED_EVENTS, default_events, descendants
+from mwinv.pgserver import PgServer, pg_bindir
+
+# the default events by family, each alone beside the statements: which family costs what
+FAMILIES = {"sched + block": SCHED_EVENTS + BLOCK_EVENTS, "syscalls": None, "net": NET_EVENTS}
+CONFIGS = ("none", "none again", "statements only", "default events", "stacks", *(f"only {f}" for f in FAMILIES),
+           "trace-cmd record", "bpftrace")
+TPS_RE = re.compile(r"tps = ([\d.]+)")
+
+
+def pgbench(server: PgServer, *args: str) -> str:
+    argv = [str(pg_bindir() / "pgbench"), "-h", str(server.socket_dir), "-p", str(server.port), "-U", "postgres",
+            *args, "postgres"]
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+
+def _self_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _tracepoints() -> list[str]:
+    """The recorder's default events as tracepoint names (subsystem:event), for trace-cmd and bpftrace."""
+    return [e for e in default_events(False) if ":" in e]
+
+
+def _remove_instance(name: str) -> None:
+    path = Path("/sys/kernel/tracing/instances") / name
+    if path.exists():
+        path.rmdir()
+
+
+def run_config(server: PgServer, config: str, args, out: Path) -> dict:
+    bench = ["-n", "-S", "-M", "prepared", "-c", str(args.clients), "-j", str(args.clients), "-T", str(args.seconds)]
+    result: dict = {}
+    cpu0 = _self_cpu_s()
+    if config.startswith("none"):
+        text = pgbench(server, *bench)
+    elif config in ("statements only", "default events", "stacks") or config.startswith("only "):
+        family = config.removeprefix("only ")
+        events = None
+        if family in FAMILIES:
+            events = FAMILIES[family] or [e for e in default_events(False) if e.startswith("syscalls:")]
+        cap = KernelCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo(), node="bench",
+                            trace=config != "statements only", stacks=config == "stacks", events=events).start()
+        cpu0 = _self_cpu_s()   # the capture's threads while pgbench runs; its parse afterwards is not load
+        try:
+            text = pgbench(server, *bench)
+            result["own_cpu"] = (_self_cpu_s() - cpu0) / args.seconds
+        finally:
+            summary = cap.stop()
+        parse = summary.get("parse") or {}
+        result.update(events=parse.get("events", 0), lost=parse.get("lost_events", 0))
+    else:
+        pids = [str(p) for p in descendants(server.postmaster_pid())]
+        instance = f"mwinv-bench-{os.getpid()}"
+        if config == "trace-cmd record":
+            # in an instance of its own (never the top level, which others may use), removed afterwards
+            argv = ["trace-cmd", "record", "-o", str(out / "trace.dat"), "-q", "-B", instance, "-c"]
+            for tp in _tracepoints():
+                argv += ["-e", tp]
+            for p in pids:
+                argv += ["-P", p]
+        else:
+            probes = ",".join(f"tracepoint:{tp}" for tp in _tracepoints())
+            argv = ["bpftrace", "-q", "-e", f"{probes} /pid == {server.postmaster_pid()} || "
+                    f"curtask->real_parent->tgid == {server.postmaster_pid()}/ {{ @[probe] = count(); }}"]
+        out.mkdir(parents=True, exist_ok=True)
+        tracer = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(3)   # both compile or set up before tracing: not part of the measured run
+        if tracer.poll() is not None:
+            _remove_instance(instance)
+            return {"tps": None, "error": (tracer.stderr.read().strip().splitlines() or ["exited"])[-1]}
+        try:
+            text = pgbench(server, *bench)
+        finally:
+            tracer.send_signal(signal.SIGINT)
+            try:
+                stdout, _ = tracer.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                tracer.kill()
+                stdout, _ = tracer.communicate()
+            _remove_instance(instance)
+        if config == "bpftrace":
+            result["events"] = sum(int(n) for n in re.findall(r"\]: (\d+)", stdout))
+    result["tps"] = float(TPS_RE.search(text).group(1))
+    result.setdefault("own_cpu", (_self_cpu_s() - cpu0) / args.seconds)
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--clients", type=int, default=2)
+    ap.add_argument("--scale", type=int, default=10)
+    args = ap.parse_args()
+    console = Console()
+    results: dict[str, list[dict]] = {c: [] for c in CONFIGS}
+    work = Path(tempfile.mkdtemp(prefix="mwinv-bench-oltp-"))
+    try:
+        with PgServer(name="oltp", shared_preload_libraries=["mwinv"], gucs={"compute_query_id": "on"}) as server:
+            server.psql("CREATE EXTENSION mwinv")
+            pgbench(server, "-i", "-q", "-s", str(args.scale))
+            for r in range(args.rounds):
+                order = CONFIGS[r % len(CONFIGS):] + CONFIGS[:r % len(CONFIGS)]
+                for config in order:
+                    out = work / f"{r}-{config.replace(' ', '-')}"
+                    res = run_config(server, config, args, out)
+                    results[config].append(res)
+                    console.log(f"round {r + 1}: {config}: " + (f"{res['tps']:,.0f} TPS" if res["tps"] else
+                                                                  f"failed ({res.get('error')})"))
+                    shutil.rmtree(out, ignore_errors=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    table = Table(title=f"pgbench -S -M prepared, {args.clients} clients, {args.seconds} s x {args.rounds} rounds, "
+                        f"scale {args.scale}")
+    for col in ("configuration", "median TPS", "TPS ratio vs none", "events/s", "lost", "capture's own CPU"):
+        table.add_column(col, justify="left" if col == "configuration" else "right")
+    base = [r["tps"] for r in results["none"]]
+    for config in CONFIGS:
+        runs = [r for r in results[config] if r["tps"]]
+        if not runs:
+            table.add_row(config, "-", "-", "-", "-", results[config][0].get("error", "failed"))
+            continue
+        ratios = [r["tps"] / b for r, b in zip(results[config], base) if r["tps"]]
+        events = [r["events"] / args.seconds for r in runs if "events" in r]
+        lost = sum(r.get("lost", 0) for r in runs)
+        table.add_row(config, f"{statistics.median(r['tps'] for r in runs):,.0f}", f"{statistics.median(ratios):.3f}",
+                      f"{statistics.median(events):,.0f}" if events else "-",
+                      f"{lost:,}" if any("lost" in r for r in runs) else "-",
+                      f"{100 * statistics.median(r['own_cpu'] for r in runs):.1f} %")
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()
