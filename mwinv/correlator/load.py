@@ -98,6 +98,9 @@ def open_capture(path: str | Path, threads: int | None = None, memory_limit: str
         present.add(table)
     db = CaptureDB(cap, con, present)
     _check(db, manifest)
+    if db.has("statement"):
+        _base_tables(db)
+        _check_coverage(db)
     return db
 
 
@@ -136,20 +139,11 @@ def _check(db: CaptureDB, manifest: dict) -> None:
         db.warnings.append(f"table statement: statement_id {sid} on {node} appears {n} times: first kept")
     if len(dups) > 5:
         db.warnings.append(f"table statement: {len(dups) - 5} more duplicate statement ids: first kept")
-    # The clean table every analysis uses (a table: a view would run its window again in each query);
-    # columns a capture from an older recorder lacks are NULL.
-    have = _columns(db, "statement")
-    absent = "".join(f", CAST(NULL AS {_duck_type(f.type)}) AS \"{f.name}\""
-                     for f in SCHEMAS["statement"] if f.name not in have)
-    db.con.execute(f"""
-        CREATE OR REPLACE TABLE statement_clean AS
-        SELECT * EXCLUDE (rn) FROM (
-            SELECT *{absent}, row_number() OVER (PARTITION BY node, statement_id ORDER BY start_ns) AS rn
-            FROM statement WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL AND end_ns >= start_ns)
-        WHERE rn = 1""")
+
+
+def _check_coverage(db: CaptureDB) -> None:
+    """Warnings for statements the kernel trace does not cover (needs trace_range)."""
     if db.has("kernel_event"):
-        db.con.execute("CREATE OR REPLACE TABLE trace_range AS SELECT node, min(ts_ns) AS lo, max(ts_ns) AS hi "
-                       "FROM kernel_event GROUP BY node")
         rng = {n: (lo, hi) for n, lo, hi in db.sql("SELECT node, lo, hi FROM trace_range").fetchall()}
         outside = db.sql("""
             SELECT s.node, count(*), min(s.statement_id)
@@ -159,6 +153,19 @@ def _check(db: CaptureDB, manifest: dict) -> None:
             where = "no kernel events on that node" if node not in rng else "outside the kernel trace's time range"
             db.warnings.append(f"table statement: {n} statements on {node} (first statement_id {sid}) lie {where}: "
                                "their kernel-side attribution is excluded (rusage only); check the clocks")
+
+
+def _base_tables(db: CaptureDB) -> None:
+    """The derived tables every analysis starts from (sql/statement_clean.sql, sql/trace_range.sql), each
+    built by its own step; `statement_typed` gives the first every column of the contract (a capture
+    from an older recorder lacks the newer ones: NULL)."""
+    have = _columns(db, "statement")
+    absent = "".join(f", CAST(NULL AS {_duck_type(f.type)}) AS \"{f.name}\""
+                     for f in SCHEMAS["statement"] if f.name not in have)
+    db.con.execute(f"CREATE OR REPLACE VIEW statement_typed AS SELECT *{absent} FROM statement")
+    db.con.execute(sql_file("statement_clean"))
+    if db.has("kernel_event"):
+        db.con.execute(sql_file("trace_range"))
 
 
 def _columns(db: CaptureDB, table: str) -> set[str]:
