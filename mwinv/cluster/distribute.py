@@ -40,6 +40,19 @@ def _columns(table: str) -> list[str]:
     return re.findall(r"(?:^|,)\s*([a-z]+_\w+)\s", body)
 
 
+def read_toml(p: Path) -> dict:
+    """A TOML file (a scheme, an experiment plan); unreadable or invalid: a one-line error naming it
+    (tomllib's message names the line and column)."""
+    import tomllib
+
+    try:
+        return tomllib.loads(p.read_text())
+    except OSError as exc:
+        raise MwinvError(f"{p}: cannot read ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise MwinvError(f"{p}: {exc}") from None
+
+
 def scheme_from_file(path: str | Path) -> Scheme:
     """A scheme a DBA writes (TOML):
 
@@ -50,15 +63,8 @@ def scheme_from_file(path: str | Path) -> Scheme:
         orders = "o_orderkey"
         customer = "c_custkey"
     """
-    import tomllib
-
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text())
-    except OSError as exc:
-        raise MwinvError(f"{p}: cannot read ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise MwinvError(f"{p}: {exc}") from None
+    data = read_toml(p)
     unknown = set(data) - {"name", "parts", "partitioned"}
     if unknown:
         raise MwinvError(f"{p}: unknown key {sorted(unknown)[0]!r} (name, parts, partitioned)")

@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mwinv.cluster.distribute import resolve_scheme
+from mwinv.cluster.distribute import read_toml, resolve_scheme
 from mwinv.cluster.harness import MAX_DATA_NODES
 from mwinv.errors import MwinvError
 from mwinv.workloads import tpch
@@ -73,15 +73,8 @@ class Plan:
 
 
 def load_plan(path: str | Path) -> Plan:
-    import tomllib
-
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text())
-    except OSError as exc:
-        raise MwinvError(f"{p}: cannot read ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise MwinvError(f"{p}: {exc}") from None
+    data = read_toml(p)
     unknown = set(data) - {"name", "scale", "queries", "repetitions", "timeout_s", "factors"}
     if unknown:
         raise MwinvError(f"{p}: unknown key {sorted(unknown)[0]!r}")
