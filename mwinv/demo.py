@@ -19,13 +19,19 @@ from mwinv.workloads import runner, tpch
 from mwinv.workloads.setup import tpch_server
 
 
-def run_demo(scale: float, out: str) -> Path:
-    console = Console()
+def _fresh(out: str) -> tuple[Path, Path]:
+    """The demo's output directory, and its capture directory emptied: a demo run replaces the previous one."""
     out_dir = Path(out)
     capture_dir = out_dir / "capture"
     if capture_dir.exists():
-        shutil.rmtree(capture_dir)  # a demo run replaces the previous one
+        shutil.rmtree(capture_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    return out_dir, capture_dir
+
+
+def run_demo(scale: float, out: str) -> Path:
+    console = Console()
+    out_dir, capture_dir = _fresh(out)
     server = tpch_server(scale, name="demo", preload=["mwinv"],
                          gucs={"compute_query_id": "on", "mwinv.node_name": "'demo'"},
                          progress=lambda s: console.log(s))
@@ -54,11 +60,7 @@ def run_cluster_demo(scale: float, out: str, nodes: int) -> Path:
     from mwinv.correlator.calibrate import calibrate_link
 
     console = Console()
-    out_dir = Path(out)
-    capture_dir = out_dir / "capture"
-    if capture_dir.exists():
-        shutil.rmtree(capture_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir, capture_dir = _fresh(out)
     with Cluster(nodes=nodes, scale=scale, progress=lambda s: console.log(s)) as cluster:
         with ClusterCapture(cluster, capture_dir, progress=lambda s: console.log(s)):
             runs = runner.run_with_progress(cluster.coordinator, list(tpch.QUERY_NUMBERS), console=console)
@@ -80,11 +82,7 @@ def run_mariadb_demo(scale: float, out: str) -> Path:
     from mwinv.engines.mariadb.server import MariaDBServer
 
     console = Console()
-    out_dir = Path(out)
-    capture_dir = out_dir / "capture"
-    if capture_dir.exists():
-        shutil.rmtree(capture_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir, capture_dir = _fresh(out)
     with MariaDBServer(name="demo") as server:
         console.log(f"MariaDB on port {server.port}")
         with server.connect() as conn:
