@@ -1,4 +1,5 @@
--- Keys and indexes, after the load (MariaDB names every index and lists the referenced columns).
+-- TPC-H keys and indexes in MariaDB's dialect, after the load (the schema is the common one, tpch.SCHEMA_SQL):
+-- MariaDB names every index and lists the referenced columns.
 ALTER TABLE region   ADD PRIMARY KEY (r_regionkey);
 ALTER TABLE nation   ADD PRIMARY KEY (n_nationkey);
 ALTER TABLE part     ADD PRIMARY KEY (p_partkey);
