@@ -43,11 +43,11 @@ def sql_file(name: str) -> str:
 
 def create_empty(con, table: str, kind: str = "TABLE") -> None:
     """An empty `table` (or view) with the columns of its schema."""
-    cols = ", ".join(f"CAST(NULL AS {_duck_type(f.type)}) AS \"{f.name}\"" for f in SCHEMAS[table])
+    cols = ", ".join(f"CAST(NULL AS {duck_type(f.type)}) AS \"{f.name}\"" for f in SCHEMAS[table])
     con.execute(f"CREATE OR REPLACE {kind} {table} AS SELECT {cols} WHERE false")
 
 
-def _duck_type(t) -> str:
+def duck_type(t) -> str:
     import pyarrow as pa
 
     if pa.types.is_int32(t):
@@ -160,7 +160,7 @@ def _base_tables(db: CaptureDB) -> None:
     built by its own step; `statement_typed` gives the first every column of the contract (a capture
     from an older recorder lacks the newer ones: NULL)."""
     have = _columns(db, "statement")
-    absent = "".join(f", CAST(NULL AS {_duck_type(f.type)}) AS \"{f.name}\""
+    absent = "".join(f", CAST(NULL AS {duck_type(f.type)}) AS \"{f.name}\""
                      for f in SCHEMAS["statement"] if f.name not in have)
     db.con.execute(f"CREATE OR REPLACE VIEW statement_typed AS SELECT *{absent} FROM statement")
     db.con.execute(sql_file("statement_clean"))

@@ -16,7 +16,7 @@ import duckdb
 
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
 from mwinv.correlator import svg
-from mwinv.correlator.load import connect
+from mwinv.correlator.load import connect, duck_type
 from mwinv.errors import MwinvError
 from mwinv.experiment.results import RESULT_SCHEMA
 
@@ -50,8 +50,7 @@ def open_results(out: str | Path) -> duckdb.DuckDBPyConnection:
     con.execute(f"CREATE VIEW results_read AS SELECT * FROM read_parquet([{files}], union_by_name=true)")
     have = {r[0] for r in con.execute("DESCRIBE results_read").fetchall()}
     # results of an older runner lack the newer factors' columns: NULL, as an absent factor's default
-    absent = "".join(f", CAST(NULL AS {str(f.type).upper().replace('INT32', 'INTEGER').replace('INT64', 'BIGINT')})"
-                     f" AS {f.name}" for f in RESULT_SCHEMA if f.name not in have)
+    absent = "".join(f", CAST(NULL AS {duck_type(f.type)}) AS {f.name}" for f in RESULT_SCHEMA if f.name not in have)
     con.execute(f"CREATE VIEW results AS SELECT *{absent} FROM results_read")
     node_parts = sorted((out / "results_node").glob("*.parquet"))
     if node_parts:

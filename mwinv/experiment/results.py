@@ -40,10 +40,7 @@ def _statement_of(db: CaptureDB, run) -> int | None:
 
 
 def _one(db: CaptureDB, sql: str):
-    try:
-        row = db.sql(sql).fetchone()
-    except Exception:   # a derived table the cell could not build (no calibration, no classes)
-        return None
+    row = db.sql(sql).fetchone()
     return row[0] if row else None
 
 

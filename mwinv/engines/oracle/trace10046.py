@@ -239,8 +239,7 @@ def parse(path: str | Path) -> TraceFile:
             continue
         if not line.startswith("***"):
             bind_cursor = None
-        head = line[:6]
-        if head in ("WAIT #", ):
+        if line.startswith("WAIT #"):
             m = _WAIT.match(line)
             if not m:
                 bad(lineno, "malformed WAIT line")
