@@ -139,8 +139,11 @@ def test_tiny_ring_loses_nothing_silently(installed, tmp_path):
     assert dropped > 0, "a 64-record ring should overflow under 4 clients"
     assert written + dropped == per_client * clients
     assert drainer.dropped == dropped   # the drainer's own count, which a capture's manifest reports
+    assert drainer.sql_only == ""       # taken from the mapped ring, 4 writers racing the reader
     statements = capture.read("statement")
     assert statements.num_rows == written
+    ids = statements.column("statement_id").to_pylist()
+    assert len(set(ids)) == len(ids)
     assert set(statements.column("node").to_pylist()) == {"n1"}
     texts = capture.read("statement_text").to_pylist()
     assert len(texts) == 1 and texts[0]["text"] == "SELECT $1::int AS i"
@@ -373,8 +376,52 @@ def test_an_extension_created_at_1_0_is_updated_and_read(server, tmp_path):
         with pytest.raises(MwinvError, match="mwinv 1.0 in this database is older than its library: ALTER"):
             drain(conn, Capture(tmp_path / "old").create(), node="n1")
         conn.execute("ALTER EXTENSION mwinv UPDATE")
-        assert conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'mwinv'").fetchone()[0] == "1.1"
+        assert conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'mwinv'").fetchone()[0] == "1.2"
         conn.execute("SELECT 'after the update'")
         shown = conn.execute("SELECT count(*) FROM mwinv_statements WHERE client_wait_ns = 0").fetchone()[0]
         assert shown > 0 and conn.execute("SELECT mwinv_clock_ns() > 0").fetchone()[0]
         assert drain(conn, Capture(tmp_path / "new").create(), node="n1") >= shown
+
+
+def test_a_mapped_ring_has_one_consumer(server, tmp_path):
+    """A capture on the server's host maps the ring's file (the server's OS user only) and is its one
+    consumer: SQL drains and resets refuse while it is attached, peeking still works, and a consumer
+    that died is forgotten.  The file goes with the server."""
+    admin = _admin(server)
+    admin.execute("SELECT mwinv_reset()")
+    path = admin.execute("SELECT ring_file FROM mwinv_ring_attach(pg_backend_pid())").fetchone()[0]
+    admin.execute("SELECT mwinv_ring_detach(pg_backend_pid())")
+    st = os.stat(path)
+    assert st.st_mode & 0o777 == 0o600 and st.st_uid == os.stat(server.data_dir).st_uid
+    capture = Capture(tmp_path / "cap").create(name="mapped")
+    drainer = StatementDrainer(server.conninfo(), capture, node="n1").start()
+    assert drainer.sql_only == ""
+    with server.connect() as conn:
+        for i in range(50):
+            conn.execute("SELECT %s::int AS mapped", [i])
+    with pytest.raises(psycopg.errors.ObjectInUse, match=f"being read by process {os.getpid()}"):
+        admin.execute("SELECT count(*) FROM mwinv_drain()")
+    with pytest.raises(psycopg.errors.ObjectInUse):
+        admin.execute("SELECT mwinv_reset()")
+    admin.execute("SELECT count(*) FROM mwinv_statements").fetchone()
+    drainer.stop()
+    texts = {t["query_text_hash"]: t["text"] for t in capture.read("statement_text").to_pylist()}
+    kept = [texts.get(h) for h in capture.read("statement").column("query_text_hash").to_pylist()]
+    assert kept.count("SELECT $1::int AS mapped") == 50
+    admin.execute("SELECT count(*) FROM mwinv_drain()")   # detached: SQL drains again
+
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        admin.execute("SELECT mwinv_ring_attach(%s)", [sleeper.pid])
+        with pytest.raises(psycopg.errors.ObjectInUse):
+            admin.execute("SELECT count(*) FROM mwinv_drain()")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    admin.execute("SELECT count(*) FROM mwinv_drain()")   # its consumer died: forgotten
+    with PgServer(name="ext-ring", shared_preload_libraries=["mwinv"], gucs=GUCS) as other:
+        other.psql("CREATE EXTENSION mwinv")
+        with connect_untracked(other.conninfo()) as conn:
+            other_path = conn.execute("SELECT ring_file FROM mwinv_ring_attach(pg_backend_pid())").fetchone()[0]
+        assert other_path != path and os.path.exists(other_path)
+    assert not os.path.exists(other_path)

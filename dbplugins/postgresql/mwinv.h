@@ -83,6 +83,33 @@ typedef struct MwinvSlot
 	MwinvRecord rec;
 } MwinvSlot;
 
+/*
+ * The ring's header, at the start of its own shared mapping: a file in /dev/shm (mode 0600, the
+ * server's OS user) that a capture maps to take records without a backend working for it.  The
+ * offsets are fixed (the reader reads them by number); the slots follow at header_size.
+ */
+#define MWINV_RING_MAGIC "MWINVRNG"
+#define MWINV_RING_VERSION 1
+
+typedef struct MwinvRing
+{
+	char		magic[8];		/* 0: MWINV_RING_MAGIC */
+	uint32		version;		/* 8 */
+	uint32		header_size;	/* 12: offset of the first slot */
+	uint32		slot_size;		/* 16 */
+	uint32		record_offset;	/* 20: of the record in a slot */
+	uint32		nslots;			/* 24 */
+	int32		reader_pid;		/* 28: a process that maps the ring and consumes; 0: none */
+	uint64		token;			/* 32: random, also returned by mwinv_ring_attach() */
+	char		pad0[24];
+	pg_atomic_uint64 head;		/* 64: next position to write */
+	char		pad1[56];
+	pg_atomic_uint64 tail;		/* 128: next position to read (by one consumer at a time) */
+	char		pad2[56];
+	pg_atomic_uint64 dropped;	/* 192: records lost because the ring was full */
+	char		pad3[56];
+} MwinvRing;
+
 /* A query text, stored once per query id. */
 typedef struct MwinvTextEntry
 {
@@ -97,18 +124,17 @@ typedef struct MwinvShared
 {
 	LWLock	   *reader_lock;	/* serializes readers only; writers never take it */
 	LWLock	   *text_lock;		/* taken only the first time a backend sees a query id */
-	pg_atomic_uint64 head;		/* next position to write */
-	pg_atomic_uint64 tail;		/* next position to read (advanced under reader_lock) */
-	pg_atomic_uint64 dropped;	/* records lost because the ring was full */
 	pg_atomic_uint64 texts_dropped; /* texts lost because the text table was full */
 	pg_atomic_uint64 text_generation;	/* bumped by reset: backends forget their text cache */
 	pg_atomic_uint64 next_statement_id; /* blocks of ids are handed to backends */
 	TimestampTz stats_reset;
-	uint32		nslots;
 	int			nprocs;
 	/* per PGPROC: the statement id currently running (parallel workers link to it) */
 	pg_atomic_uint64 *current_statement;
+	/* mapped by the postmaster before any fork: the same address in every backend */
+	MwinvRing  *ring;
 	MwinvSlot  *slots;
+	char		ring_file[64];	/* "/dev/shm/mwinv.<postmaster pid>"; "": an anonymous mapping */
 } MwinvShared;
 
 extern MwinvShared *mwinv_shared;
@@ -131,4 +157,5 @@ extern pg_atomic_uint64 *mwinv_current_statement_of(int pgprocno);
 extern int	mwinv_ring_take(MwinvRecord *out, int max);
 extern void mwinv_ring_reset(void);
 extern int	mwinv_ring_peek(MwinvRecord *out, int max, uint64 *pos);
+extern void mwinv_ring_check_consumer(void);
 #endif /* MWINV_H */

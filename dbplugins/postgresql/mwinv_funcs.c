@@ -1,6 +1,6 @@
 /*
  * mwinv_funcs.c - SQL interface: mwinv_drain(), mwinv_peek(), mwinv_query_texts(), mwinv_info(),
- * mwinv_reset().
+ * mwinv_reset(), mwinv_ring_attach(), mwinv_ring_detach().
  *
  * Visibility as in pg_stat_statements: pid, leader pid, query id and query text of other users'
  * statements only for superusers and members of pg_read_all_stats.  Draining (which consumes)
@@ -18,6 +18,8 @@
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
 
+#include <signal.h>
+
 PG_FUNCTION_INFO_V1(mwinv_drain);
 PG_FUNCTION_INFO_V1(mwinv_peek);
 PG_FUNCTION_INFO_V1(mwinv_query_texts);
@@ -26,6 +28,8 @@ PG_FUNCTION_INFO_V1(mwinv_reset);
 PG_FUNCTION_INFO_V1(mwinv_clock_ns);
 PG_FUNCTION_INFO_V1(mwinv_drain_raw);
 PG_FUNCTION_INFO_V1(mwinv_record_layout);
+PG_FUNCTION_INFO_V1(mwinv_ring_attach);
+PG_FUNCTION_INFO_V1(mwinv_ring_detach);
 
 #define RECORD_COLS 27
 #define RAW_DRAIN_MAX 65536		/* records per raw drain: a 15 MB bytea at most */
@@ -167,15 +171,17 @@ records(FunctionCallInfo fcinfo, bool consume, int max)
 	require_preloaded();
 	InitMaterializedSRF(fcinfo, 0);
 	if (!consume)
-		max = Min(max, (int) mwinv_shared->nslots);	/* one lap at most */
+		max = Min(max, (int) mwinv_shared->ring->nslots);	/* one lap at most */
 	recs = palloc(sizeof(MwinvRecord) * CHUNK);
-	pos = pg_atomic_read_u64(&mwinv_shared->tail);
+	pos = pg_atomic_read_u64(&mwinv_shared->ring->tail);
 	while (max > 0)
 	{
 		int			chunk = Min(max, CHUNK);
 		int			n;
 
 		LWLockAcquire(mwinv_shared->reader_lock, consume ? LW_EXCLUSIVE : LW_SHARED);
+		if (consume)
+			mwinv_ring_check_consumer();
 		n = consume ? mwinv_ring_take(recs, chunk) : mwinv_ring_peek(recs, chunk, &pos);
 		LWLockRelease(mwinv_shared->reader_lock);
 		put_records(rsinfo, recs, n);
@@ -209,15 +215,67 @@ mwinv_drain_raw(PG_FUNCTION_ARGS)
 
 	require_preloaded();
 	/* room for what is there now (drains come every ~0.2 s: not a 15 MB buffer each time) */
-	pending = pg_atomic_read_u64(&mwinv_shared->head) - pg_atomic_read_u64(&mwinv_shared->tail);
+	pending = pg_atomic_read_u64(&mwinv_shared->ring->head) - pg_atomic_read_u64(&mwinv_shared->ring->tail);
 	max = (int) Min((uint64) max, pending);
 	out = palloc(VARHDRSZ + (Size) max * sizeof(MwinvRecord));
 	recs = (MwinvRecord *) VARDATA(out);
 	LWLockAcquire(mwinv_shared->reader_lock, LW_EXCLUSIVE);
+	mwinv_ring_check_consumer();
 	n = mwinv_ring_take(recs, max);
 	LWLockRelease(mwinv_shared->reader_lock);
 	SET_VARSIZE(out, VARHDRSZ + (Size) n * sizeof(MwinvRecord));
 	PG_RETURN_BYTEA_P(out);
+}
+
+/*
+ * Process reader_pid (on this host) maps the ring file and is its one consumer until it detaches or
+ * exits: returns the file (NULL: the ring is not in a file) and the token written in its header.
+ */
+Datum
+mwinv_ring_attach(PG_FUNCTION_ARGS)
+{
+	int32		pid = PG_GETARG_INT32(0);
+	TupleDesc	tupdesc;
+	Datum		values[2];
+	bool		nulls[2] = {false, false};
+	MwinvRing  *ring;
+
+	require_preloaded();
+	ring = mwinv_shared->ring;
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("mwinv: no process %d on this host to read the ring", pid)));
+	if (mwinv_shared->ring_file[0] == '\0')
+		nulls[0] = true;
+	else
+	{
+		LWLockAcquire(mwinv_shared->reader_lock, LW_EXCLUSIVE);
+		if (ring->reader_pid != pid)
+			mwinv_ring_check_consumer();
+		ring->reader_pid = pid;
+		LWLockRelease(mwinv_shared->reader_lock);
+		values[0] = CStringGetTextDatum(mwinv_shared->ring_file);
+	}
+	values[1] = Int64GetDatum((int64) ring->token);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+Datum
+mwinv_ring_detach(PG_FUNCTION_ARGS)
+{
+	int32		pid = PG_GETARG_INT32(0);
+	bool		was;
+
+	require_preloaded();
+	LWLockAcquire(mwinv_shared->reader_lock, LW_EXCLUSIVE);
+	was = mwinv_shared->ring->reader_pid == pid;
+	if (was)
+		mwinv_shared->ring->reader_pid = 0;
+	LWLockRelease(mwinv_shared->reader_lock);
+	PG_RETURN_BOOL(was);
 }
 
 /* Offset and size of each field of a raw record (sizeof the record: the row named '') */
@@ -311,17 +369,17 @@ mwinv_info(PG_FUNCTION_ARGS)
 	require_preloaded();
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	tail = pg_atomic_read_u64(&mwinv_shared->tail);
-	head = pg_atomic_read_u64(&mwinv_shared->head);
+	tail = pg_atomic_read_u64(&mwinv_shared->ring->tail);
+	head = pg_atomic_read_u64(&mwinv_shared->ring->head);
 	LWLockAcquire(mwinv_shared->text_lock, LW_SHARED);
 	texts = hash_get_num_entries(mwinv_texts);
 	LWLockRelease(mwinv_shared->text_lock);
 
-	values[0] = Int64GetDatum(mwinv_shared->nslots);
+	values[0] = Int64GetDatum(mwinv_shared->ring->nslots);
 	values[1] = Int64GetDatum((int64) head);
 	values[2] = Int64GetDatum((int64) tail);
 	values[3] = Int64GetDatum((int64) (head - tail));
-	values[4] = Int64GetDatum((int64) pg_atomic_read_u64(&mwinv_shared->dropped));
+	values[4] = Int64GetDatum((int64) pg_atomic_read_u64(&mwinv_shared->ring->dropped));
 	values[5] = Int64GetDatum((int64) texts);
 	values[6] = Int64GetDatum((int64) pg_atomic_read_u64(&mwinv_shared->texts_dropped));
 	values[7] = TimestampTzGetDatum(mwinv_shared->stats_reset);

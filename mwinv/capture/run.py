@@ -257,6 +257,11 @@ class KernelCapture:
                 self.progress(f"sampling every {self.sample_interval_s:g} s")
             if self.drainer:
                 self.drainer.start()
+                sql_only = getattr(self.drainer, "sql_only", None)   # PostgreSQL's drainer says how it reads
+                if sql_only is not None:
+                    how = f"through SQL: {sql_only}" if sql_only else "from the server's ring, mapped"
+                    self.progress(f"statements read {how}")
+                    self._update_node({"statement_reader": how})
         except BaseException:
             self.stop()
             raise

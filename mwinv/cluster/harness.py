@@ -23,6 +23,7 @@ from pathlib import Path
 from mwinv.cgroup import CGROUP_V1_ROOT, Cgroup, block_device_of, remove_group
 from mwinv.cluster import distribute
 from mwinv.cluster.net import ClusterNet, leftovers
+from mwinv.engines.postgresql.reader import remove_stale_rings
 from mwinv.errors import MwinvError
 from mwinv.kernel_trace.tracefs import clean_stale, pid_alive
 from mwinv.pgserver import PgServer, pg_bindir
@@ -307,6 +308,7 @@ def clean(all_clusters: bool = False) -> list[str]:
         if ns.split("-")[2] not in live:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
             removed.append(f"netns {ns}")
+    removed += remove_stale_rings()
     try:   # the trace instances and uprobes of dead captures of its nodes
         removed += clean_stale()
     except MwinvError:
