@@ -4,6 +4,9 @@ warnings naming the table and row and what was excluded, or a one-line error."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,7 +69,12 @@ def duck_type(t) -> str:
 def connect(**config) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection for the correlator: no progress bar (it wrote over the CLI's own progress
     and into piped output)."""
-    con = duckdb.connect(config=config)
+    # spill files in a directory of this connection's own: by default every connection spills into
+    # ./.tmp under the same file names, and two of them at once (two captures opened in one process, or
+    # two analyses in one directory) read each other's pages ("Could not read enough bytes")
+    spill = tempfile.mkdtemp(prefix="mwinv-duckdb-")
+    con = duckdb.connect(config={"temp_directory": spill, **config})
+    weakref.finalize(con, shutil.rmtree, spill, ignore_errors=True)
     con.execute("SET enable_progress_bar = false")   # a session option, refused in connect()'s config
     return con
 
