@@ -118,7 +118,7 @@ class KernelCapture:
                  stacks: bool = False, sample_interval_s: float = 1.0, events: list[str] | None = None,
                  trace: bool | str = True, sample: bool = True, statements: bool = True,
                  page_faults: bool = False, progress: Callable[[str], None] | None = None,
-                 data_dir: str | os.PathLike | None = None):
+                 data_dir: str | os.PathLike | None = None, duty: float = 1.0, window_s: float = 1.0):
         if postmaster_pid is None and not pids:
             postmaster_pid = postmaster_of(conninfo=conninfo)
         if postmaster_pid is not None and not pid_alive(postmaster_pid):
@@ -133,6 +133,7 @@ class KernelCapture:
         self._gone_since: int | None = None
         self.stacks, self.trace, self.sample, self.statements = stacks, trace, sample, statements
         self.sample_interval_s = sample_interval_s
+        self.duty, self.window_s = duty, window_s
         self.events = events or default_events(page_faults)
         self.progress = progress or (lambda s: None)
         self.recorder: KernelRecorder | None = None
@@ -242,7 +243,8 @@ class KernelCapture:
                 try:
                     if self.trace == "auto":
                         tracefs_root()
-                    config = RecorderConfig(events=self.events, stacks=self.stacks, query_probes=self.from_probes)
+                    config = RecorderConfig(events=self.events, stacks=self.stacks, query_probes=self.from_probes,
+                                            duty=self.duty, window_s=self.window_s)
                     self.recorder = KernelRecorder(self.capture.path / "kernel" / self.node, self._pids_now(),
                                                    config, follow_pid=self.postmaster_pid).start()
                     self.progress(f"tracing {len(self.recorder.procs)} pids in {self.recorder.instance.name}")
@@ -322,6 +324,10 @@ class KernelCapture:
         self.progress("parsing the kernel trace")
         res = parse_trace(kdir / "trace.dat", self.capture, self.node, procs_file=kdir / "procs.json")
         self.summary["parse"] = res.__dict__
+        windows = self.summary["recorder"].get("windows") or []
+        if windows:
+            self.capture.write_part("trace_window", [{"node": self.node, "lo": lo, "hi": hi} for lo, hi in windows],
+                                    node=self.node)
         if res.fault:
             self.summary["skipped"]["trace_tail"] = res.fault
         seq = block_sequentiality(self.capture.read("kernel_event"), self.node,

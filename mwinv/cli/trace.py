@@ -41,10 +41,14 @@ def cli() -> None:
 @click.option("--page-faults", is_flag=True, help="also trace user page faults (many events).")
 @click.option("--interval", "sample_interval_s", default=1.0, show_default=True, help="sampling interval, s (>= 0.01).")
 @click.option("--no-trace", is_flag=True, help="samples (and statements) only, no kernel tracing.")
+@click.option("--duty", type=float, default=1.0, show_default=True,
+              help="share of the time with kernel events on (0.1: one window in ten); statements always.")
+@click.option("--window", "window_s", type=float, default=1.0, show_default=True,
+              help="length of one traced window with --duty, s.")
 @click.option("--node", help="node name in the tables (default: $MWINV_NODE or the host name).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def capture(capture_dir, postmaster_pid, other_pids, data_dir, conninfo, duration, stacks, page_faults,
-            sample_interval_s, no_trace, node, command) -> None:
+            sample_interval_s, no_trace, duty, window_s, node, command) -> None:
     """Capture until --duration, Ctrl-C, or the COMMAND after `--` exits; then parse into tables.
 
     \b
@@ -52,6 +56,7 @@ def capture(capture_dir, postmaster_pid, other_pids, data_dir, conninfo, duratio
       mwinv-trace capture out/run1 --pid 4242 --duration 30
       mwinv-trace capture out/ora --pids 9854 --duration 60      # then: mwinv oracle import ... --node
       mwinv-trace capture out/run1 --data-dir /srv/pg15 --stacks -- pgbench -T 20 bench
+      mwinv-trace capture out/oltp --data-dir /srv/pg15 --duty 0.1 --duration 600   # 1 s in 10 traced
       mwinv-trace capture out/run1 --conninfo "host=/tmp port=5432 dbname=tpch" \\
           -- psql -f q1.sql "host=/tmp port=5432 dbname=tpch"
     """
@@ -75,7 +80,7 @@ def capture(capture_dir, postmaster_pid, other_pids, data_dir, conninfo, duratio
         summary = record_capture(capture_dir, postmaster_pid=postmaster_pid, conninfo=conninfo, duration_s=duration,
                                  command=list(command) or None, stacks=stacks, sample_interval_s=sample_interval_s,
                                  trace=not no_trace, page_faults=page_faults, node=node, data_dir=data_dir,
-                                 progress=status, **extra)
+                                 duty=duty, window_s=window_s, progress=status, **extra)
     _print_summary(console, capture_dir, summary)
     for r in summary.get("restarts", []):
         console.print(f"the server restarted: postmaster {r['postmaster_pid_before']} -> {r['postmaster_pid_after']} "

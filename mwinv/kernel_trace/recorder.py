@@ -124,6 +124,8 @@ class RecorderConfig:
     perf_freq_hz: int = 99
     statement_probes: bool = True        # uprobes on mwinv.so's statement__start/done if present
     query_probes: bool = False           # PostgreSQL's own query__start/done (statements without the extension)
+    duty: float = 1.0                    # share of the time traced: windows of window_s, events off between
+    window_s: float = 1.0
 
 
 class KernelRecorder:
@@ -149,6 +151,11 @@ class KernelRecorder:
         self._cpu_files: list[Path] = []
         self._errors: list[str] = []
         self._formats: list[tuple[str, str]] = []
+        self.windows: list[list[int | None]] = []   # [on, off] on the trace's clock: when events were all on
+        self.off: list[list[int | None]] = []       # [off, on]: when they were all off (switching takes time)
+        if not 0 < self.cfg.duty <= 1 or self.cfg.window_s <= 0:
+            raise MwinvError(f"duty cycle {self.cfg.duty:g} of {self.cfg.window_s:g} s windows: "
+                             "a share in (0, 1] and windows of more than 0 s")
 
     # ------------------------------------------------------------ start
     def start(self) -> "KernelRecorder":
@@ -197,6 +204,11 @@ class KernelRecorder:
         f.start()
         self._threads.append(f)
         inst.write("tracing_on", "1")
+        self.windows.append([time.monotonic_ns(), None])
+        if self.cfg.duty < 1:
+            d = threading.Thread(target=self._duty_loop, name="mwinv-trace-duty", daemon=True)
+            d.start()
+            self._threads.append(d)
         if self.tracer == "nop" and self.cfg.stacks and perf_mod.perf_available() and self.pids:
             self.perf = perf_mod.start_perf(self.out / "perf.data", self.cfg.perf_freq_hz)
 
@@ -328,6 +340,36 @@ class KernelRecorder:
             except Exception as exc:   # keep recording; report at stop
                 self._errors.append(f"following pids: {exc}")
 
+    def _duty_loop(self) -> None:
+        """Events on for window_s, off for window_s * (1 / duty - 1), and so on. Off means disabled, not
+        just unrecorded: an enabled tracepoint costs every task that passes it, filtered out or not
+        (docs/overhead.md), a disabled one a not-taken branch."""
+        off_s = self.cfg.window_s * (1 / self.cfg.duty - 1)
+        while not self._stop.wait(self.cfg.window_s):
+            self.windows[-1][1] = time.monotonic_ns()
+            if not self._switch_events("0"):
+                return
+            off = [time.monotonic_ns(), None]
+            self.off.append(off)
+            if self._stop.wait(off_s):
+                return
+            off[1] = time.monotonic_ns()
+            if not self._switch_events("1"):
+                return
+            self.windows.append([time.monotonic_ns(), None])
+
+    def _switch_events(self, on: str) -> bool:
+        """Every enabled event (and the function tracer, where the kernel allows it) on or off."""
+        try:
+            for ev in self.enabled:
+                self.instance.write(f"events/{ev.replace(':', '/')}/enable", on)
+            if self.tracer == "function":
+                self.instance.write("current_tracer", "function" if on == "1" else "nop")
+        except MwinvError as exc:   # the instance is being removed (stop) or the kernel refused
+            self._errors.append(f"duty cycle: {exc}")
+            return False
+        return True
+
     def _read_cpu(self, cpu: int) -> None:
         """Move full ring-buffer pages into the CPU's file with splice (through a pipe, no copy into
         Python, up to 16 pages a call), as trace-cmd does; the last, partial pages with read()."""
@@ -388,6 +430,7 @@ class KernelRecorder:
     def stop(self) -> dict:
         """Stop, restore the tracing state, write trace.dat; returns the recorder's summary."""
         try:
+            end = time.monotonic_ns()
             if self.instance and self.instance.path.exists():
                 try:
                     self.instance.write("tracing_on", "0")
@@ -396,6 +439,9 @@ class KernelRecorder:
             self._stop.set()
             for t in self._threads:
                 t.join(30)
+            for w in self.windows:   # the window open when tracing stopped
+                w[1] = w[1] or end
+            self.windows = [w for w in self.windows if w[0] < w[1]]
             try:
                 self._follow()     # processes that started since the last pass
             except Exception as exc:
@@ -409,7 +455,9 @@ class KernelRecorder:
         summary = {"trace": str(trace), "instance": self.instance.name if self.instance else None,
                    "events": self.enabled, "skipped": self.skipped, "tracer": self.tracer,
                    "stacks": self.cfg.stacks, "perf": self.perf is not None, "uprobes": self.uprobes,
-                   "pids": sorted(self.procs), "errors": self._errors, "clock": "mono"}
+                   "pids": sorted(self.procs), "errors": self._errors, "clock": "mono",
+                   "duty": self.cfg.duty, "windows": self.windows,
+                   "off": [w for w in self.off if w[1] is not None]}
         (self.out / "recorder.json").write_text(json.dumps(summary, indent=2))
         return summary
 
