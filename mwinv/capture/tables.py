@@ -124,6 +124,9 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("node", s), ("statement_id", i64), ("parent_node", s), ("parent_statement_id", i64),
         ("offset_ns", i64), ("offset_error_ns", i64),
     ]),
+    # The statements a kernel trace window covers whole, attributed from the kernel's events (the rest:
+    # from their rusage or their DBMS's own account); in a duty-cycled capture, a sample of them
+    "traced_statement": pa.schema([("node", s), ("statement_id", i64)]),
     # Per statement x node I/O counts the model needs ([Taufer]'s response variables), from the correlator.
     "statement_io": pa.schema([
         ("node", s), ("statement_id", i64), ("seq_bytes", i64), ("seq_reqs", i64), ("random_reqs", i64),
@@ -139,7 +142,7 @@ SCHEMAS: dict[str, pa.Schema] = {
 
 # Tables the correlator derives (recomputed on every run, never read back as input).
 DERIVED_TABLES = ("statement_attribution", "statement_kernel_function", "statement_class", "prediction",
-                  "statement_io", "statement_estimate", "statement_link")
+                  "statement_io", "statement_estimate", "statement_link", "traced_statement")
 
 ATTRIBUTION_COMPONENTS = ("cpu_user", "cpu_sys", "disk_seq", "disk_random", "network", "remote_wait", "lock_wait",
                           "run_queue", "other_wait", "client_wait",

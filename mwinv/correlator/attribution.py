@@ -585,9 +585,8 @@ def attribute(db: CaptureDB, progress=None) -> None:
                    s.parent_statement_id, s.end_ns - s.start_ns AS wall_ns,
                    coalesce(s.cpu_user_ns, 0) AS u, coalesce(s.cpu_sys_ns, 0) AS k,
                    least(coalesce(s.client_wait_ns, 0), s.end_ns - s.start_ns) AS idle,
-                   s.cpu_user_ns IS NOT NULL AS has_rusage,
-                   (tr.node IS NOT NULL AND s.start_ns >= tr.lo AND s.end_ns <= tr.hi) AS traced
-            FROM statement_clean s LEFT JOIN trace_range_or_empty tr USING (node)
+                   s.cpu_user_ns IS NOT NULL AS has_rusage, t.statement_id IS NOT NULL AS traced
+            FROM statement_clean s LEFT JOIN traced_statement t USING (node, statement_id)
             WHERE coalesce(s.nesting_level, 0) = 0
               AND (s.node, s.statement_id) NOT IN (SELECT (node, statement_id) FROM dbms_attribution)),
         comp AS (
@@ -687,7 +686,3 @@ def _build_statement_io(db: CaptureDB) -> None:
                coalesce(random_reqs, 0) AS random_reqs, coalesce(random_bytes, 0) AS random_bytes,
                coalesce(net_rx_bytes, 0) AS net_rx_bytes, coalesce(net_tx_bytes, 0) AS net_tx_bytes
         FROM statement_clean s LEFT JOIN seg_io USING (node, statement_id)""")
-    if db.has("kernel_event"):
-        db.con.execute("CREATE OR REPLACE VIEW trace_range_or_empty AS SELECT * FROM trace_range")
-    else:
-        db.con.execute("CREATE OR REPLACE TABLE trace_range_or_empty (node VARCHAR, lo BIGINT, hi BIGINT)")

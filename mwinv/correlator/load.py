@@ -115,8 +115,9 @@ def open_capture(path: str | Path, threads: int | None = None, memory_limit: str
 def open_correlated(path: str | Path) -> CaptureDB:
     """open_capture, with the derived tables a correlation wrote as views too."""
     db = open_capture(path)
+    built = {r[0] for r in db.sql("SELECT table_name FROM information_schema.tables").fetchall()}
     for table in DERIVED_TABLES:
-        if db.capture.has(table):
+        if db.capture.has(table) and table not in built:   # traced_statement: open_capture built it
             db.con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM read_parquet('{db.capture.glob(table)}')")
             db.tables.add(table)
     return db
@@ -164,8 +165,8 @@ def _check_coverage(db: CaptureDB) -> None:
 
 
 def _base_tables(db: CaptureDB) -> None:
-    """The derived tables every analysis starts from (sql/statement_clean.sql, sql/trace_range.sql), each
-    built by its own step; `statement_typed` gives the first every column of the contract (a capture
+    """The derived tables every analysis starts from (sql/statement_clean.sql, sql/trace_range.sql,
+    sql/traced_statement.sql), each built by its own step; `statement_typed` gives the first every column of the contract (a capture
     from an older recorder lacks the newer ones: NULL)."""
     have = _columns(db, "statement")
     absent = "".join(f", CAST(NULL AS {duck_type(f.type)}) AS \"{f.name}\""
@@ -174,6 +175,11 @@ def _base_tables(db: CaptureDB) -> None:
     db.con.execute(sql_file("statement_clean"))
     if db.has("kernel_event"):
         db.con.execute(sql_file("trace_range"))
+        if not db.has("trace_window"):   # a capture from before the recorder wrote its windows
+            db.con.execute("CREATE OR REPLACE VIEW trace_window AS SELECT node, lo, hi FROM trace_range")
+        db.con.execute(sql_file("traced_statement"))
+    else:
+        db.con.execute("CREATE OR REPLACE TABLE traced_statement (node VARCHAR, statement_id BIGINT)")
 
 
 def _columns(db: CaptureDB, table: str) -> set[str]:

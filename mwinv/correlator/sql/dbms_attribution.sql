@@ -3,7 +3,7 @@
 --
 -- inputs:  statement_clean (start_ns, end_ns, cpu_user_ns, client_wait_ns), dbms_call (its file),
 --          dbms_wait,
---          trace_range_or_empty
+--          traced_statement
 -- columns: node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, component, ns
 --
 -- CPU is the calls' c= (user and system together: Oracle does not split them); a wait inside one of
@@ -17,11 +17,11 @@ WITH stmt AS (
     SELECT s.node, s.statement_id, s.query_id, s.pid, s.leader_pid, s.parent_statement_id, s.start_ns, s.end_ns,
            s.end_ns - s.start_ns AS wall_ns, coalesce(s.cpu_user_ns, 0) AS cpu_ns,
            coalesce(s.client_wait_ns, 0) AS client_ns, f.file
-    FROM statement_clean s LEFT JOIN trace_range_or_empty tr USING (node)
+    FROM statement_clean s LEFT JOIN traced_statement t USING (node, statement_id)
          LEFT JOIN (SELECT node, statement_id, any_value(file) AS file FROM dbms_call GROUP BY ALL) f
          USING (node, statement_id)
     WHERE coalesce(s.nesting_level, 0) = 0
-      AND NOT (tr.node IS NOT NULL AND s.start_ns >= tr.lo AND s.end_ns <= tr.hi)
+      AND t.statement_id IS NULL
       AND EXISTS (SELECT 1 FROM dbms_call c WHERE c.node = s.node AND c.statement_id = s.statement_id)),
 in_call AS (
     SELECT w.node, w.top_statement_id AS statement_id, w.component, sum(w.ela_ns) AS ns
