@@ -55,7 +55,8 @@ def correlate(capture_dir: str | Path, write: bool = True, progress=None) -> Cap
     if write:
         if progress:
             progress("writing the derived tables")
-        for name in ("statement_attribution", "statement_kernel_function", "statement_io", "statement_link"):
+        for name in ("statement_attribution", "statement_kernel_function", "statement_io", "statement_link",
+                     "traced_statement"):
             d = db.capture.table_dir(name)
             for old in d.glob("*.parquet") if d.exists() else []:
                 old.unlink()  # derived tables are replaced, never appended to
@@ -77,18 +78,24 @@ def top_statements(db: CaptureDB, n: int = 5, by: str = "total", query_id: int |
     # a data node's statements for a coordinator statement are shown as its parts, not ranked apart
     linked = db.sql("SELECT count(*) FROM information_schema.tables WHERE table_name = 'statement_link'").fetchone()[0]
     own = "WHERE (s.node, s.statement_id) NOT IN (SELECT (node, statement_id) FROM statement_link)" if linked else ""
+    # duty-cycled (kernel events on in windows): a query's components are its traced executions', scaled
+    # to the time of all of them, where any was traced
+    duty = db.sql("SELECT count(*) > count(DISTINCT node) FROM trace_window").fetchone()[0]
+    comp_ns = ("CASE WHEN any_value(g.traced_ns) > 0 THEN sum(ns) FILTER (WHERE traced) * any_value(g.total_ns) "
+               "/ any_value(g.traced_ns) ELSE sum(ns) END" if duty else "sum(ns)")
     rows = db.sql(f"""
         WITH a AS (
             SELECT coalesce(s.query_id, -s.statement_id) AS key, s.query_id, s.node, s.statement_id,
-                   a.component, a.ns, a.from_workers_ns
-            FROM statement_attribution a JOIN statement_clean s USING (node, statement_id) {own}),
+                   a.component, a.ns, a.from_workers_ns, t.statement_id IS NOT NULL AS traced
+            FROM statement_attribution a JOIN statement_clean s USING (node, statement_id)
+                 LEFT JOIN traced_statement t USING (node, statement_id) {own}),
         g AS (
             SELECT key, any_value(query_id) AS query_id, string_agg(DISTINCT node, ',') AS nodes,
                    count(DISTINCT (node, statement_id)) AS calls, sum(ns) AS total_ns,
                    sum(ns) FILTER (WHERE component IN ({rank})) AS rank_ns,
-                   sum(from_workers_ns) AS from_workers_ns
+                   sum(from_workers_ns) AS from_workers_ns, coalesce(sum(ns) FILTER (WHERE traced), 0) AS traced_ns
             FROM a GROUP BY key),
-        comp AS (SELECT key, component, sum(ns) AS ns FROM a GROUP BY ALL),
+        comp AS (SELECT key, component, {comp_ns} AS ns FROM a JOIN g USING (key) GROUP BY key, component),
         example AS (
             SELECT key, arg_max(statement_id, wall) AS example_id
             FROM (SELECT key, statement_id, sum(ns) AS wall FROM a GROUP BY ALL) GROUP BY key)
@@ -101,7 +108,7 @@ def top_statements(db: CaptureDB, n: int = 5, by: str = "total", query_id: int |
     for key, qid, nodes, calls, total, workers, comps, example_id in rows:
         components = {c: 0 for c in ATTRIBUTION_COMPONENTS}
         for item in comps:
-            components[item["c"]] += int(item["ns"])
+            components[item["c"]] += round(item["ns"])
         out.append(StatementSummary(
             query_id=qid, text=texts.get(qid, "") if qid is not None else "", nodes=nodes, calls=calls,
             total_ns=int(total), components=components, from_workers_ns=int(workers or 0),

@@ -50,6 +50,7 @@ class ReportData:
     predictions: pa.Table | None = None
     disk_wait: DiskWaitCheck | None = None
     queries: list[dict] = field(default_factory=list)  # the top ones, shown in detail
+    duty_cycled: bool = False   # kernel events were on in windows: breakdowns from the executions they covered
     advice: list[Advice] = field(default_factory=list)  # for the top queries' longest executions
     node_parts: dict[int, list[NodePart]] = field(default_factory=dict)  # cluster: example id -> its data nodes
     con: duckdb.DuckDBPyConnection | None = None
@@ -117,9 +118,16 @@ def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: b
     if not calibration:
         missing.append("No calibration in the manifest (run `mwinv calibrate CAPTURE`): no model estimates, "
                        "what-if predictions or expected gains.")
+    windows = cap.read("trace_window")
+    data.duty_cycled = windows.num_rows > len(set(windows.column("node").to_pylist()))
+    if data.duty_cycled:
+        missing.append("Kernel events were on in windows only (a duty-cycled capture): a query's breakdown is "
+                       "that of its executions a window covered whole, scaled to all its executions' time; "
+                       "a query no window covered shows its rusage only.")
     data.con = connect()
     data.con.register("statements", statements)
     data.con.register("attribution", attribution)
+    data.con.register("traced", cap.read("traced_statement"))
     data.con.register("node_sample", data.node_sample)
     if cap.has("kernel_event"):
         data.con.execute(f"CREATE VIEW kernel_event AS SELECT * FROM read_parquet('{cap.glob('kernel_event')}')")
@@ -150,17 +158,25 @@ def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: b
 # ---- queries over the loaded tables
 
 def top_queries(data: ReportData, top: int) -> list[dict]:
-    """Per query_id: calls, total wall, total per component, the longest execution (the detail's example)."""
+    """Per query_id: calls, total wall, total per component, the longest execution (the detail's example).
+    In a duty-cycled capture a query's components are those of its traced executions scaled to the
+    wall time of all of them (traced_calls says how many), where any was traced."""
     comps = ", ".join(f"sum(ns) FILTER (WHERE component = '{c}') AS {c}" for c in ATTRIBUTION_COMPONENTS)
+    scaled = (lambda c: f"CASE WHEN count(t.statement_id) > 0 THEN sum({c}) FILTER (WHERE t.statement_id IS NOT NULL)"
+              f" * sum(wall_ns) / sum(wall_ns) FILTER (WHERE t.statement_id IS NOT NULL) ELSE sum({c}) END"
+              ) if data.duty_cycled else (lambda c: f"sum({c})")
     sql = f"""
     WITH per_stmt AS (SELECT statement_id, {comps} FROM attribution GROUP BY statement_id),
     s AS (SELECT *, end_ns - start_ns AS wall_ns,
                  row_number() OVER (PARTITION BY query_id ORDER BY end_ns - start_ns DESC) AS rank
           FROM statements WHERE parent_statement_id IS NULL)
     SELECT s.query_id, any_value(s.query_text_hash) AS query_text_hash, count(*) AS calls,
+           count(t.statement_id) AS traced_calls,
            sum(wall_ns) AS total_ns, any_value(s.statement_id) FILTER (WHERE rank = 1) AS example_id,
-           any_value(s.node) AS node, {", ".join(f"coalesce(sum({c}), 0) AS {c}" for c in ATTRIBUTION_COMPONENTS)}
+           any_value(s.node) AS node,
+           {", ".join(f"CAST(coalesce({scaled(c)}, 0) AS BIGINT) AS {c}" for c in ATTRIBUTION_COMPONENTS)}
     FROM s LEFT JOIN per_stmt USING (statement_id)
+         LEFT JOIN (SELECT DISTINCT statement_id FROM traced) t USING (statement_id)
     GROUP BY s.query_id ORDER BY total_ns DESC LIMIT {int(top)}"""
     cur = data.con.execute(sql)
     cols = [d[0] for d in cur.description]
@@ -310,11 +326,12 @@ def section_top(data: ReportData, queries: list[dict]) -> Section:
         bar = svg.stacked_bar(_breakdown(q), q["total_ns"], scale, label=f"{q['total_ns'] / 1e6:,.0f} ms")
         text = _short(data.texts.get(q["query_text_hash"]))
         anchor = f'<a href="#q{q["query_id"]}">{q["query_id"]}</a>'
-        rows.append([anchor, escape(str(q["node"])), q["calls"], _ms(q["total_ns"]), escape(c.get("limit", "-")),
+        calls = f"{q['calls']} ({q['traced_calls']} traced)" if data.duty_cycled else q["calls"]
+        rows.append([anchor, escape(str(q["node"])), calls, _ms(q["total_ns"]), escape(c.get("limit", "-")),
                      bar, f"<code>{escape(text)}</code>"])
         total = q["total_ns"] or 1
         shares = ", ".join(f"{comp} {100 * v / total:.0f}%" for comp, v in _breakdown(q) if v / total >= 0.01)
-        md_rows.append([q["query_id"], q["node"], q["calls"], _ms(q["total_ns"]), c.get("limit", "-"), shares,
+        md_rows.append([q["query_id"], q["node"], calls, _ms(q["total_ns"]), c.get("limit", "-"), shares,
                         f"`{text}`"])
     h, md = _table(["query_id", "node", "calls", "total ms", "class", "breakdown", "statement"], rows, md_rows)
     return Section("Top statements", svg.legend(list(ATTRIBUTION_COMPONENTS)) + h, md)

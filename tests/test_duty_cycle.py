@@ -1,0 +1,96 @@
+"""A duty-cycled capture (`mwinv-trace capture --duty`): kernel events on in windows, off between, the
+statements always. The events lie in the windows, the windows are in the capture, only statements a
+window covers whole are attributed from the kernel (and sum to their wall time), and the pgbench
+statement's shares over them agree with a full capture of the same load."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mwinv.capture.run import KernelCapture
+from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
+from mwinv.correlator.pipeline import correlate
+from mwinv.correlator.report import load
+from mwinv.pgserver import PgServer, pg_bindir
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not Path("/sys/kernel/tracing/instances").exists(),
+                                reason="needs root and tracefs (kernel tracing) for a real capture")
+
+
+@pytest.fixture(scope="module")
+def server():
+    with PgServer(name="duty", shared_preload_libraries=["mwinv"], gucs={"compute_query_id": "on"}) as srv:
+        srv.psql("CREATE EXTENSION mwinv")
+        _pgbench(srv, "-i", "-q", "-s", "1")
+        yield srv
+
+
+def _pgbench(srv: PgServer, *args: str) -> None:
+    subprocess.run([str(pg_bindir() / "pgbench"), *args, "-h", str(srv.socket_dir), "-p", str(srv.port),
+                    "-U", "postgres", "postgres"], check=True, capture_output=True)
+
+
+def _captured(srv: PgServer, out: Path, **kw):
+    with KernelCapture(out, postmaster_pid=srv.postmaster_pid(), conninfo=srv.conninfo(), node="n1", **kw) as cap:
+        _pgbench(srv, "-n", "-S", "-M", "prepared", "-c", "2", "-j", "2", "-T", "4")
+    assert not cap.summary.get("errors"), cap.summary
+    return cap.summary, correlate(out, write=False)
+
+
+def _select_shares(db) -> dict[str, float]:
+    rows = db.sql("""
+        SELECT component, sum(ns) FROM statement_attribution a JOIN traced_statement USING (node, statement_id)
+        JOIN statement_text t USING (query_id) WHERE t.text LIKE 'SELECT abalance%' GROUP BY ALL""").fetchall()
+    total = sum(ns for _, ns in rows)
+    return {c: ns / total for c, ns in rows}
+
+
+def test_events_only_in_windows_and_shares_as_a_full_capture(server, tmp_path):
+    summary, db = _captured(server, tmp_path / "duty", duty=0.25, window_s=0.4)
+    windows = summary["recorder"]["windows"]
+    assert 2 <= len(windows) <= 4, windows
+    assert all(0.39e9 <= hi - lo <= 0.8e9 for lo, hi in windows[:-1]), windows   # the last: cut by the stop
+    assert 0 < windows[-1][1] - windows[-1][0] <= 0.8e9, windows
+    assert all(b[0] - a[1] >= 1.0e9 for a, b in zip(windows, windows[1:])), windows   # 3 x 0.4 s off
+    assert sorted(map(list, db.sql("SELECT lo, hi FROM trace_window").fetchall())) == sorted(windows)
+    # nothing recorded while every event was off (switching them one by one takes a while)
+    off = summary["recorder"]["off"]
+    assert len(off) >= len(windows) - 1 and all(b - a >= 0.5e9 for a, b in off), off
+    gaps = " OR ".join(f"ts_ns BETWEEN {a} AND {b}" for a, b in off)
+    assert db.sql(f"SELECT count(*) FROM kernel_event WHERE {gaps}").fetchone()[0] == 0
+
+    traced, total, outside = db.sql(f"""
+        SELECT count(t.statement_id), count(*),
+               count(t.statement_id) FILTER (WHERE NOT ({" OR ".join(
+                   f"(s.start_ns >= {lo} AND s.end_ns <= {hi})" for lo, hi in windows)}))
+        FROM statement_clean s LEFT JOIN traced_statement t USING (node, statement_id)""").fetchone()
+    assert 0 < traced < total and outside == 0, (traced, total, outside)
+    assert traced / total < 0.5   # a quarter of the time traced: not most statements
+    # a traced statement's components sum to its wall time; one in a gap has no kernel-side component
+    assert db.sql("""
+        SELECT count(*) FROM (SELECT a.statement_id, sum(a.ns) AS got, any_value(s.end_ns - s.start_ns) AS wall
+            FROM statement_attribution a JOIN traced_statement USING (node, statement_id)
+            JOIN statement_clean s USING (node, statement_id) GROUP BY a.node, a.statement_id)
+        WHERE got <> wall""").fetchone()[0] == 0
+    kernel_only = ("run_queue", "disk_random", "disk_seq", "network", "lock_wait", "other_wait", "remote_wait")
+    assert db.sql(f"""
+        SELECT coalesce(sum(a.ns), 0) FROM statement_attribution a
+        LEFT JOIN traced_statement t USING (node, statement_id)
+        WHERE t.statement_id IS NULL AND a.component IN {kernel_only}""").fetchone()[0] == 0
+    # the report: the pgbench statement's breakdown comes from its traced executions, scaled to all of
+    # them (its untraced ones, without rusage below the cost threshold, are all not_allocated)
+    correlate(tmp_path / "duty")
+    data = load(tmp_path / "duty")
+    assert data.duty_cycled and any("duty-cycled" in m for m in data.missing)
+    (q,) = [q for q in data.queries if data.texts.get(q["query_text_hash"], "").startswith("SELECT abalance")]
+    assert 0 < q["traced_calls"] < q["calls"]
+    parts = sum(q[c] for c in ATTRIBUTION_COMPONENTS)
+    assert abs(parts - q["total_ns"]) <= len(ATTRIBUTION_COMPONENTS), (parts, q["total_ns"])
+    assert q["not_allocated"] <= 0.05 * q["total_ns"], q
+
+    _, full = _captured(server, tmp_path / "full")
+    duty_shares, full_shares = _select_shares(db), _select_shares(full)
+    top = max(full_shares, key=full_shares.get)
+    assert abs(duty_shares.get(top, 0) - full_shares[top]) <= 0.10, (duty_shares, full_shares)
