@@ -10,7 +10,12 @@ capture ("none again") is the A/A control. For the captures: kernel events per s
 and the capture's own CPU while pgbench runs (this process's threads; the parse afterwards is not
 counted; bpftrace's is its own process's, not shown) as a share of one core.
 
+Duty-cycled captures (`mwinv-trace capture --duty`: events on one window in N, statements always)
+run beside them; with --shares, one more full and one duty-cycled capture are correlated and the
+pgbench statement's component shares over the statements each traced are printed side by side.
+
     python -m bench.bench_oltp [--rounds 3] [--seconds 10] [--clients 2] [--scale 10]
+    python -m bench.bench_oltp --configs "none,none again,statements only,default events,events 1 s in 10" --shares
 """
 
 from __future__ import annotations
@@ -31,13 +36,16 @@ from rich.console import Console
 from rich.table import Table
 
 from mwinv.capture.run import KernelCapture
+from mwinv.correlator.pipeline import correlate
 from mwinv.kernel_trace.recorder import BLOCK_EVENTS, NET_EVENTS, SCHED_EVENTS, default_events, descendants
 from mwinv.pgserver import PgServer, pg_bindir
 
 # the default events by family, each alone beside the statements: which family costs what
 FAMILIES = {"sched + block": SCHED_EVENTS + BLOCK_EVENTS, "syscalls": None, "net": NET_EVENTS}
-CONFIGS = ("none", "none again", "statements only", "default events", "stacks", *(f"only {f}" for f in FAMILIES),
-           "trace-cmd record", "bpftrace")
+# duty-cycled: events on for 1 s of every N (the rest of the time disabled), statements always
+DUTY = {"events 1 s in 5": 0.2, "events 1 s in 10": 0.1}
+CONFIGS = ("none", "none again", "statements only", "default events", *DUTY, "stacks",
+           *(f"only {f}" for f in FAMILIES), "trace-cmd record", "bpftrace")
 TPS_RE = re.compile(r"tps = ([\d.]+)")
 
 
@@ -69,13 +77,14 @@ def run_config(server: PgServer, config: str, args, out: Path) -> dict:
     cpu0 = _self_cpu_s()
     if config.startswith("none"):
         text = pgbench(server, *bench)
-    elif config in ("statements only", "default events", "stacks") or config.startswith("only "):
+    elif config in ("statements only", "default events", "stacks", *DUTY) or config.startswith("only "):
         family = config.removeprefix("only ")
         events = None
         if family in FAMILIES:
             events = FAMILIES[family] or [e for e in default_events(False) if e.startswith("syscalls:")]
         cap = KernelCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo(), node="bench",
-                            trace=config != "statements only", stacks=config == "stacks", events=events).start()
+                            trace=config != "statements only", stacks=config == "stacks", events=events,
+                            duty=DUTY.get(config, 1.0)).start()
         cpu0 = _self_cpu_s()   # the capture's threads while pgbench runs; its parse afterwards is not load
         try:
             text = pgbench(server, *bench)
@@ -121,22 +130,71 @@ def run_config(server: PgServer, config: str, args, out: Path) -> dict:
     return result
 
 
+def shares(capture_dir: Path) -> tuple[dict[str, float], int, int, int]:
+    """The busiest query id's component shares over its traced executions; traced and all executions; the
+    largest gap between a traced statement's components and its wall time (ns)."""
+    db = correlate(capture_dir, write=False)
+    (qid,) = db.sql("SELECT query_id FROM statement_clean GROUP BY query_id ORDER BY count(*) DESC LIMIT 1").fetchone()
+    rows = db.sql("""
+        SELECT component, sum(ns + from_workers_ns) FROM statement_attribution
+        JOIN traced_statement USING (node, statement_id) WHERE query_id = ? GROUP BY ALL""", [qid]).fetchall()
+    total = sum(ns for _, ns in rows) or 1
+    traced, calls = db.sql("""
+        SELECT count(t.statement_id), count(*) FROM statement_clean s
+        LEFT JOIN traced_statement t USING (node, statement_id) WHERE s.query_id = ?""", [qid]).fetchone()
+    (gap,) = db.sql("""
+        SELECT coalesce(max(abs(got - wall)), 0) FROM (
+            SELECT any_value(s.end_ns - s.start_ns) AS wall, sum(a.ns + a.from_workers_ns) AS got
+            FROM statement_attribution a JOIN traced_statement USING (node, statement_id)
+            JOIN statement_clean s USING (node, statement_id) GROUP BY a.node, a.statement_id)""").fetchone()
+    return {c: ns / total for c, ns in rows}, traced, calls, gap
+
+
+def compare_shares(server: PgServer, args, work: Path, console: Console) -> None:
+    """One full and one duty-cycled capture of the same load, correlated: shares side by side."""
+    got = {}
+    for config in ("default events", *DUTY):
+        out = work / f"shares-{config.replace(' ', '-')}"
+        run_config(server, config, args, out)
+        console.log(f"correlating the {config} capture")
+        got[config] = shares(out)
+        shutil.rmtree(out, ignore_errors=True)
+    table = Table(title="the pgbench statement's components over the executions each capture traced whole")
+    table.add_column("component")
+    for config, (_, traced, calls, gap) in got.items():
+        table.add_column(f"{config}\n{traced:,} of {calls:,} traced\nmax |sum - wall| {gap} ns", justify="right")
+    comps = sorted({c for s, *_ in got.values() for c in s}, key=lambda c: -got["default events"][0].get(c, 0))
+    for c in comps:
+        if any(s.get(c, 0) >= 0.0005 for s, *_ in got.values()):
+            table.add_row(c, *(f"{100 * s.get(c, 0):.1f} %" for s, *_ in got.values()))
+    console.print(table)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--clients", type=int, default=2)
     ap.add_argument("--scale", type=int, default=10)
+    ap.add_argument("--configs", help="comma-separated subset of: " + ", ".join(CONFIGS))
+    ap.add_argument("--shares", action="store_true", help="correlate a full and the duty-cycled captures, compare")
     args = ap.parse_args()
+    configs = CONFIGS
+    if args.configs:
+        configs = tuple(c.strip() for c in args.configs.split(","))
+        if unknown := [c for c in configs if c not in CONFIGS]:
+            ap.error(f"--configs: unknown {', '.join(unknown)}")
+        if "none" not in configs:
+            configs = ("none", *configs)   # every ratio is over the same round's run without a capture
     console = Console()
-    results: dict[str, list[dict]] = {c: [] for c in CONFIGS}
+    results: dict[str, list[dict]] = {c: [] for c in configs}
     work = Path(tempfile.mkdtemp(prefix="mwinv-bench-oltp-"))
     try:
         with PgServer(name="oltp", shared_preload_libraries=["mwinv"], gucs={"compute_query_id": "on"}) as server:
             server.psql("CREATE EXTENSION mwinv")
             pgbench(server, "-i", "-q", "-s", str(args.scale))
             for r in range(args.rounds):
-                order = CONFIGS[r % len(CONFIGS):] + CONFIGS[:r % len(CONFIGS)]
+                order = configs[r % len(configs):] + configs[:r % len(configs)]
                 for config in order:
                     out = work / f"{r}-{config.replace(' ', '-')}"
                     res = run_config(server, config, args, out)
@@ -144,6 +202,8 @@ def main() -> None:
                     console.log(f"round {r + 1}: {config}: " + (f"{res['tps']:,.0f} TPS" if res["tps"] else
                                                                   f"failed ({res.get('error')})"))
                     shutil.rmtree(out, ignore_errors=True)
+            if args.shares:
+                compare_shares(server, args, work, console)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     table = Table(title=f"pgbench -S -M prepared, {args.clients} clients, {args.seconds} s x {args.rounds} rounds, "
@@ -151,7 +211,7 @@ def main() -> None:
     for col in ("configuration", "median TPS", "TPS ratio vs none", "events/s", "lost", "capture's own CPU"):
         table.add_column(col, justify="left" if col == "configuration" else "right")
     base = [r["tps"] for r in results["none"]]
-    for config in CONFIGS:
+    for config in configs:
         runs = [r for r in results[config] if r["tps"]]
         if not runs:
             table.add_row(config, "-", "-", "-", "-", results[config][0].get("error", "failed"))
