@@ -4,6 +4,7 @@ interrupted run, and plan errors."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -78,6 +79,14 @@ def test_schemes_differ_where_orders_is_not_co_partitioned(experiment):
     assert "## Scheme against scheme" in md and re.search(r"\| Q3 \| 2 \| 1-part / 2-part \|", md)
     assert "## Speed-up over node counts" in md and "### scheme=1-part" in md
     assert "## Node counts predicted, then run" in md and "Mean absolute error" in md
+    # the plans say the same before anything runs: with 1-part the coordinator expects lineitem's rows
+    plan = dict(q(out, "SELECT scheme, avg(plan_shipped_bytes) FROM results WHERE query = 3 AND nodes = 2 GROUP BY scheme"))
+    assert plan["1-part"] > plan["2-part"] > 0   # the planner sees it too, less sharply (516 vs 439 kB once)
+    summary = json.loads((out / "report" / "summary.json").read_text())
+    preds = {(p["query"], p["nodes"], p["from_scheme"]): p for p in summary["scheme_predictions"]}
+    assert {(3, 2, "1-part"), (3, 2, "2-part"), (12, 1, "1-part")} <= preds.keys()
+    assert all(p["error"] is not None and p["measured_ns"] > 0 for p in preds.values())
+    assert "## The other scheme predicted, then run" in md and re.search(r"\| Q3 \| 2 \| 1-part \| 2-part \|", md)
     assert (out / "report" / "results.csv").read_text().count("\n") == 9   # header and 8 runs
 
 

@@ -90,6 +90,37 @@ def predictions(con) -> list[Prediction]:
     return out
 
 
+@dataclass
+class SchemePrediction:
+    nodes: int
+    query: int
+    from_scheme: str
+    scheme: str
+    predicted_ns: int
+    measured_ns: int
+
+    @property
+    def error(self) -> float | None:
+        return (self.predicted_ns - self.measured_ns) / self.measured_ns if self.measured_ns else None
+
+
+def scheme_predictions(con) -> list[SchemePrediction]:
+    """From a query's run under one scheme, its time under the other at the same levels: the
+    coordinator's own time stays, its wait for the data nodes (their work and the links) scales with
+    the bytes the other scheme's plan expects them to ship over what this scheme's plan expects (both
+    the planner's estimates: a bias they share cancels). Checked against the other scheme's run."""
+    out = []
+    for r in _rows(con, "SELECT * FROM scheme_diff WHERE wall_a IS NOT NULL AND wall_b IS NOT NULL"):
+        for x, y in (("a", "b"), ("b", "a")):
+            if not r[f"plan_{x}"] or r[f"plan_{y}"] is None:
+                continue
+            remote = r[f"remote_{x}"] or 0
+            pred = r[f"wall_{x}"] - remote + remote * r[f"plan_{y}"] / r[f"plan_{x}"]
+            out.append(SchemePrediction(r["nodes"], r["query"], r[f"scheme_{x}"], r[f"scheme_{y}"], int(pred),
+                                        r[f"wall_{y}"]))
+    return out
+
+
 def shares_by_nodes(con) -> list[dict]:
     """Per group and node count, each component's share of the queries' summed wall time."""
     comps = ", ".join(f"sum(c_{c}) AS {c}" for c in ATTRIBUTION_COMPONENTS)
@@ -168,6 +199,8 @@ def summarize(out: str | Path) -> dict:
         for r in shares:
             r["grp"] = _label(r["grp"], varied)
         errs = [abs(p.error) for p in preds if p.error is not None]
+        by_scheme = sorted(scheme_predictions(con), key=lambda p: (p.query, p.nodes, p.from_scheme))
+        scheme_errs = [abs(p.error) for p in by_scheme if p.error is not None]
         return {
             "plan": json.loads((Path(out) / "plan.json").read_text()) if (Path(out) / "plan.json").exists() else {},
             "cells": _rows(con, "SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, "
@@ -181,6 +214,8 @@ def summarize(out: str | Path) -> dict:
             "sweeps": [{**f, "others": _label(f["others"], varied)} for f in sweep_findings(con)],
             "predictions": [{**asdict(p), "error": p.error} for p in preds],
             "prediction_mean_abs_error": sum(errs) / len(errs) if errs else None,
+            "scheme_predictions": [{**asdict(p), "error": p.error} for p in by_scheme],
+            "scheme_prediction_mean_abs_error": sum(scheme_errs) / len(scheme_errs) if scheme_errs else None,
             "scheme_advice": scheme_advice(con),
         }
     finally:
@@ -292,6 +327,18 @@ def render(out: str | Path) -> tuple[Path, Path]:
         for p in s["predictions"]:
             err = f"{p['error']:+.0%}" if p["error"] is not None else "-"
             md.append(f"| {p['group']} | Q{p['query']} | {p['from_nodes']} | {p['nodes']} | {_ms(p['predicted_ns'])} | "
+                      f"{_ms(p['measured_ns'])} | {err} |")
+        md.append("")
+    if s["scheme_predictions"]:
+        mae = s["scheme_prediction_mean_abs_error"]
+        md += ["## The other scheme predicted, then run", "",
+               "From a query's run under one scheme: the coordinator's own time stays, its wait for the data "
+               "nodes scales with the bytes the other scheme's plan expects them to ship (EXPLAIN, not run)."
+               + (f" Mean absolute error {mae:.0%}." if mae is not None else ""),
+               "", "| query | nodes | from | to | predicted ms | measured ms | error |", "|---|---|---|---|---|---|---|"]
+        for p in s["scheme_predictions"]:
+            err = f"{p['error']:+.0%}" if p["error"] is not None else "-"
+            md.append(f"| Q{p['query']} | {p['nodes']} | {p['from_scheme']} | {p['scheme']} | {_ms(p['predicted_ns'])} | "
                       f"{_ms(p['measured_ns'])} | {err} |")
         md.append("")
     md_path = rep / "report.md"

@@ -4,12 +4,16 @@ shipped to the coordinator, rows, fetch round trips, whether it was the critical
 
 from __future__ import annotations
 
+import json
+
+import psycopg
 import pyarrow as pa
 
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
 from mwinv.cluster.harness import COORDINATOR
 from mwinv.correlator.load import CaptureDB, literal
 from mwinv.correlator.nodes import node_parts
+from mwinv.workloads import tpch
 
 i32, i64, f64, s, b = pa.int32(), pa.int64(), pa.float64(), pa.string(), pa.bool_()
 COMPONENT_COLUMNS = [(f"c_{c}", i64) for c in ATTRIBUTION_COMPONENTS]
@@ -18,6 +22,7 @@ RESULT_SCHEMA = pa.schema([
     ("node_read_mbps", f64), ("link_mbit", f64), ("link_latency_ms", f64), ("parallel_workers", i32), ("streams", i32), ("cold", b),
     ("query", i32), ("repetition", i32), ("stream", i32), ("wall_ns", i64), ("error", s), ("timed_out", b),
     ("statement_id", i64), ("limit", s), ("estimated_ns", i64), ("critical_node", s), ("net_bytes", i64),
+    ("plan_shipped_bytes", i64),
     *COMPONENT_COLUMNS,
 ])
 NODE_SCHEMA = pa.schema([
@@ -25,6 +30,31 @@ NODE_SCHEMA = pa.schema([
     ("idle_ns", i64), ("sent_bytes", i64), ("rows", i64), ("fetches", i64), ("critical", b), *COMPONENT_COLUMNS,
 ])
 TIMEOUT = "canceling statement due to statement timeout"
+
+
+def plan_shipped_bytes(server, queries: list[int], dbname: str = "tpch") -> dict[int, int | None]:
+    """Per query, the bytes its coordinator's plan expects the data nodes to ship: rows x width of its
+    foreign scans (EXPLAIN, not run; None where EXPLAIN fails). A scheme's plan says it without running
+    the query, so the time under another scheme can be predicted from a run under one."""
+    out: dict[int, int | None] = {}
+    with server.connect(dbname) as conn:
+        for q in queries:
+            try:
+                (plan,) = conn.execute("EXPLAIN (VERBOSE, FORMAT JSON) " + tpch.query_sql(q)).fetchone()
+            except psycopg.Error:
+                conn.rollback()
+                out[q] = None
+                continue
+            plan = json.loads(plan) if isinstance(plan, str) else plan
+            out[q] = int(sum(n["Plan Rows"] * n["Plan Width"] for n in _plan_nodes(plan[0]["Plan"])
+                             if n["Node Type"] == "Foreign Scan"))
+    return out
+
+
+def _plan_nodes(node: dict):
+    yield node
+    for child in node.get("Plans", []):
+        yield from _plan_nodes(child)
 
 
 def _statement_of(db: CaptureDB, run) -> int | None:

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from mwinv.errors import MwinvError
 from mwinv.experiment.plan import Cell, Plan
-from mwinv.experiment.results import NODE_SCHEMA, RESULT_SCHEMA, cell_rows
+from mwinv.experiment.results import NODE_SCHEMA, RESULT_SCHEMA, cell_rows, plan_shipped_bytes
 
 
 def results_dir(out: Path, table: str = "results") -> Path:
@@ -112,6 +112,7 @@ def run_cell(plan: Plan, cell: Cell, out: Path, say, keep_captures: bool = True)
             for rep in range(plan.repetitions):
                 for r in run_queries(cluster.coordinator, plan.queries, **kw):
                     runs.append((rep, r))
+        shipped = plan_shipped_bytes(cluster.coordinator, plan.queries)
         cal_file = out / "calibration.json"
         if cal_file.exists():
             cal = json.loads(cal_file.read_text())
@@ -128,6 +129,8 @@ def run_cell(plan: Plan, cell: Cell, out: Path, say, keep_captures: bool = True)
     db = open_correlated(capture_dir)
     try:
         rows, node_rows = cell_rows(db, plan.name, cell.id, _levels(cell), runs)
+        for row in rows:
+            row["plan_shipped_bytes"] = shipped.get(row["query"])
     finally:
         db.con.close()
     if not keep_captures:

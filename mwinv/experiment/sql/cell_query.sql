@@ -4,7 +4,8 @@
 --
 -- inputs:  results (RESULT_SCHEMA, every cell's part)
 -- columns: the factor levels, cell, query, runs, wall_ns, timed_out, failed, error, estimated_ns,
---          net_bytes, limit, c_<component> (mean ns); and cell_level, cell_others (below)
+--          net_bytes, plan_shipped_bytes, limit, c_<component> (mean ns); and cell_level, cell_others
+--          (below)
 CREATE OR REPLACE TABLE cell_query AS
 SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, link_latency_ms, parallel_workers,
        streams, cold, query, count(*) AS runs,
@@ -12,6 +13,7 @@ SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit,
        bool_or(timed_out) AS timed_out, bool_or(error IS NOT NULL AND NOT timed_out) AS failed,
        any_value(error) AS error,
        CAST(avg(estimated_ns) AS BIGINT) AS estimated_ns, CAST(avg(net_bytes) AS BIGINT) AS net_bytes,
+       CAST(avg(plan_shipped_bytes) AS BIGINT) AS plan_shipped_bytes,
        mode("limit") AS "limit",
        CAST(avg(COLUMNS('^c_(.*)')) AS BIGINT) AS "c_\1"
 FROM results
