@@ -13,7 +13,8 @@ import psycopg
 import pytest
 
 from mwinv.capture.tables import Capture
-from mwinv.engines.postgresql.reader import StatementDrainer, connect_untracked, drain, extension_available
+from mwinv.engines.postgresql.reader import (StatementDrainer, connect_untracked, drain, extension_available,
+                                             remove_stale_rings)
 from mwinv.pgserver import PgServer, pg_bindir
 
 EXT_DIR = Path(__file__).resolve().parent.parent / "dbplugins" / "postgresql"
@@ -425,3 +426,10 @@ def test_a_mapped_ring_has_one_consumer(server, tmp_path):
             other_path = conn.execute("SELECT ring_file FROM mwinv_ring_attach(pg_backend_pid())").fetchone()[0]
         assert other_path != path and os.path.exists(other_path)
     assert not os.path.exists(other_path)
+    # what a server killed with -9 leaves: removed by `mwinv cluster clean`, a live server's kept
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    (shm / "mwinv.999999999").touch()
+    (shm / f"mwinv.{server.postmaster_pid()}").touch()
+    assert remove_stale_rings(shm) == [f"ring file {shm / 'mwinv.999999999'}"]
+    assert [p.name for p in shm.iterdir()] == [f"mwinv.{server.postmaster_pid()}"]
