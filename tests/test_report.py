@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from model_capture import make_capture_from_run, sql_key, statement_ids, tracefs_usable  # noqa: E402
 
-from mwinv.capture.tables import Capture  # noqa: E402
+from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, Capture  # noqa: E402
 from mwinv.cgroup import Cgroup, drop_page_cache  # noqa: E402
 from mwinv.correlator.classify import classify  # noqa: E402
 from mwinv.correlator.model import MIN_TIMED_NS, disk_wait_check, estimate, mean_abs_error  # noqa: E402
@@ -253,6 +253,19 @@ def test_capped_backend_is_told_from_cpu_shortage(captures):
     assert "run_queue.oversubscription" not in rules
     idle = float(throttled.evidence.split("; ")[1].split(" of ")[0])
     assert idle >= 0.5 and "cpu.cfs_quota_us" in throttled.advice
+
+
+def test_the_terminal_and_the_report_list_the_same_statements(captures):
+    """One top list: mwinv-correlate's and the report's name the same queries, executions and times."""
+    from mwinv.correlator.pipeline import correlate, top_statements
+    from mwinv.correlator.report import load
+    before, _ = captures
+    terminal = top_statements(correlate(before.path, write=False), n=6)
+    report = load(before.path, top=6).queries
+    assert len(terminal) == len(report) >= 4
+    assert [(t.query_id, t.example_id, t.calls, t.total_ns) for t in terminal] == \
+        [(r["query_id"], r["example_id"], r["calls"], r["total_ns"]) for r in report]
+    assert [t.components for t in terminal] == [{c: r[c] for c in ATTRIBUTION_COMPONENTS} for r in report]
 
 
 def test_advice_over_the_executions_of_a_short_statement(captures):

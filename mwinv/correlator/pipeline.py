@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
 from mwinv.correlator import attribution, hotspots, links
-from mwinv.correlator.load import CaptureDB, literal, open_capture
+from mwinv.correlator.load import CaptureDB, create_empty, literal, open_capture, sql_file
 from mwinv.errors import MwinvError
 
 # --by choices: a name and the components it adds up ("total" is the execution: the client's waits
@@ -66,54 +66,42 @@ def correlate(capture_dir: str | Path, write: bool = True, progress=None) -> Cap
     return db
 
 
+def query_summaries(db: CaptureDB) -> list[dict]:
+    """Every query's row of query_summary (sql/query_summary.sql; built on first use), its components as
+    keys of their own (ns): the one list the terminal and the report rank."""
+    if not db.has("statement"):
+        return []
+    have = {r[0] for r in db.sql("SELECT table_name FROM information_schema.tables").fetchall()}
+    if "statement_link" not in have:   # a capture correlated before links were made: none
+        create_empty(db.con, "statement_link", "TABLE")
+    if "query_summary" not in have:
+        db.con.execute(sql_file("query_summary"))
+    cur = db.sql("SELECT * FROM query_summary")
+    cols = [d[0] for d in cur.description]
+    out = []
+    for values in cur.fetchall():
+        row = dict(zip(cols, values))
+        comps = {c: 0 for c in ATTRIBUTION_COMPONENTS}
+        for item in row.pop("components"):
+            comps[item["c"]] += round(item["ns"])
+        out.append({**row, **comps})
+    return out
+
+
 def top_statements(db: CaptureDB, n: int = 5, by: str = "total", query_id: int | None = None,
                    functions_per_statement: int = 3) -> list[StatementSummary]:
     """Statements grouped by query id (executions without one stand alone), ranked by `by`."""
     if by not in RANK_BY:
         raise MwinvError(f"unknown ranking {by!r} (choose from {', '.join(RANK_BY)})")
-    if not db.has("statement"):
-        return []
-    rank = ", ".join(f"'{c}'" for c in RANK_BY[by])
-    where = f"WHERE g.key = {literal(query_id)}" if query_id is not None else ""
-    # a data node's statements for a coordinator statement are shown as its parts, not ranked apart
-    linked = db.sql("SELECT count(*) FROM information_schema.tables WHERE table_name = 'statement_link'").fetchone()[0]
-    own = "WHERE (s.node, s.statement_id) NOT IN (SELECT (node, statement_id) FROM statement_link)" if linked else ""
-    # duty-cycled (kernel events on in windows): a query's components are its traced executions', scaled
-    # to the time of all of them, where any was traced
-    duty = db.sql("SELECT count(*) > count(DISTINCT node) FROM trace_window").fetchone()[0]
-    comp_ns = ("CASE WHEN any_value(g.traced_ns) > 0 THEN sum(ns) FILTER (WHERE traced) * any_value(g.total_ns) "
-               "/ any_value(g.traced_ns) ELSE sum(ns) END" if duty else "sum(ns)")
-    rows = db.sql(f"""
-        WITH a AS (
-            SELECT coalesce(s.query_id, -s.statement_id) AS key, s.query_id, s.node, s.statement_id,
-                   a.component, a.ns, a.from_workers_ns, t.statement_id IS NOT NULL AS traced
-            FROM statement_attribution a JOIN statement_clean s USING (node, statement_id)
-                 LEFT JOIN traced_statement t USING (node, statement_id) {own}),
-        g AS (
-            SELECT key, any_value(query_id) AS query_id, string_agg(DISTINCT node, ',') AS nodes,
-                   count(DISTINCT (node, statement_id)) AS calls, sum(ns) AS total_ns,
-                   sum(ns) FILTER (WHERE component IN ({rank})) AS rank_ns,
-                   sum(from_workers_ns) AS from_workers_ns, coalesce(sum(ns) FILTER (WHERE traced), 0) AS traced_ns
-            FROM a GROUP BY key),
-        comp AS (SELECT key, component, {comp_ns} AS ns FROM a JOIN g USING (key) GROUP BY key, component),
-        example AS (
-            SELECT key, arg_max(statement_id, wall) AS example_id
-            FROM (SELECT key, statement_id, sum(ns) AS wall FROM a GROUP BY ALL) GROUP BY key)
-        SELECT g.key, g.query_id, g.nodes, g.calls, g.total_ns, g.from_workers_ns,
-               (SELECT list({{'c': component, 'ns': ns}}) FROM comp WHERE comp.key = g.key) AS comps, e.example_id
-        FROM g JOIN example e USING (key) {where}
-        ORDER BY g.rank_ns DESC NULLS LAST, g.total_ns DESC LIMIT {literal(n)}""").fetchall()
+    rows = [r for r in query_summaries(db) if query_id is None or r["key"] == query_id]
+    rows.sort(key=lambda r: (-sum(r[c] for c in RANK_BY[by]), -r["total_ns"]))
     texts = _texts(db)
-    out = []
-    for key, qid, nodes, calls, total, workers, comps, example_id in rows:
-        components = {c: 0 for c in ATTRIBUTION_COMPONENTS}
-        for item in comps:
-            components[item["c"]] += round(item["ns"])
-        out.append(StatementSummary(
-            query_id=qid, text=texts.get(qid, "") if qid is not None else "", nodes=nodes, calls=calls,
-            total_ns=int(total), components=components, from_workers_ns=int(workers or 0),
-            kernel_functions=_functions(db, key, functions_per_statement), example_id=int(example_id)))
-    return out
+    return [StatementSummary(
+        query_id=r["query_id"], text=texts.get(r["query_id"], "") if r["query_id"] is not None else "",
+        nodes=r["nodes"], calls=r["calls"], total_ns=int(r["total_ns"]),
+        components={c: r[c] for c in ATTRIBUTION_COMPONENTS}, from_workers_ns=int(r["from_workers_ns"]),
+        kernel_functions=_functions(db, r["key"], functions_per_statement), example_id=int(r["example_id"]))
+        for r in rows[:n]]
 
 
 def _texts(db: CaptureDB) -> dict[int, str]:

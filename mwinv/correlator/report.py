@@ -29,6 +29,7 @@ from mwinv.correlator.load import connect, open_correlated
 from mwinv.correlator.model import (MIN_TIMED_NS, WHAT_IFS, DiskWaitCheck, disk_wait_check, estimate,
                                     mean_abs_error, model_frames, predict)
 from mwinv.correlator.nodes import NodePart, cluster_model_tables, node_parts
+from mwinv.correlator.pipeline import RANK_BY, query_summaries
 from mwinv.errors import MwinvError
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -127,7 +128,6 @@ def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: b
     data.con = connect()
     data.con.register("statements", statements)
     data.con.register("attribution", attribution)
-    data.con.register("traced", cap.read("traced_statement"))
     data.con.register("node_sample", data.node_sample)
     if cap.has("kernel_event"):
         data.con.execute(f"CREATE VIEW kernel_event AS SELECT * FROM read_parquet('{cap.glob('kernel_event')}')")
@@ -158,29 +158,17 @@ def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: b
 # ---- queries over the loaded tables
 
 def top_queries(data: ReportData, top: int) -> list[dict]:
-    """Per query_id: calls, total wall, total per component, the longest execution (the detail's example).
-    In a duty-cycled capture a query's components are those of its traced executions scaled to the
-    wall time of all of them (traced_calls says how many), where any was traced."""
-    comps = ", ".join(f"sum(ns) FILTER (WHERE component = '{c}') AS {c}" for c in ATTRIBUTION_COMPONENTS)
-    scaled = (lambda c: f"CASE WHEN count(t.statement_id) > 0 THEN sum({c}) FILTER (WHERE t.statement_id IS NOT NULL)"
-              f" * sum(wall_ns) / sum(wall_ns) FILTER (WHERE t.statement_id IS NOT NULL) ELSE sum({c}) END"
-              ) if data.duty_cycled else (lambda c: f"sum({c})")
-    sql = f"""
-    WITH per_stmt AS (SELECT statement_id, {comps} FROM attribution GROUP BY statement_id),
-    s AS (SELECT *, end_ns - start_ns AS wall_ns,
-                 row_number() OVER (PARTITION BY query_id ORDER BY end_ns - start_ns DESC) AS rank
-          FROM statements WHERE parent_statement_id IS NULL)
-    SELECT s.query_id, any_value(s.query_text_hash) AS query_text_hash, count(*) AS calls,
-           count(t.statement_id) AS traced_calls,
-           sum(wall_ns) AS total_ns, any_value(s.statement_id) FILTER (WHERE rank = 1) AS example_id,
-           any_value(s.node) AS node,
-           {", ".join(f"CAST(coalesce({scaled(c)}, 0) AS BIGINT) AS {c}" for c in ATTRIBUTION_COMPONENTS)}
-    FROM s LEFT JOIN per_stmt USING (statement_id)
-         LEFT JOIN (SELECT DISTINCT statement_id FROM traced) t USING (statement_id)
-    GROUP BY s.query_id ORDER BY total_ns DESC LIMIT {int(top)}"""
-    cur = data.con.execute(sql)
-    cols = [d[0] for d in cur.description]
-    return [dict(zip(cols, r)) for r in cur.fetchall()]
+    """The `top` queries as mwinv-correlate ranks them by default (pipeline.query_summaries, the time of
+    their executions without the client's waits); a capture not correlated gives the extension's
+    rusage as its attribution."""
+    db = open_correlated(data.path)
+    try:
+        if not db.capture.has("statement_attribution"):
+            db.con.register("statement_attribution", data.attribution)
+        rows = query_summaries(db)
+    finally:
+        db.con.close()
+    return sorted(rows, key=lambda r: (-sum(r[c] for c in RANK_BY["total"]), -r["total_ns"]))[:top]
 
 
 def node_timelines(data: ReportData) -> dict[str, dict[str, dict[str, list[tuple[float, float]]]]]:
