@@ -1,7 +1,9 @@
 """Overhead of the mwinv extension on pgbench -S (select-only, prepared protocol).
 
-Four servers up at once -- no extension, pg_stat_statements, pg_stat_statements + pg_stat_kcache,
-mwinv -- each with a pgbench database; rounds interleave the servers (rotating order) and the
+Five servers up at once -- no extension, pg_stat_statements, pg_stat_statements + pg_stat_kcache,
+pg_wait_sampling (a sampling peer: its collector reads every backend's wait event every 10 ms, and
+its profile is what a DBA keeps instead of per-execution records), mwinv -- each with a pgbench
+database; rounds interleave the servers (rotating order) and the
 result is the median over rounds of each server's TPS divided by the "none" TPS of that round.
 Because TPS on a shared 2-core machine moves with everybody else's load, the server-side CPU time
 per transaction (all of the server's processes, exited backends included through the
@@ -42,6 +44,7 @@ CONFIGS = {
     "none": [],
     "pg_stat_statements": ["pg_stat_statements"],
     "pgss + pg_stat_kcache": ["pg_stat_statements", "pg_stat_kcache"],
+    "pg_wait_sampling": ["pg_wait_sampling"],
     "mwinv": ["mwinv"],
 }
 TPS_RE = re.compile(r"tps = ([0-9.]+) \(without initial connection time\)")
@@ -118,7 +121,7 @@ def reader_for(server: PgServer, capture_dir: Path) -> StatementDrainer:
 @click.option("--clients", default=2, show_default=True, help="pgbench clients (as many as cores).")
 @click.option("--scale", default=10, show_default=True, help="pgbench scale factor.")
 def main(rounds: int, seconds: int, clients: int, scale: int) -> None:
-    """pgbench -S TPS with mwinv vs no extension, pg_stat_statements, pgss + pg_stat_kcache."""
+    """pgbench -S TPS with mwinv vs no extension, pg_stat_statements, pgss + pg_stat_kcache, pg_wait_sampling."""
     console = Console(width=120)
     tps: dict[str, list[float]] = {name: [] for name in CONFIGS}
     cpu_per_txn: dict[str, list[float]] = {name: [] for name in CONFIGS}

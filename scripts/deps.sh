@@ -13,6 +13,7 @@ DEBIAN_PACKAGES=(
   linux-perf
   systemtap-sdt-dev
   postgresql-15-pg-stat-kcache
+  postgresql-15-pg-wait-sampling
   postgresql-contrib
   chromium
   mariadb-server
