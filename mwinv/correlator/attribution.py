@@ -575,79 +575,9 @@ def attribute(db: CaptureDB, progress=None) -> None:
     step("statement I/O and CPU/disk splits")
     _build_statement_io(db)
     db.con.execute(sql_file("dbms_attribution"))
-    # Split the generic components: cpu by the statement's own user/sys rusage ratio, and disk waits
-    # whose requests were issued by another task by the statement's own seq/random request mix
-    # (floor for one part, the rest for the other, so the parts sum to the whole in integer ns).
-    db.con.execute(f"""
-        CREATE OR REPLACE TABLE own_attribution AS
-        WITH base AS (
-            SELECT s.node, s.statement_id, s.query_id, s.pid, s.leader_pid,
-                   s.parent_statement_id, s.end_ns - s.start_ns AS wall_ns,
-                   coalesce(s.cpu_user_ns, 0) AS u, coalesce(s.cpu_sys_ns, 0) AS k,
-                   least(coalesce(s.client_wait_ns, 0), s.end_ns - s.start_ns) AS idle,
-                   s.cpu_user_ns IS NOT NULL AS has_rusage, t.statement_id IS NOT NULL AS traced
-            FROM statement_clean s LEFT JOIN traced_statement t USING (node, statement_id)
-            WHERE coalesce(s.nesting_level, 0) = 0
-              AND (s.node, s.statement_id) NOT IN (SELECT (node, statement_id) FROM dbms_attribution)),
-        comp AS (
-            SELECT b.*, c.component, c.ns FROM base b
-            JOIN seg_component c USING (node, statement_id) WHERE b.traced),
-        io AS (SELECT node, statement_id, seq_reqs, random_reqs FROM statement_io),
-        -- the statement's rusage is exact for its CPU total, the scheduler places it in time: on-CPU
-        -- stretches plus runnable ones whose switch-in was not recorded, up to the rusage total; the
-        -- rest waited for a CPU (without rusage, or for a statement too short for it, all of it is CPU)
-        cpu AS (
-            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, u, k, has_rusage,
-                   coalesce(sum(ns) FILTER (WHERE component = 'cpu'), 0) AS running,
-                   coalesce(sum(ns) FILTER (WHERE component = 'cpu_or_queue'), 0) AS unconfirmed
-            FROM comp GROUP BY ALL),
-        cpu_total AS (
-            SELECT *, CASE WHEN has_rusage AND wall_ns >= {RUSAGE_MIN_WALL_NS} THEN least(u + k, running + unconfirmed)
-                           ELSE running + unconfirmed END AS cpu_ns
-            FROM cpu),
-        split AS (
-            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'cpu_user' AS component,
-                   CASE WHEN u + k > 0 THEN floor(cpu_ns * u / (u + k)) ELSE cpu_ns END AS ns
-            FROM cpu_total
-            UNION ALL
-            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'cpu_sys',
-                   CASE WHEN u + k > 0 THEN cpu_ns - floor(cpu_ns * u / (u + k)) ELSE 0 END
-            FROM cpu_total
-            UNION ALL
-            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'run_queue',
-                   running + unconfirmed - cpu_ns
-            FROM cpu_total
-            UNION ALL
-            SELECT c.node, c.statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'disk_seq',
-                   CASE WHEN io.seq_reqs + io.random_reqs > 0
-                        THEN floor(ns * io.seq_reqs / (io.seq_reqs + io.random_reqs)) ELSE 0 END
-            FROM comp c JOIN io USING (node, statement_id) WHERE component = 'disk_unknown'
-            UNION ALL
-            SELECT c.node, c.statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'disk_random',
-                   CASE WHEN io.seq_reqs + io.random_reqs > 0
-                        THEN ns - floor(ns * io.seq_reqs / (io.seq_reqs + io.random_reqs)) ELSE ns END
-            FROM comp c JOIN io USING (node, statement_id) WHERE component = 'disk_unknown'
-            UNION ALL
-            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, component, ns
-            FROM comp WHERE component NOT IN ('cpu', 'cpu_or_queue', 'disk_unknown')
-            UNION ALL
-            -- statements outside the trace: the extension's rusage is all that is known
-            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'cpu_user',
-                   least(u, wall_ns) FROM base WHERE NOT traced
-            UNION ALL
-            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'cpu_sys',
-                   least(k, wall_ns - least(u, wall_ns)) FROM base WHERE NOT traced
-            UNION ALL
-            -- the extension's own count of the portal's idle gaps (the trace tells them by epoll waits)
-            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'client_wait',
-                   least(idle, wall_ns - least(u + k, wall_ns)) FROM base WHERE NOT traced
-            UNION ALL
-            -- outside the trace, where the DBMS kept its own account of the time
-            SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, component, ns
-            FROM dbms_attribution)
-        SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, component,
-               CAST(round(sum(ns)) AS BIGINT) AS ns
-        FROM split GROUP BY ALL""")
+    # a literal: binding a Python parameter makes DuckDB import pandas (29 s once on a slow disk)
+    db.con.execute(f"SET VARIABLE rusage_min_wall_ns = {int(RUSAGE_MIN_WALL_NS)}")
+    db.con.execute(sql_file("own_attribution"))
     # not_allocated closes each statement to its wall time; workers' components roll up to their leader.
     # One wide row per statement (a column per component), then one row per component.
     own = ", ".join(f"coalesce(sum(ns) FILTER (WHERE component = {literal(c)}), 0) AS {c}"
