@@ -578,33 +578,9 @@ def attribute(db: CaptureDB, progress=None) -> None:
     # a literal: binding a Python parameter makes DuckDB import pandas (29 s once on a slow disk)
     db.con.execute(f"SET VARIABLE rusage_min_wall_ns = {int(RUSAGE_MIN_WALL_NS)}")
     db.con.execute(sql_file("own_attribution"))
-    # not_allocated closes each statement to its wall time; workers' components roll up to their leader.
-    # One wide row per statement (a column per component), then one row per component.
-    own = ", ".join(f"coalesce(sum(ns) FILTER (WHERE component = {literal(c)}), 0) AS {c}"
-                    for c in ATTRIBUTION_COMPONENTS)
-    allocated = " + ".join(f"coalesce(o.{c}, 0)" for c in ATTRIBUTION_COMPONENTS if c != "not_allocated")
-    # a DBMS's own account brings its not_allocated (possibly negative: its unaccounted-for time)
-    own_ns = ", ".join(f"coalesce(o.{c}, 0) + greatest(0, s.wall_ns - ({allocated}) - coalesce(o.{c}, 0))"
-                       if c == "not_allocated" else f"coalesce(o.{c}, 0)" for c in ATTRIBUTION_COMPONENTS)
-    worker_ns = ", ".join(f"coalesce(w.{c}, 0)" for c in ATTRIBUTION_COMPONENTS)
-    db.con.execute(f"""
-        CREATE OR REPLACE TABLE statement_attribution AS
-        WITH stmts AS (
-            SELECT node, statement_id, query_id, end_ns - start_ns AS wall_ns,
-                   (leader_pid IS NOT NULL AND leader_pid <> pid AND parent_statement_id IS NOT NULL) AS worker,
-                   parent_statement_id
-            FROM statement_clean WHERE coalesce(nesting_level, 0) = 0),
-        own AS (SELECT node, statement_id, {own} FROM own_attribution GROUP BY ALL),
-        workers AS (
-            SELECT s.node, s.parent_statement_id AS statement_id, {own}
-            FROM stmts s JOIN own_attribution o USING (node, statement_id) WHERE s.worker GROUP BY ALL),
-        wide AS (
-            SELECT s.node, s.statement_id, s.query_id, [{own_ns}] AS own_ns, [{worker_ns}] AS worker_ns
-            FROM stmts s LEFT JOIN own o USING (node, statement_id) LEFT JOIN workers w USING (node, statement_id)
-            WHERE NOT s.worker)
-        SELECT node, statement_id, query_id, unnest({list(ATTRIBUTION_COMPONENTS)}) AS component,
-               unnest(own_ns)::BIGINT AS ns, unnest(worker_ns)::BIGINT AS from_workers_ns
-        FROM wide""")
+    components = ", ".join(literal(c) for c in ATTRIBUTION_COMPONENTS)
+    db.con.execute(f"SET VARIABLE components = [{components}]")
+    db.con.execute(sql_file("statement_attribution"))
 
 
 def _build_statement_io(db: CaptureDB) -> None:
