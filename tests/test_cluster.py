@@ -186,6 +186,47 @@ def test_remote_statements_link_to_their_coordinator_statement(cluster, cluster_
 
 
 @needs_tracing
+def test_each_node_correlated_on_its_own_then_merged(cluster_capture, tmp_path):
+    """Each node's tables correlated on their own (as they could be on that node), then merged, give what
+    correlating the whole capture gives: every statement's components, the links between the nodes'
+    statements, the coordinator's waits for its nodes."""
+    import shutil
+
+    import duckdb
+
+    from mwinv.capture.tables import DERIVED_TABLES, Capture
+    from mwinv.correlator.pipeline import correlate
+
+    out, _ = cluster_capture
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    for d in (whole, parts):
+        shutil.copytree(out, d)
+        for table in DERIVED_TABLES:
+            shutil.rmtree(Capture(d).table_dir(table), ignore_errors=True)
+    correlate(whole).con.close()
+    nodes = sorted(set(Capture(parts).read("statement").column("node").to_pylist()))
+    assert len(nodes) >= 3
+    cli = [sys.executable, str(Path(sys.executable).parent / "mwinv-correlate"), str(parts)]
+    r = subprocess.run(cli + ["--merge"], capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0 and f"node {nodes[0]} is not correlated yet" in r.stderr and "Traceback" not in r.stderr
+    for node in nodes:
+        r = subprocess.run(cli + ["--node", node, "--format", "json"], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+    r = subprocess.run(cli + ["--merge", "--format", "json"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    con = duckdb.connect()
+    for table in ("statement_attribution", "statement_link"):
+        a, b = (f"read_parquet('{Capture(d).glob(table)}')" for d in (whole, parts))
+        differ = con.execute(f"SELECT (SELECT count(*) FROM (FROM {a} EXCEPT ALL FROM {b})), "
+                             f"(SELECT count(*) FROM (FROM {b} EXCEPT ALL FROM {a})), (SELECT count(*) FROM {a})"
+                             ).fetchone()
+        assert differ[:2] == (0, 0) and differ[2] > 0, (table, differ)
+    remote = con.execute(f"SELECT sum(ns) FROM read_parquet('{Capture(parts).glob('statement_attribution')}') "
+                         "WHERE component = 'remote_wait'").fetchone()[0]
+    assert remote > 0
+
+
+@needs_tracing
 def test_a_shifted_node_clock_is_recovered(cluster_capture, tmp_path):
     """A data node whose clock is 7 s ahead (its tables and its clock readings shifted, as on another
     machine): the merge measures the offset within half the link's round trip and links the same."""

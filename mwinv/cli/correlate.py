@@ -10,6 +10,7 @@ from mwinv.correlator import terminal
 from mwinv.correlator.advice import advise_capture
 from mwinv.correlator.nodes import node_parts
 from mwinv.correlator.pipeline import RANK_BY, correlate, top_statements
+from mwinv.correlator.pipeline import merge as merge_nodes
 
 
 @click.command()
@@ -23,7 +24,9 @@ from mwinv.correlator.pipeline import RANK_BY, correlate, top_statements
               help="also write report.html (self-contained, charts) and report.md into this directory.")
 @click.option("--baseline", type=click.Path(exists=True, file_okay=False), default=None,
               help="a second capture to compare with (differential report; needs --report).")
-def cli(capture, top, by, query_id, fmt, report_dir, baseline) -> None:
+@click.option("--node", default=None, help="correlate this node's tables only (as it could on that node).")
+@click.option("--merge", is_flag=True, help="the cluster view from every node's own correlation (--node).")
+def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge) -> None:
     """Attribute every statement's wall time in CAPTURE to CPU (user/sys), disk (sequential/random),
     network, lock waits, run queue, other waits and not-allocated time; show the top statements with
     their breakdown, hot kernel functions and what to change (advice with the model's expected gain).
@@ -37,11 +40,16 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline) -> None:
       mwinv-correlate CAPTURE --format csv > top.csv
       mwinv-correlate CAPTURE --report out/report
       mwinv-correlate after/ --report out/diff --baseline before/
+      for n in coord d1 d2; do mwinv-correlate CLUSTER --node $n; done   # each node on its own
+      mwinv-correlate CLUSTER --merge --top-sql 5                         # then the cluster view
     """
     if baseline and not report_dir:
         raise click.UsageError("--baseline needs --report DIR")
+    if node and merge:
+        raise click.UsageError("--node correlates one node, --merge all of them afterwards: one or the other")
     err = progress_console()
-    db = correlate(capture, progress=(lambda s: err.log(s)) if fmt == "table" else None)
+    progress = (lambda s: err.log(s)) if fmt == "table" else None
+    db = merge_nodes(capture, progress=progress) if merge else correlate(capture, progress=progress, node=node)
     for w in db.warnings:
         err.print(f"[yellow]warning:[/] {w}")
     rows = top_statements(db, n=top, by=by, query_id=query_id)

@@ -79,9 +79,11 @@ def connect(**config) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def open_capture(path: str | Path, threads: int | None = None, memory_limit: str = "768MB") -> CaptureDB:
+def open_capture(path: str | Path, threads: int | None = None, memory_limit: str = "768MB",
+                 nodes: list[str] | None = None) -> CaptureDB:
     """The capture's tables as DuckDB views, checked. DuckDB's memory is capped (it spills beyond it):
-    the attribution's numpy slices live outside the cap, and the process stays under 2 GB."""
+    the attribution's numpy slices live outside the cap, and the process stays under 2 GB. nodes: only
+    those nodes' rows (a node's correlation on its own)."""
     cap = Capture(path)
     if not cap.path.is_dir():
         raise MwinvError(f"{cap.path}: no such capture directory")
@@ -98,8 +100,11 @@ def open_capture(path: str | Path, threads: int | None = None, memory_limit: str
             create_empty(con, table, "VIEW")
             continue
         files = ", ".join(f"'{p}'" for p in parts)
+        only = (f" WHERE node IN ({', '.join(literal(n) for n in nodes)})"
+                if nodes and "node" in SCHEMAS[table].names else "")
         try:
-            con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM read_parquet([{files}], union_by_name=true)")
+            con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM read_parquet([{files}], union_by_name=true)"
+                        + only)
             con.execute(f"SELECT * FROM {table} LIMIT 0")
         except duckdb.Error as exc:
             raise MwinvError(f"{cap.table_dir(table)}: unreadable table ({str(exc).splitlines()[0]})") from None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
 from mwinv.correlator import attribution, hotspots, links
-from mwinv.correlator.load import CaptureDB, create_empty, literal, open_capture, sql_file
+from mwinv.correlator.load import CaptureDB, create_empty, literal, open_capture, open_correlated, sql_file
 from mwinv.errors import MwinvError
 
 # --by choices: a name and the components it adds up ("total" is the execution: the client's waits
@@ -40,30 +40,72 @@ class StatementSummary:
     example_id: int  # its longest execution: the one advice is given for
 
 
-def correlate(capture_dir: str | Path, write: bool = True, progress=None) -> CaptureDB:
-    db = open_capture(capture_dir)
+# What a node's own correlation derives (it needs only that node's tables); the links between nodes and
+# the coordinator's waits for them are the merge's.
+PER_NODE_TABLES = ("statement_attribution", "statement_kernel_function", "statement_io", "traced_statement")
+
+
+def correlate(capture_dir: str | Path, write: bool = True, progress=None, node: str | None = None) -> CaptureDB:
+    """Attribute, find kernel hot spots and write the derived tables. node: that node's tables only (it
+    could run on the node where they were captured), written as its own parts; merge() then makes the
+    cluster view from every node's."""
+    db = open_capture(capture_dir, nodes=[node] if node else None)
     if not db.has("statement"):
         return db
     if progress:
-        progress("attributing statement time")
-    links.build_links(db)
+        progress("attributing statement time" + (f" (node {node})" if node else ""))
+    if node is None:
+        links.build_links(db)
     attribution.attribute(db, progress=progress)
-    links.remote_waits(db)
+    if node is None:
+        links.remote_waits(db)
     if progress:
         progress("kernel hot spots")
     hotspots.kernel_functions(db)
     if write:
         if progress:
             progress("writing the derived tables")
-        for name in ("statement_attribution", "statement_kernel_function", "statement_io", "statement_link",
-                     "traced_statement"):
-            d = db.capture.table_dir(name)
-            for old in d.glob("*.parquet") if d.exists() else []:
-                old.unlink()  # derived tables are replaced, never appended to
-            if db.sql(f"SELECT count(*) FROM {name}").fetchone()[0]:
-                # streamed: the attribution has a row per statement and component
-                db.capture.write_part(name, db.sql(f"SELECT * FROM {name}").to_arrow_reader(1 << 20), node="all")
+        if node is None:
+            _write(db, (*PER_NODE_TABLES, "statement_link"), "all", replace=("*",))
+        else:   # a whole capture's correlation is superseded, the other nodes' parts are kept
+            _write(db, PER_NODE_TABLES, node, replace=(node, "all"))
     return db
+
+
+def merge(capture_dir: str | Path, progress=None) -> CaptureDB:
+    """The cluster view from per-node correlations (correlate(node=...) for every node): the links between
+    the nodes' statements and the coordinator's waits for its nodes, over their derived tables only;
+    statement_attribution and statement_link are rewritten whole."""
+    db = open_correlated(capture_dir)
+    if not db.has("statement"):
+        return db
+    done = {n for (n,) in db.sql("SELECT DISTINCT node FROM statement_attribution").fetchall()} \
+        if db.capture.has("statement_attribution") else set()
+    todo = [n for (n,) in db.sql("SELECT DISTINCT node FROM statement_clean ORDER BY node").fetchall() if n not in done]
+    if todo:
+        raise MwinvError(f"{db.capture.path}: node {todo[0]} is not correlated yet "
+                         f"(mwinv-correlate {db.capture.path} --node {todo[0]})")
+    if progress:
+        progress("linking the nodes' statements")
+    db.con.execute("CREATE TABLE merged_attribution AS SELECT * FROM statement_attribution; "
+                   "DROP VIEW statement_attribution; ALTER TABLE merged_attribution RENAME TO statement_attribution")
+    links.build_links(db)
+    links.remote_waits(db)
+    _write(db, ("statement_attribution", "statement_link"), "all", replace=("*",))
+    return db
+
+
+def _write(db: CaptureDB, names: tuple[str, ...], prefix: str, replace: tuple[str, ...]) -> None:
+    """Each derived table as a part named by prefix, after removing its parts named by `replace` ("*":
+    all of them): derived tables are replaced, never appended to."""
+    for name in names:
+        d = db.capture.table_dir(name)
+        for old in d.glob("*.parquet") if d.exists() else []:
+            if "*" in replace or old.name.rsplit("-", 1)[0] in replace:
+                old.unlink()
+        if db.sql(f"SELECT count(*) FROM {name}").fetchone()[0]:
+            # streamed: the attribution has a row per statement and component
+            db.capture.write_part(name, db.sql(f"SELECT * FROM {name}").to_arrow_reader(1 << 20), node=prefix)
 
 
 def query_summaries(db: CaptureDB) -> list[dict]:
