@@ -6,35 +6,32 @@
 -- inputs:  statement_clean, own_attribution; the variable components (ATTRIBUTION_COMPONENTS, in order)
 -- columns: node, statement_id, query_id, component, ns, from_workers_ns
 CREATE OR REPLACE TABLE statement_attribution AS
-WITH comps AS (
-    SELECT unnest(getvariable('components')) AS component,
-           generate_subscripts(getvariable('components'), 1) AS pos),
+WITH comps AS (SELECT unnest(getvariable('components')) AS component),
 stmts AS (
     SELECT node, statement_id, query_id, end_ns - start_ns AS wall_ns,
            (leader_pid IS NOT NULL AND leader_pid <> pid AND parent_statement_id IS NOT NULL) AS worker,
            parent_statement_id
     FROM statement_clean WHERE coalesce(nesting_level, 0) = 0),
-own AS (
+own_rows AS (
     SELECT node, statement_id, component, sum(ns) AS ns
     FROM own_attribution JOIN comps USING (component) GROUP BY ALL),
-workers AS (
-    SELECT s.node, s.parent_statement_id AS statement_id, o.component, sum(o.ns) AS ns
-    FROM stmts s JOIN own_attribution o USING (node, statement_id) JOIN comps USING (component)
-    WHERE s.worker GROUP BY ALL),
-closing AS (
-    SELECT node, statement_id,
+-- one row per statement, its components in a map (a wide row, as few rows as statements)
+own AS (
+    SELECT node, statement_id, map(list(component), list(ns)) AS ns,
            coalesce(sum(ns) FILTER (WHERE component <> 'not_allocated'), 0) AS allocated,
            coalesce(sum(ns) FILTER (WHERE component = 'not_allocated'), 0) AS not_allocated
-    FROM own GROUP BY ALL)
+    FROM own_rows GROUP BY ALL),
+workers AS (
+    SELECT node, statement_id, map(list(component), list(ns)) AS ns
+    FROM (SELECT s.node, s.parent_statement_id AS statement_id, o.component, sum(o.ns) AS ns
+          FROM stmts s JOIN own_rows o USING (node, statement_id) WHERE s.worker GROUP BY ALL)
+    GROUP BY ALL)
 SELECT s.node, s.statement_id, s.query_id, c.component,
        CASE WHEN c.component = 'not_allocated'
-            THEN coalesce(k.not_allocated, 0) + greatest(0, s.wall_ns - coalesce(k.allocated, 0)
-                                                             - coalesce(k.not_allocated, 0))
-            ELSE coalesce(o.ns, 0) END::BIGINT AS ns,
-       coalesce(w.ns, 0)::BIGINT AS from_workers_ns
-FROM stmts s CROSS JOIN comps c
-     LEFT JOIN own o ON o.node = s.node AND o.statement_id = s.statement_id AND o.component = c.component
-     LEFT JOIN workers w ON w.node = s.node AND w.statement_id = s.statement_id AND w.component = c.component
-     LEFT JOIN closing k ON k.node = s.node AND k.statement_id = s.statement_id
-WHERE NOT s.worker
-ORDER BY s.node, s.statement_id, c.pos;
+            THEN coalesce(o.not_allocated, 0) + greatest(0, s.wall_ns - coalesce(o.allocated, 0)
+                                                             - coalesce(o.not_allocated, 0))
+            ELSE coalesce(map_extract_value(o.ns, c.component), 0) END::BIGINT AS ns,
+       coalesce(map_extract_value(w.ns, c.component), 0)::BIGINT AS from_workers_ns
+FROM stmts s LEFT JOIN own o USING (node, statement_id) LEFT JOIN workers w USING (node, statement_id)
+     CROSS JOIN comps c
+WHERE NOT s.worker;
