@@ -25,7 +25,7 @@ from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS, Capture
 from mwinv.correlator import svg
 from mwinv.correlator.advice import Advice, advise, advise_capture
 from mwinv.correlator.classify import MIN_RANKED_SAMPLES, classify, kernel_samples, thin_sources
-from mwinv.correlator.load import connect, open_correlated
+from mwinv.correlator.load import CaptureDB, connect, open_correlated
 from mwinv.correlator.model import (MIN_TIMED_NS, WHAT_IFS, DiskWaitCheck, disk_wait_check, estimate,
                                     mean_abs_error, model_frames, predict)
 from mwinv.correlator.nodes import NodePart, cluster_model_tables, node_parts
@@ -55,6 +55,7 @@ class ReportData:
     advice: list[Advice] = field(default_factory=list)  # for the top queries' longest executions
     node_parts: dict[int, list[NodePart]] = field(default_factory=dict)  # cluster: example id -> its data nodes
     con: duckdb.DuckDBPyConnection | None = None
+    db: CaptureDB | None = None   # the capture opened once (load.open_correlated): the top list, the nodes
 
 
 def rusage_attribution(statements: pa.Table) -> pa.Table:
@@ -107,9 +108,11 @@ def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: b
     data = ReportData(cap.path, manifest, statements, texts, attribution, cap.read("statement_kernel_function"),
                       cap.read("node_sample"), missing)
     statement_io = cap.read("statement_io") if cap.has("statement_io") else None
+    data.db = db = open_correlated(cap.path)
+    if not cap.has("statement_attribution"):
+        db.con.register("statement_attribution", attribution)   # the extension's rusage, as above
     cluster = cap.has("statement_link") and cap.has("statement_attribution")
     if cluster:   # a data node's statements are parts of their coordinator statement, not statements of their own
-        db = open_correlated(cap.path)
         statements, attribution, statement_io = cluster_model_tables(db)
         data.statements, data.attribution = statements, attribution
     if statement_io is None and statements.num_rows:
@@ -161,13 +164,7 @@ def top_queries(data: ReportData, top: int) -> list[dict]:
     """The `top` queries as mwinv-correlate ranks them by default (pipeline.query_summaries, the time of
     their executions without the client's waits); a capture not correlated gives the extension's
     rusage as its attribution."""
-    db = open_correlated(data.path)
-    try:
-        if not db.capture.has("statement_attribution"):
-            db.con.register("statement_attribution", data.attribution)
-        rows = query_summaries(db)
-    finally:
-        db.con.close()
+    rows = query_summaries(data.db)
     return sorted(rows, key=lambda r: (-sum(r[c] for c in RANK_BY["total"]), -r["total_ns"]))[:top]
 
 
