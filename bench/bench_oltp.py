@@ -43,7 +43,7 @@ from mwinv.pgserver import PgServer, pg_bindir
 # the default events by family, each alone beside the statements: which family costs what
 FAMILIES = {"sched + block": SCHED_EVENTS + BLOCK_EVENTS, "syscalls": None, "net": NET_EVENTS}
 # duty-cycled: events on for 1 s of every N (the rest of the time disabled), statements always
-DUTY = {"events 1 s in 5": 0.2, "events 1 s in 10": 0.1}
+DUTY = {"events 1 s in 5": 0.2, "events 1 s in 10": 0.1, "stacks 1 s in 10": 0.1}
 CONFIGS = ("none", "none again", "statements only", "default events", *DUTY, "stacks",
            *(f"only {f}" for f in FAMILIES), "trace-cmd record", "bpftrace")
 TPS_RE = re.compile(r"tps = ([\d.]+)")
@@ -83,7 +83,7 @@ def run_config(server: PgServer, config: str, args, out: Path) -> dict:
         if family in FAMILIES:
             events = FAMILIES[family] or [e for e in default_events(False) if e.startswith("syscalls:")]
         cap = KernelCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo(), node="bench",
-                            trace=config != "statements only", stacks=config == "stacks", events=events,
+                            trace=config != "statements only", stacks=config.startswith("stacks"), events=events,
                             duty=DUTY.get(config, 1.0)).start()
         cpu0 = _self_cpu_s()   # the capture's threads while pgbench runs; its parse afterwards is not load
         try:
@@ -153,7 +153,7 @@ def shares(capture_dir: Path) -> tuple[dict[str, float], int, int, int]:
 def compare_shares(server: PgServer, args, work: Path, console: Console) -> None:
     """One full and one duty-cycled capture of the same load, correlated: shares side by side."""
     got = {}
-    for config in ("default events", *DUTY):
+    for config in ("default events", *(c for c in DUTY if c.startswith("events"))):
         out = work / f"shares-{config.replace(' ', '-')}"
         run_config(server, config, args, out)
         console.log(f"correlating the {config} capture")
