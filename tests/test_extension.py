@@ -404,7 +404,19 @@ def test_a_mapped_ring_has_one_consumer(server, tmp_path):
         admin.execute("SELECT count(*) FROM mwinv_drain()")
     with pytest.raises(psycopg.errors.ObjectInUse):
         admin.execute("SELECT mwinv_reset()")
-    admin.execute("SELECT count(*) FROM mwinv_statements").fetchone()
+    # peeking while the mapped reader takes records under load: every record shown is whole
+    script = tmp_path / "one.sql"
+    script.write_text("SELECT 1 AS peeked;\n")
+    load = subprocess.Popen([str(pg_bindir() / "pgbench"), "-n", "-c", "2", "-T", "2", "-f", str(script),
+                             "-h", str(server.socket_dir), "-p", str(server.port), "-U", "postgres", "postgres"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seen = 0
+    while load.poll() is None:
+        rows = admin.execute("SELECT statement_id, pid, start_ns, end_ns, username FROM mwinv_statements").fetchall()
+        assert len({r[0] for r in rows}) == len(rows)
+        assert all(pid > 0 and 0 < start <= end and user == "postgres" for _, pid, start, end, user in rows), rows
+        seen += len(rows)
+    assert load.wait() == 0 and seen > 0
     drainer.stop()
     texts = {t["query_text_hash"]: t["text"] for t in capture.read("statement_text").to_pylist()}
     kept = [texts.get(h) for h in capture.read("statement").column("query_text_hash").to_pylist()]

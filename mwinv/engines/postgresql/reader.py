@@ -23,6 +23,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mwinv.capture.columns import empty_table
 from mwinv.capture.tables import SCHEMAS, Capture, node_name, text_hash
 from mwinv.errors import MwinvError
 
@@ -78,7 +79,7 @@ class MappedRing:
     is freed); elsewhere the reader drains through SQL."""
 
     HEADER = struct.Struct("<8sIIIIIiQ")
-    HEAD, TAIL, DROPPED = 64 // 8, 128 // 8, 192 // 8   # header words
+    HEAD, TAIL = 64 // 8, 128 // 8   # header words (dropped, at 192, is read through mwinv_info)
 
     def __init__(self, path: str, token: int, dtype: np.dtype):
         fd = os.open(path, os.O_RDWR)
@@ -123,10 +124,6 @@ class MappedRing:
         self._pos = pos + n
         self._words[self.TAIL] = self._pos
         return out
-
-    @property
-    def dropped(self) -> int:
-        return int(self._words[self.DROPPED])
 
     @property
     def pending(self) -> int:
@@ -213,7 +210,7 @@ class _Reader:
                                "offsets": [off for _, off, _ in fields],
                                "itemsize": next(size for name, _, size in layout if not name)})
         self.names: dict[str, dict[int, str | None]] = {"database": {}, "username": {}}
-        self._empty = SCHEMAS["statement"].empty_table()
+        self._empty = empty_table(SCHEMAS["statement"])
         if capture.has("statement_text"):
             t = capture.read("statement_text")
             self.hashes = dict(zip(t.column("query_id").to_pylist(), t.column("query_text_hash").to_pylist()))
@@ -391,7 +388,6 @@ class StatementDrainer:
                     continue
                 # the next drain when the ring will be a quarter full at the rate records just came: a
                 # fixed 0.5 s plus the drain's own time let pgbench -S (85,000 records/s) overflow the
-                # 65,536 slots now and then (11 % dropped)
                 # 65,536 slots now and then (11 % dropped). A mapped ring is looked at every 0.1 s at least
                 # (a look at an empty one costs no backend anything): from idle to 120,000 records/s, a
                 # 0.5 s wait computed at the idle rate filled the ring (2,000 of 5 million dropped)
