@@ -27,18 +27,22 @@ SHARE_GROWS = 0.05    # a component "grows with nodes" when its share rises by 5
 BETTER_SCHEME = 0.10  # a scheme is advised when it is a tenth faster
 
 
+class _Checked:
+    """A prediction checked by running: its relative error (None where the run gave no time)."""
+
+    @property
+    def error(self) -> float | None:
+        return (self.predicted_ns - self.measured_ns) / self.measured_ns if self.measured_ns else None
+
+
 @dataclass
-class Prediction:
+class Prediction(_Checked):
     group: str
     query: int
     from_nodes: int
     nodes: int
     predicted_ns: int
     measured_ns: int | None
-
-    @property
-    def error(self) -> float | None:
-        return (self.predicted_ns - self.measured_ns) / self.measured_ns if self.measured_ns else None
 
 
 def open_results(out: str | Path) -> duckdb.DuckDBPyConnection:
@@ -92,17 +96,13 @@ def predictions(con) -> list[Prediction]:
 
 
 @dataclass
-class SchemePrediction:
+class SchemePrediction(_Checked):
     nodes: int
     query: int
     from_scheme: str
     scheme: str
     predicted_ns: int
     measured_ns: int
-
-    @property
-    def error(self) -> float | None:
-        return (self.predicted_ns - self.measured_ns) / self.measured_ns if self.measured_ns else None
 
 
 def scheme_predictions(con) -> list[SchemePrediction]:
@@ -199,9 +199,7 @@ def summarize(out: str | Path) -> dict:
         shares = shares_by_nodes(con)
         for r in shares:
             r["grp"] = _label(r["grp"], varied)
-        errs = [abs(p.error) for p in preds if p.error is not None]
         by_scheme = sorted(scheme_predictions(con), key=lambda p: (p.query, p.nodes, p.from_scheme))
-        scheme_errs = [abs(p.error) for p in by_scheme if p.error is not None]
         return {
             "plan": json.loads((Path(out) / "plan.json").read_text()) if (Path(out) / "plan.json").exists() else {},
             "cells": _rows(con, "SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, "
@@ -214,15 +212,32 @@ def summarize(out: str | Path) -> dict:
             "scheme_diff": _rows(con, "SELECT * FROM scheme_diff"),
             "sweeps": [{**f, "others": _label(f["others"], varied)} for f in sweep_findings(con)],
             "predictions": [{**asdict(p), "error": p.error} for p in preds],
-            "prediction_mean_abs_error": sum(errs) / len(errs) if errs else None,
+            "prediction_error": _abs_errors(preds),
             "scheme_predictions": [{**asdict(p), "error": p.error} for p in by_scheme],
-            "scheme_prediction_mean_abs_error": sum(scheme_errs) / len(scheme_errs) if scheme_errs else None,
-            # the planner's misestimates make a few predictions wrong many times over: the median too
-            "scheme_prediction_median_abs_error": statistics.median(scheme_errs) if scheme_errs else None,
+            "scheme_prediction_error": _abs_errors(by_scheme),
             "scheme_advice": scheme_advice(con),
         }
     finally:
         con.close()
+
+
+def _abs_errors(preds: list[_Checked]) -> dict[str, float] | None:
+    """Mean and median absolute relative error (the planner's misestimates make a few scheme predictions
+    wrong many times over: the mean alone would say little)."""
+    errs = [abs(p.error) for p in preds if p.error is not None]
+    return {"mean": sum(errs) / len(errs), "median": statistics.median(errs)} if errs else None
+
+
+def _predictions_md(title: str, rule: str, error: dict | None, head: list[str], rows: list[list],
+                    preds: list[dict]) -> list[str]:
+    """A section of predictions checked by running: the rule, the errors, one row per prediction."""
+    summary = f" Mean absolute error {error['mean']:.0%}, median {error['median']:.0%}." if error else ""
+    cols = head + ["predicted ms", "measured ms", "error"]
+    md = [f"## {title}", "", rule + summary, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for cells, p in zip(rows, preds):
+        err = f"{p['error']:+.0%}" if p["error"] is not None else "-"
+        md.append("| " + " | ".join([*map(str, cells), _ms(p["predicted_ns"]), _ms(p["measured_ns"]), err]) + " |")
+    return md + [""]
 
 
 def _varied(con) -> set[str]:
@@ -322,28 +337,18 @@ def render(out: str | Path) -> tuple[Path, Path]:
             md.append(f"| {f['factor']} | {f['others']} | Q{f['query']} | {f['best']} | {f['knee']} | {levels} |")
         md.append("")
     if s["predictions"]:
-        mae = s["prediction_mean_abs_error"]
-        md += ["## Node counts predicted, then run", "",
-               "From each group's smallest node count: the coordinator's own time stays, its wait for the data "
-               "nodes shrinks with the data per node." + (f" Mean absolute error {mae:.0%}." if mae is not None else ""),
-               "", "| group | query | from | to | predicted ms | measured ms | error |", "|---|---|---|---|---|---|---|"]
-        for p in s["predictions"]:
-            err = f"{p['error']:+.0%}" if p["error"] is not None else "-"
-            md.append(f"| {p['group']} | Q{p['query']} | {p['from_nodes']} | {p['nodes']} | {_ms(p['predicted_ns'])} | "
-                      f"{_ms(p['measured_ns'])} | {err} |")
-        md.append("")
+        md += _predictions_md(
+            "Node counts predicted, then run", "From each group's smallest node count: the coordinator's own time "
+            "stays, its wait for the data nodes shrinks with the data per node.", s["prediction_error"],
+            ["group", "query", "from", "to"],
+            [[p["group"], f"Q{p['query']}", p["from_nodes"], p["nodes"]] for p in s["predictions"]], s["predictions"])
     if s["scheme_predictions"]:
-        mae, med = s["scheme_prediction_mean_abs_error"], s["scheme_prediction_median_abs_error"]
-        md += ["## The other scheme predicted, then run", "",
-               "From a query's run under one scheme: the coordinator's own time stays, its wait for the data "
-               "nodes scales with the bytes the other scheme's plan expects them to ship (EXPLAIN, not run)."
-               + (f" Mean absolute error {mae:.0%}, median {med:.0%}." if mae is not None else ""),
-               "", "| query | nodes | from | to | predicted ms | measured ms | error |", "|---|---|---|---|---|---|---|"]
-        for p in s["scheme_predictions"]:
-            err = f"{p['error']:+.0%}" if p["error"] is not None else "-"
-            md.append(f"| Q{p['query']} | {p['nodes']} | {p['from_scheme']} | {p['scheme']} | {_ms(p['predicted_ns'])} | "
-                      f"{_ms(p['measured_ns'])} | {err} |")
-        md.append("")
+        md += _predictions_md(
+            "The other scheme predicted, then run", "From a query's run under one scheme: the coordinator's own "
+            "time stays, its wait for the data nodes scales with the bytes the other scheme's plan expects them to "
+            "ship (EXPLAIN, not run).", s["scheme_prediction_error"], ["query", "nodes", "from", "to"],
+            [[f"Q{p['query']}", p["nodes"], p["from_scheme"], p["scheme"]] for p in s["scheme_predictions"]],
+            s["scheme_predictions"])
     md_path = rep / "report.md"
     md_path.write_text("\n".join(md))
     html_path = rep / "report.html"
