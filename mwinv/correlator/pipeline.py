@@ -81,7 +81,9 @@ def merge(capture_dir: str | Path, progress=None) -> CaptureDB:
         return db
     done = {n for (n,) in db.sql("SELECT DISTINCT node FROM statement_attribution").fetchall()} \
         if db.capture.has("statement_attribution") else set()
-    todo = [n for (n,) in db.sql("SELECT DISTINCT node FROM statement_clean ORDER BY node").fetchall() if n not in done]
+    # a node with top-level statements has attribution rows once correlated (nested ones have none)
+    todo = [n for (n,) in db.sql("SELECT DISTINCT node FROM statement_clean WHERE coalesce(nesting_level, 0) = 0 "
+                                 "ORDER BY node").fetchall() if n not in done]
     if todo:
         raise MwinvError(f"{db.capture.path}: node {todo[0]} is not correlated yet "
                          f"(mwinv-correlate {db.capture.path} --node {todo[0]})")
