@@ -171,8 +171,8 @@ def _check_coverage(db: CaptureDB) -> None:
 
 def _base_tables(db: CaptureDB) -> None:
     """The derived tables every analysis starts from (sql/statement_clean.sql, sql/trace_range.sql,
-    sql/traced_statement.sql), each built by its own step; `statement_typed` gives the first every column of the contract (a capture
-    from an older recorder lacks the newer ones: NULL)."""
+    sql/traced_statement.sql), each built by its own step; `statement_typed` gives the first every
+    column of the contract (a capture from an older recorder lacks the newer ones: NULL)."""
     have = _columns(db, "statement")
     absent = "".join(f", CAST(NULL AS {duck_type(f.type)}) AS \"{f.name}\""
                      for f in SCHEMAS["statement"] if f.name not in have)
