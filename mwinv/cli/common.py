@@ -49,7 +49,8 @@ def status_line(console: Console, first: str) -> Iterator[Callable[[str], None]]
 
 
 def run_main(command: click.Command, prog: str) -> None:
-    """Run a click command; MwinvError becomes `prog: error: ...` and exit 2, Ctrl-C exit 130."""
+    """Run a click command; MwinvError and running out of memory become `prog: error: ...` and exit 2,
+    Ctrl-C exit 130."""
     install_signal_handlers()
     try:
         command.main(prog_name=prog, standalone_mode=False)
@@ -67,4 +68,10 @@ def run_main(command: click.Command, prog: str) -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except Exception as exc:
+        # DuckDB's out-of-memory (its cap, not the machine's), without importing DuckDB in every command
+        if type(exc).__name__ != "OutOfMemoryException":
+            raise
+        click.echo(f"{prog}: error: {str(exc).splitlines()[0]} (what was written before is kept)", err=True)
+        sys.exit(2)
 

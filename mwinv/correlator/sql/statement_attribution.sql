@@ -15,23 +15,24 @@ stmts AS (
 own_rows AS (
     SELECT node, statement_id, component, sum(ns) AS ns
     FROM own_attribution JOIN comps USING (component) GROUP BY ALL),
--- one row per statement, its components in a map (a wide row, as few rows as statements)
-own AS (
-    SELECT node, statement_id, map(list(component), list(ns)) AS ns,
+-- joins and plain sums, no per-statement lists or maps: DuckDB spills those (a map per statement ran
+-- out of its 768 MB on 1.5 million pgbench statements)
+totals AS (
+    SELECT node, statement_id,
            coalesce(sum(ns) FILTER (WHERE component <> 'not_allocated'), 0) AS allocated,
            coalesce(sum(ns) FILTER (WHERE component = 'not_allocated'), 0) AS not_allocated
     FROM own_rows GROUP BY ALL),
 workers AS (
-    SELECT node, statement_id, map(list(component), list(ns)) AS ns
-    FROM (SELECT s.node, s.parent_statement_id AS statement_id, o.component, sum(o.ns) AS ns
-          FROM stmts s JOIN own_rows o USING (node, statement_id) WHERE s.worker GROUP BY ALL)
-    GROUP BY ALL)
+    SELECT s.node, s.parent_statement_id AS statement_id, o.component, sum(o.ns) AS ns
+    FROM stmts s JOIN own_rows o USING (node, statement_id) WHERE s.worker GROUP BY ALL)
 SELECT s.node, s.statement_id, s.query_id, c.component,
        CASE WHEN c.component = 'not_allocated'
-            THEN coalesce(o.not_allocated, 0) + greatest(0, s.wall_ns - coalesce(o.allocated, 0)
-                                                             - coalesce(o.not_allocated, 0))
-            ELSE coalesce(map_extract_value(o.ns, c.component), 0) END::BIGINT AS ns,
-       coalesce(map_extract_value(w.ns, c.component), 0)::BIGINT AS from_workers_ns
-FROM stmts s LEFT JOIN own o USING (node, statement_id) LEFT JOIN workers w USING (node, statement_id)
-     CROSS JOIN comps c
+            THEN coalesce(t.not_allocated, 0) + greatest(0, s.wall_ns - coalesce(t.allocated, 0)
+                                                             - coalesce(t.not_allocated, 0))
+            ELSE coalesce(o.ns, 0) END::BIGINT AS ns,
+       coalesce(w.ns, 0)::BIGINT AS from_workers_ns
+FROM stmts s CROSS JOIN comps c
+     LEFT JOIN own_rows o ON o.node = s.node AND o.statement_id = s.statement_id AND o.component = c.component
+     LEFT JOIN totals t ON t.node = s.node AND t.statement_id = s.statement_id
+     LEFT JOIN workers w ON w.node = s.node AND w.statement_id = s.statement_id AND w.component = c.component
 WHERE NOT s.worker;
