@@ -11,6 +11,7 @@ and the capture's own CPU while pgbench runs (this process's threads; the parse 
 counted; bpftrace's is its own process's, not shown) as a share of one core.
 
 Duty-cycled captures (`mwinv-trace capture --duty`: events on one window in N, statements always)
+and the default capture's event budget (every event until the rate is over it, then one window in N)
 run beside them; with --shares, one more full and one duty-cycled capture are correlated and the
 pgbench statement's component shares over the statements each traced are printed side by side.
 
@@ -37,14 +38,17 @@ from rich.table import Table
 
 from mwinv.capture.run import KernelCapture
 from mwinv.correlator.pipeline import correlate
-from mwinv.kernel_trace.recorder import BLOCK_EVENTS, NET_EVENTS, SCHED_EVENTS, default_events, descendants
+from mwinv.kernel_trace.recorder import (BLOCK_EVENTS, DEFAULT_EVENT_BUDGET, NET_EVENTS, SCHED_EVENTS, default_events,
+                                         descendants)
 from mwinv.pgserver import PgServer, pg_bindir
 
 # the default events by family, each alone beside the statements: which family costs what
 FAMILIES = {"sched + block": SCHED_EVENTS + BLOCK_EVENTS, "syscalls": None, "net": NET_EVENTS}
 # duty-cycled: events on for 1 s of every N (the rest of the time disabled), statements always
 DUTY = {"events 1 s in 5": 0.2, "events 1 s in 10": 0.1, "stacks 1 s in 10": 0.1}
-CONFIGS = ("none", "none again", "statements only", "default events", *DUTY, "stacks",
+# what `mwinv-trace capture` does by default: every event until the rate is over the budget
+BUDGETED = "default events, budget"
+CONFIGS = ("none", "none again", "statements only", "default events", BUDGETED, *DUTY, "stacks",
            *(f"only {f}" for f in FAMILIES), "trace-cmd record", "bpftrace")
 TPS_RE = re.compile(r"tps = ([\d.]+)")
 
@@ -77,14 +81,15 @@ def run_config(server: PgServer, config: str, args, out: Path) -> dict:
     cpu0 = _self_cpu_s()
     if config.startswith("none"):
         text = pgbench(server, *bench)
-    elif config in ("statements only", "default events", "stacks", *DUTY) or config.startswith("only "):
+    elif config in ("statements only", "default events", BUDGETED, "stacks", *DUTY) or config.startswith("only "):
         family = config.removeprefix("only ")
         events = None
         if family in FAMILIES:
             events = FAMILIES[family] or [e for e in default_events(False) if e.startswith("syscalls:")]
         cap = KernelCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo(), node="bench",
                             trace=config != "statements only", stacks=config.startswith("stacks"), events=events,
-                            duty=DUTY.get(config, 1.0)).start()
+                            duty=DUTY.get(config, 1.0),
+                            event_budget=DEFAULT_EVENT_BUDGET if config == BUDGETED else None).start()
         cpu0 = _self_cpu_s()   # the capture's threads while pgbench runs; its parse afterwards is not load
         try:
             text = pgbench(server, *bench)
@@ -92,7 +97,8 @@ def run_config(server: PgServer, config: str, args, out: Path) -> dict:
         finally:
             summary = cap.stop()
         parse = summary.get("parse") or {}
-        result.update(events=parse.get("events", 0), lost=parse.get("lost_events", 0))
+        result.update(events=parse.get("events", 0), lost=parse.get("lost_events", 0),
+                      duty=[round(1 / c["duty"]) for c in summary.get("recorder", {}).get("duty_changes", [])])
     else:
         pids = [str(p) for p in descendants(server.postmaster_pid())]
         instance = f"mwinv-bench-{os.getpid()}"
@@ -200,7 +206,8 @@ def main() -> None:
                     res = run_config(server, config, args, out)
                     results[config].append(res)
                     console.log(f"round {r + 1}: {config}: " + (f"{res['tps']:,.0f} TPS" if res["tps"] else
-                                                                  f"failed ({res.get('error')})"))
+                                                                  f"failed ({res.get('error')})")
+                                + "".join(f", then one window in {k}" for k in res.get("duty", [])))
                     shutil.rmtree(out, ignore_errors=True)
             if args.shares:
                 compare_shares(server, args, work, console)

@@ -3,17 +3,21 @@ statements always. The events lie in the windows, the windows are in the capture
 window covers whole are attributed from the kernel (and sum to their wall time), and the pgbench
 statement's shares over them agree with a full capture of the same load."""
 
+import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from mwinv.capture.run import KernelCapture
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
-from mwinv.correlator.pipeline import correlate
+from mwinv.correlator.pipeline import correlate, top_statements
 from mwinv.correlator.report import load
 from mwinv.pgserver import PgServer, pg_bindir
+
+MWINV_TRACE = str(Path(sys.executable).parent / "mwinv-trace")
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not Path("/sys/kernel/tracing/instances").exists(),
                                 reason="needs root and tracefs (kernel tracing) for a real capture")
@@ -94,3 +98,43 @@ def test_events_only_in_windows_and_shares_as_a_full_capture(server, tmp_path):
     duty_shares, full_shares = _select_shares(db), _select_shares(full)
     top = max(full_shares, key=full_shares.get)
     assert abs(duty_shares.get(top, 0) - full_shares[top]) <= 0.10, (duty_shares, full_shares)
+
+
+def test_an_event_budget_lowers_the_duty_says_so_and_records_it(server, tmp_path):
+    """`mwinv-trace capture` under pgbench -S (~500,000 events/s per CPU here) with a budget of 5,000:
+    the first window's rate is over four times the budget, so the capture goes to one window in k at
+    once, prints it, and records it in the manifest; the correlation then treats the capture as
+    duty-cycled (its first window may be its only one) and ranks the statement by its traced executions."""
+    out = tmp_path / "budget"
+    bench = subprocess.Popen([str(pg_bindir() / "pgbench"), "-n", "-S", "-M", "prepared", "-c", "2", "-j", "2", "-T", "6",
+                             "-h", str(server.socket_dir), "-p", str(server.port), "-U", "postgres", "postgres"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        res = subprocess.run([MWINV_TRACE, "capture", str(out), "--pid", str(server.postmaster_pid()),
+                              "--conninfo", server.conninfo(), "--duration", "4", "--window", "0.5",
+                              "--event-budget", "5000", "--node", "n1"], capture_output=True, text=True, timeout=120)
+    finally:
+        bench.wait(30)
+    assert res.returncode == 0, res.stderr
+    (change,) = json.loads((out / "manifest.json").read_text())["nodes"]["n1"]["duty_changes"]
+    k = round(1 / change["duty"])
+    assert change["events_per_s_per_cpu"] > 4 * 5000 and k == min(100, -(-change["events_per_s_per_cpu"] // 5000))
+    assert f"over the budget of 5,000: traced one window in {k} from +0." in res.stderr, res.stderr
+    recorder = json.loads((out / "kernel" / "n1" / "recorder.json").read_text())
+    (first, *rest) = recorder["windows"]
+    assert 0.45e9 <= first[1] - first[0] <= 1.5e9 and not rest, recorder["windows"]   # 1 s in k >= 8: one window in 4 s
+
+    db = correlate(out, write=True)
+    assert db.duty_cycled and not any("outside the kernel trace" in w for w in db.warnings), db.warnings
+    (top,) = [s for s in top_statements(db, n=5) if s.text.startswith("SELECT abalance")]
+    assert 0 < top.traced_calls < top.calls
+    assert top.components["not_allocated"] <= 0.05 * top.total_ns, top.components
+    data = load(out)
+    assert any(f"Node n1: kernel events at {change['events_per_s_per_cpu']:,}/s per CPU" in m for m in data.missing)
+
+
+def test_within_the_budget_every_event_is_kept(server, tmp_path):
+    """The same load with a budget far above its rate: one window throughout, nothing changed."""
+    summary, db = _captured(server, tmp_path / "within", event_budget=1e9, window_s=0.5)
+    assert summary["recorder"]["duty_changes"] == [] and len(summary["recorder"]["windows"]) == 1
+    assert not db.duty_cycled

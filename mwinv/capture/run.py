@@ -118,7 +118,8 @@ class KernelCapture:
                  stacks: bool = False, sample_interval_s: float = 1.0, events: list[str] | None = None,
                  trace: bool | str = True, sample: bool = True, statements: bool = True,
                  page_faults: bool = False, progress: Callable[[str], None] | None = None,
-                 data_dir: str | os.PathLike | None = None, duty: float = 1.0, window_s: float = 1.0):
+                 data_dir: str | os.PathLike | None = None, duty: float = 1.0, window_s: float = 1.0,
+                 event_budget: float | None = None):
         if postmaster_pid is None and not pids:
             postmaster_pid = postmaster_of(conninfo=conninfo)
         if postmaster_pid is not None and not pid_alive(postmaster_pid):
@@ -133,7 +134,7 @@ class KernelCapture:
         self._gone_since: int | None = None
         self.stacks, self.trace, self.sample, self.statements = stacks, trace, sample, statements
         self.sample_interval_s = sample_interval_s
-        self.duty, self.window_s = duty, window_s
+        self.duty, self.window_s, self.event_budget = duty, window_s, event_budget
         self.events = events or default_events(page_faults)
         self.progress = progress or (lambda s: None)
         self.recorder: KernelRecorder | None = None
@@ -244,9 +245,10 @@ class KernelCapture:
                     if self.trace == "auto":
                         tracefs_root()
                     config = RecorderConfig(events=self.events, stacks=self.stacks, query_probes=self.from_probes,
-                                            duty=self.duty, window_s=self.window_s)
+                                            duty=self.duty, window_s=self.window_s, event_budget=self.event_budget)
                     self.recorder = KernelRecorder(self.capture.path / "kernel" / self.node, self._pids_now(),
-                                                   config, follow_pid=self.postmaster_pid).start()
+                                                   config, follow_pid=self.postmaster_pid,
+                                                   notice=self.progress).start()
                     self.progress(f"tracing {len(self.recorder.procs)} pids in {self.recorder.instance.name}")
                 except MwinvError as exc:
                     if self.trace != "auto":
@@ -306,6 +308,8 @@ class KernelCapture:
             "end_ns": time.monotonic_ns(), "wall_minus_mono_end": wall_minus_mono(),
             "tracer": rec.get("tracer", "none"), "events": rec.get("events", []),
             "stacks": self.stacks, "perf_samples": self.summary.get("perf_samples", 0),
+            "duty": rec.get("duty"), "event_budget": rec.get("event_budget"),
+            "duty_changes": rec.get("duty_changes", []),
             "pids": rec.get("pids", self._pids_now() if self.postmaster_pid and pid_alive(self.postmaster_pid) else []),
             "skipped": {**self.summary["skipped"], **rec.get("skipped", {})},
             "sample_interval_s": self.sample_interval_s if self.sample else None,

@@ -21,6 +21,7 @@ from rich.console import Console
 
 from mwinv.cli.common import progress_console, run_main, status_line
 from mwinv.errors import MwinvError
+from mwinv.kernel_trace.recorder import DEFAULT_EVENT_BUDGET, duty_change_text
 
 
 @click.group(help=__doc__)
@@ -45,10 +46,13 @@ def cli() -> None:
               help="share of the time with kernel events on (0.1: one window in ten); statements always.")
 @click.option("--window", "window_s", type=float, default=1.0, show_default=True,
               help="length of one traced window with --duty, s.")
+@click.option("--event-budget", type=float, default=DEFAULT_EVENT_BUDGET, show_default=True,
+              help="kernel events/s per CPU: above it, fewer windows are traced (said, and in the "
+                   "manifest); 0: no budget.")
 @click.option("--node", help="node name in the tables (default: $MWINV_NODE or the host name).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def capture(capture_dir, postmaster_pid, other_pids, data_dir, conninfo, duration, stacks, page_faults,
-            sample_interval_s, no_trace, duty, window_s, node, command) -> None:
+            sample_interval_s, no_trace, duty, window_s, event_budget, node, command) -> None:
     """Capture until --duration, Ctrl-C, or the COMMAND after `--` exits; then parse into tables.
 
     \b
@@ -57,6 +61,7 @@ def capture(capture_dir, postmaster_pid, other_pids, data_dir, conninfo, duratio
       mwinv-trace capture out/ora --pids 9854 --duration 60      # then: mwinv oracle import ... --node
       mwinv-trace capture out/run1 --data-dir /srv/pg15 --stacks -- pgbench -T 20 bench
       mwinv-trace capture out/oltp --data-dir /srv/pg15 --duty 0.1 --duration 600   # 1 s in 10 traced
+      mwinv-trace capture out/all --data-dir /srv/pg15 --event-budget 0 --duration 60   # every event
       mwinv-trace capture out/run1 --conninfo "host=/tmp port=5432 dbname=tpch" \\
           -- psql -f q1.sql "host=/tmp port=5432 dbname=tpch"
     """
@@ -80,7 +85,8 @@ def capture(capture_dir, postmaster_pid, other_pids, data_dir, conninfo, duratio
         summary = record_capture(capture_dir, postmaster_pid=postmaster_pid, conninfo=conninfo, duration_s=duration,
                                  command=list(command) or None, stacks=stacks, sample_interval_s=sample_interval_s,
                                  trace=not no_trace, page_faults=page_faults, node=node, data_dir=data_dir,
-                                 duty=duty, window_s=window_s, progress=status, **extra)
+                                 duty=duty, window_s=window_s, event_budget=event_budget or None,
+                                 progress=status, **extra)
     _print_summary(console, capture_dir, summary)
     for r in summary.get("restarts", []):
         console.print(f"the server restarted: postmaster {r['postmaster_pid_before']} -> {r['postmaster_pid_after']} "
@@ -99,6 +105,9 @@ def _print_summary(console: Console, capture_dir: str, summary: dict) -> None:
         console.print(f"kernel: {parse.get('events', 0)} events, {parse.get('stacks', 0)} stacks, "
                       f"{parse.get('lost_events', 0)} lost, tracer {rec.get('tracer')}, "
                       f"{summary.get('perf_samples', 0)} perf samples, pids {len(rec.get('pids', []))}")
+    for change in rec.get("duty_changes", []):
+        console.print(f"{duty_change_text(change, rec['event_budget'])} from "
+                      f"+{(change['at_ns'] - rec['windows'][0][0]) / 1e9:.1f} s (in the manifest)")
     if "sampler" in summary:
         s = summary["sampler"]
         console.print(f"sampler: {s['samples']} samples, own CPU {s['cpu_s']:.3f} s ({100 * s['cpu_share']:.2f} %)")

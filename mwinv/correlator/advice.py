@@ -17,7 +17,7 @@ import pyarrow as pa
 from mwinv.capture.columns import empty_table
 from mwinv.capture.tables import SCHEMAS, Capture
 from mwinv.correlator.classify import class_shares, ranked_kernel_functions
-from mwinv.correlator.load import connect, create_empty, sql_file
+from mwinv.correlator.load import connect, create_empty, is_duty_cycled, sql_file
 from mwinv.correlator.model import Platform, estimate_components, inputs_from, model_connection, model_total
 from mwinv.correlator.rules import (MIN_LOCK_SHARE, MIN_RUN_QUEUE_SHARE, MIN_WALL_NS, RULES, Advice, Evidence, _ms,
                                     make_advice, what_ifs)
@@ -107,13 +107,16 @@ def advise_capture(capture_dir, statement_ids: list[int]) -> dict[int, list[Advi
     con.execute(f"""
         CREATE TABLE example AS
         SELECT * FROM statement WHERE statement_id IN ({", ".join(str(int(i)) for i in statement_ids)})""")
-    # each example stands for itself, or (too short) for all root executions of its query id
+    # each example stands for itself, or (too short) for all root executions of its query id: in a
+    # duty-cycled capture those a window covered (the others' time is rusage or not_allocated)
+    traced = (f" AND s.statement_id IN (SELECT statement_id FROM read_parquet('{cap.glob('traced_statement')}'))"
+              if is_duty_cycled(cap) and cap.has("traced_statement") else "")
     con.execute(f"""
         CREATE TABLE member AS
         SELECT statement_id AS key, statement_id FROM example
         UNION
         SELECT e.statement_id, s.statement_id FROM example e JOIN statement s ON s.query_id = e.query_id
-        WHERE e.end_ns - e.start_ns < {MIN_WALL_NS} AND s.parent_statement_id IS NULL""")
+        WHERE e.end_ns - e.start_ns < {MIN_WALL_NS} AND s.parent_statement_id IS NULL{traced}""")
     con.execute(f"""
         CREATE TABLE statements AS
         WITH g AS (

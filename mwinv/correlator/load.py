@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import weakref
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,7 @@ class CaptureDB:
     con: duckdb.DuckDBPyConnection
     tables: set[str]
     warnings: list[str] = field(default_factory=list)
+    duty_cycled: bool = False   # kernel events on in windows only: a sample of the statements traced
 
     def has(self, table: str) -> bool:
         return table in self.tables
@@ -109,7 +111,8 @@ def open_capture(path: str | Path, threads: int | None = None, memory_limit: str
         except duckdb.Error as exc:
             raise MwinvError(f"{cap.table_dir(table)}: unreadable table ({str(exc).splitlines()[0]})") from None
         present.add(table)
-    db = CaptureDB(cap, con, present)
+    db = CaptureDB(cap, con, present, duty_cycled=is_duty_cycled(cap))
+    con.execute(f"SET VARIABLE duty_cycled = {str(db.duty_cycled).lower()}")
     _check(db, manifest)
     if db.has("statement"):
         _base_tables(db)
@@ -155,9 +158,22 @@ def _check(db: CaptureDB, manifest: dict) -> None:
         db.warnings.append(f"table statement: {len(dups) - 5} more duplicate statement ids: first kept")
 
 
+def is_duty_cycled(cap: Capture) -> bool:
+    """Kernel events were on in windows only: a recorder with a duty below 1, or whose event budget
+    lowered it (its first window may be its only one), or, in a capture from before the manifest said
+    so, more than one window on a node."""
+    for info in cap.manifest().get("nodes", {}).values():
+        if (info.get("duty") or 1) < 1 or any(c["duty"] < 1 for c in info.get("duty_changes") or []):
+            return True
+    if not cap.has("trace_window"):
+        return False
+    return max(Counter(cap.read("trace_window").column("node").to_pylist()).values(), default=0) > 1
+
+
 def _check_coverage(db: CaptureDB) -> None:
-    """Warnings for statements the kernel trace does not cover (needs trace_range)."""
-    if db.has("kernel_event"):
+    """Warnings for statements the kernel trace does not cover (needs trace_range); in a duty-cycled
+    capture most lie between its windows by design (the report says so)."""
+    if db.has("kernel_event") and not db.duty_cycled:
         rng = {n: (lo, hi) for n, lo, hi in db.sql("SELECT node, lo, hi FROM trace_range").fetchall()}
         outside = db.sql("""
             SELECT s.node, count(*), min(s.statement_id)

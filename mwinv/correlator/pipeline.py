@@ -34,10 +34,11 @@ class StatementSummary:
     nodes: str
     calls: int
     total_ns: int
-    components: dict[str, int]
+    components: dict[str, int]   # in a duty-cycled capture: its traced executions', scaled to total_ns
     from_workers_ns: int
     kernel_functions: list[tuple[str, float, str]]  # (function, share, source)
     example_id: int  # its longest execution: the one advice is given for
+    traced_calls: int | None = None   # duty-cycled capture: executions a window covered whole
 
 
 # What a node's own correlation derives (it needs only that node's tables); the links between nodes and
@@ -144,7 +145,8 @@ def top_statements(db: CaptureDB, n: int = 5, by: str = "total", query_id: int |
         query_id=r["query_id"], text=texts.get(r["query_id"], "") if r["query_id"] is not None else "",
         nodes=r["nodes"], calls=r["calls"], total_ns=int(r["total_ns"]),
         components={c: r[c] for c in ATTRIBUTION_COMPONENTS}, from_workers_ns=int(r["from_workers_ns"]),
-        kernel_functions=_functions(db, r["key"], functions_per_statement), example_id=int(r["example_id"]))
+        kernel_functions=_functions(db, r["key"], functions_per_statement), example_id=int(r["example_id"]),
+        traced_calls=r["traced_calls"] if db.duty_cycled else None)
         for r in rows[:n]]
 
 

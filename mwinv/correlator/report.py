@@ -31,6 +31,7 @@ from mwinv.correlator.model import (MIN_TIMED_NS, WHAT_IFS, DiskWaitCheck, disk_
 from mwinv.correlator.nodes import NodePart, cluster_model_tables, node_parts
 from mwinv.correlator.pipeline import RANK_BY, query_summaries
 from mwinv.errors import MwinvError
+from mwinv.kernel_trace.recorder import duty_change_text
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -122,12 +123,15 @@ def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: b
     if not calibration:
         missing.append("No calibration in the manifest (run `mwinv calibrate CAPTURE`): no model estimates, "
                        "what-if predictions or expected gains.")
-    windows = cap.read("trace_window")
-    data.duty_cycled = windows.num_rows > len(set(windows.column("node").to_pylist()))
+    data.duty_cycled = db.duty_cycled
     if data.duty_cycled:
         missing.append("Kernel events were on in windows only (a duty-cycled capture): a query's breakdown is "
                        "that of its executions a window covered whole, scaled to all its executions' time; "
                        "a query no window covered shows its rusage only.")
+    for node, info in sorted(manifest.get("nodes", {}).items()):
+        for change in info.get("duty_changes") or []:
+            missing.append(f"Node {node}: {duty_change_text(change, info['event_budget'])} from "
+                           f"+{(change['at_ns'] - info['start_ns']) / 1e9:.1f} s of the capture.")
     data.con = connect()
     data.con.register("statements", statements)
     data.con.register("attribution", attribution)

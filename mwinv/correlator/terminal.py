@@ -70,7 +70,8 @@ def top_table(rows: list[StatementSummary], title: str) -> Table:
         if s.from_workers_ns:
             where.append(f"\n+ parallel workers {s.from_workers_ns / 1e9:.2f} s")
         funcs = "\n".join(f"{f} {100 * share:.0f}% ({src})" for f, share, src in s.kernel_functions) or "-"
-        table.add_row(str(i), text, s.nodes, str(s.calls), f"{s.total_ns / 1e9:.3f}", where, funcs)
+        calls = f"{s.calls}\n({s.traced_calls} traced)" if s.traced_calls is not None else str(s.calls)
+        table.add_row(str(i), text, s.nodes, calls, f"{s.total_ns / 1e9:.3f}", where, funcs)
     table.caption = legend()
     return table
 
@@ -132,12 +133,13 @@ def as_json(rows: list[StatementSummary], advice: dict[int, list[Advice]] | None
 
 def as_csv(rows: list[StatementSummary], advice: dict[int, list[Advice]] | None = None) -> str:
     buf = io.StringIO()
-    fields = ["query_id", "nodes", "calls", "total_ns", *[f"{c}_ns" for c in ATTRIBUTION_COMPONENTS],
+    fields = ["query_id", "nodes", "calls", "traced_calls", "total_ns", *[f"{c}_ns" for c in ATTRIBUTION_COMPONENTS],
               "from_workers_ns", "top_kernel_function", "top_advice", "text"]
     w = csv.DictWriter(buf, fieldnames=fields)
     w.writeheader()
     for s in rows:
-        w.writerow({"query_id": s.query_id, "nodes": s.nodes, "calls": s.calls, "total_ns": s.total_ns,
+        w.writerow({"query_id": s.query_id, "nodes": s.nodes, "calls": s.calls, "traced_calls": s.traced_calls,
+                    "total_ns": s.total_ns,
                     **{f"{c}_ns": s.components[c] for c in ATTRIBUTION_COMPONENTS},
                     "from_workers_ns": s.from_workers_ns,
                     "top_kernel_function": s.kernel_functions[0][0] if s.kernel_functions else "",

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +45,16 @@ NET_EVENTS = ["sock:sock_recv_length", "sock:sock_send_length", "net:net_dev_xmi
 PAGE_FAULT_EVENTS = ["exceptions:page_fault_user"]
 # stacks on the events that explain a wait: a task blocking, a disk request being issued
 STACK_TRIGGERS = {"sched:sched_switch": "prev_state & 3", "block:block_rq_issue": ""}
+
+# A kernel event costs the CPU it fires on ~0.35 us of work elsewhere (pgbench -S on 2 cores lost 3.6 % of its
+# throughput per 100,000 events/s, docs/overhead.md): 50,000 events/s per CPU is ~4 %, the OLTP goal of 5 %
+# with the statements' own cost. The rate is averaged over BUDGET_AVERAGE_S of traced time (a TPC-H
+# query's burst of reads is not a load), at once when it is OVERLOAD times the budget.
+DEFAULT_EVENT_BUDGET = 50_000
+BUDGET_AVERAGE_S = 5.0
+OVERLOAD = 4
+MIN_DUTY = 0.01
+UP_MARGIN = 0.8   # trace more again only when the budget holds with this margin (no flapping)
 
 MWINV_SO = Path("/usr/lib/postgresql/15/lib/mwinv.so")
 STATEMENT_PROBES = {"statement__start": "mwinv_stmt_start", "statement__done": "mwinv_stmt_done"}
@@ -126,13 +138,22 @@ class RecorderConfig:
     query_probes: bool = False           # PostgreSQL's own query__start/done (statements without the extension)
     duty: float = 1.0                    # share of the time traced: windows of window_s, events off between
     window_s: float = 1.0
+    event_budget: float | None = None    # events/s per CPU over which fewer windows are traced (None: no limit)
+
+
+def duty_change_text(change: dict, budget: float) -> str:
+    """One of the budget's decisions (an entry of the recorder's duty_changes) in words."""
+    said = f"kernel events at {change['events_per_s_per_cpu']:,}/s per CPU"
+    if change["duty"] < 1:
+        return f"{said}, over the budget of {budget:,.0f}: traced one window in {round(1 / change['duty'])}"
+    return f"{said}, within the budget of {budget:,.0f}: traced throughout"
 
 
 class KernelRecorder:
     """start() / stop(): records into `out_dir` (trace.dat, procs.json, perf.data, recorder.json)."""
 
     def __init__(self, out_dir: str | os.PathLike, pids: list[int], config: RecorderConfig | None = None,
-                 follow_pid: int | None = None):
+                 follow_pid: int | None = None, notice: Callable[[str], None] | None = None):
         self.out = Path(out_dir)
         self.pids = list(pids)
         self.follow_pid = follow_pid if follow_pid is not None else (pids[0] if pids else None)
@@ -156,6 +177,11 @@ class KernelRecorder:
         self._pid_lock = threading.Lock()   # set_event_pid and the on/off state of the events
         self.triggers: dict[str, str] = {}   # trigger file -> the stack trigger written to it
         self._events_on = True
+        self.duty = self.cfg.duty
+        self.duty_changes: list[dict] = []   # the budget's decisions: when, at which rate, to which duty
+        self.notice = notice or (lambda line: None)
+        if self.cfg.event_budget is not None and self.cfg.event_budget <= 0:
+            raise MwinvError(f"event budget {self.cfg.event_budget:g}/s per CPU: more than 0 (or none)")
         if not 0 < self.cfg.duty <= 1 or self.cfg.window_s <= 0:
             raise MwinvError(f"duty cycle {self.cfg.duty:g} of {self.cfg.window_s:g} s windows: "
                              "a share in (0, 1] and windows of more than 0 s")
@@ -208,7 +234,7 @@ class KernelRecorder:
         self._threads.append(f)
         inst.write("tracing_on", "1")
         self.windows.append([time.monotonic_ns(), None])
-        if self.cfg.duty < 1:
+        if self.cfg.duty < 1 or self.cfg.event_budget:
             d = threading.Thread(target=self._duty_loop, name="mwinv-trace-duty", daemon=True)
             d.start()
             self._threads.append(d)
@@ -346,20 +372,57 @@ class KernelRecorder:
     def _duty_loop(self) -> None:
         """Events on for window_s, off for window_s * (1 / duty - 1), and so on. Off means disabled, not
         just unrecorded: an enabled tracepoint costs every task that passes it, filtered out or not
-        (docs/overhead.md), a disabled one a not-taken branch."""
-        off_s = self.cfg.window_s * (1 / self.cfg.duty - 1)
-        while not self._stop.wait(self.cfg.window_s):
+        (docs/overhead.md), a disabled one a not-taken branch. With an event budget the duty follows the
+        rate the windows see (1 while it is within the budget: events on throughout)."""
+        seen: list[tuple[float, int]] = []   # (seconds on, events) of the recent windows, newest last
+        while True:
+            t0, n0 = time.monotonic(), self._events_so_far() if self.cfg.event_budget else 0
+            if self._stop.wait(self.cfg.window_s):
+                return
+            if self.cfg.event_budget:
+                seen.append((time.monotonic() - t0, self._events_so_far() - n0))
+                while sum(t for t, _ in seen[1:]) >= BUDGET_AVERAGE_S:
+                    seen.pop(0)
+                self._follow_budget(seen)
+            if self.duty >= 1:
+                continue   # one long window
             self.windows[-1][1] = time.monotonic_ns()
             if not self._switch_events("0"):
                 return
             off = [time.monotonic_ns(), None]
             self.off.append(off)
-            if self._stop.wait(off_s):
+            if self._stop.wait(self.cfg.window_s * (1 / self.duty - 1)):
                 return
             off[1] = time.monotonic_ns()
             if not self._switch_events("1"):
                 return
             self.windows.append([time.monotonic_ns(), None])
+
+    def _events_so_far(self) -> int:
+        """Events the instance's buffers took (read, unread, overwritten or dropped), all CPUs."""
+        n = 0
+        for stats in self.instance.path.glob("per_cpu/cpu*/stats"):
+            for line in stats.read_text().splitlines():
+                key, _, value = line.partition(":")
+                if key in ("entries", "overrun", "read events", "dropped events"):
+                    n += int(value)
+        return n
+
+    def _follow_budget(self, seen: list[tuple[float, int]]) -> None:
+        """Set the duty from the rate while traced: one window in k, k the smallest that keeps the mean
+        rate within the budget; recorded and said, never a silent change."""
+        secs = sum(t for t, _ in seen)
+        rate = sum(n for _, n in seen) / secs / (os.cpu_count() or 1)   # per CPU, while traced
+        budget = self.cfg.event_budget
+        if secs < BUDGET_AVERAGE_S and rate < OVERLOAD * budget:
+            return
+        want = min(self.cfg.duty, max(MIN_DUTY, 1 / math.ceil(rate / budget)))
+        if want == self.duty or (want > self.duty and rate * want > UP_MARGIN * budget):
+            return
+        self.duty = want
+        self.duty_changes.append({"at_ns": time.monotonic_ns(), "events_per_s_per_cpu": round(rate),
+                                  "duty": want})
+        self.notice(duty_change_text(self.duty_changes[-1], budget) + " from now on")
 
     def _switch_events(self, on: str) -> bool:
         """Every enabled event (and the function tracer, where the kernel allows it) on or off, and the
@@ -482,7 +545,8 @@ class KernelRecorder:
                    "events": self.enabled, "skipped": self.skipped, "tracer": self.tracer,
                    "stacks": self.cfg.stacks, "perf": self.perf is not None, "uprobes": self.uprobes,
                    "pids": sorted(self.procs), "errors": self._errors, "clock": "mono",
-                   "duty": self.cfg.duty, "windows": self.windows,
+                   "duty": self.cfg.duty, "event_budget": self.cfg.event_budget,
+                   "duty_changes": self.duty_changes, "windows": self.windows,
                    "off": [w for w in self.off if w[1] is not None]}
         (self.out / "recorder.json").write_text(json.dumps(summary, indent=2))
         return summary
