@@ -99,7 +99,7 @@ def advise_capture(capture_dir, statement_ids: list[int]) -> dict[int, list[Advi
     manifest = cap.manifest()
     con = connect()
     for table in ("statement", "statement_attribution", "statement_kernel_function", "node_sample", "statement_text",
-                  "kernel_event", "dbms_call", "dbms_wait", "plan_operation", "statement_stat"):
+                  "kernel_event", "dbms_call", "dbms_wait", "plan_operation", "statement_stat", "trace_window"):
         if cap.has(table):
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{cap.glob(table)}')")
         else:
@@ -110,7 +110,7 @@ def advise_capture(capture_dir, statement_ids: list[int]) -> dict[int, list[Advi
     # each example stands for itself, or (too short) for all root executions of its query id: in a
     # duty-cycled capture those a window covered (the others' time is rusage or not_allocated)
     traced = (f" AND s.statement_id IN (SELECT statement_id FROM read_parquet('{cap.glob('traced_statement')}'))"
-              if is_duty_cycled(cap) and cap.has("traced_statement") else "")
+              if is_duty_cycled(con, manifest) and cap.has("traced_statement") else "")
     con.execute(f"""
         CREATE TABLE member AS
         SELECT statement_id AS key, statement_id FROM example

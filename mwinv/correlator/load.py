@@ -7,7 +7,6 @@ from __future__ import annotations
 import shutil
 import tempfile
 import weakref
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,7 +110,7 @@ def open_capture(path: str | Path, threads: int | None = None, memory_limit: str
         except duckdb.Error as exc:
             raise MwinvError(f"{cap.table_dir(table)}: unreadable table ({str(exc).splitlines()[0]})") from None
         present.add(table)
-    db = CaptureDB(cap, con, present, duty_cycled=is_duty_cycled(cap))
+    db = CaptureDB(cap, con, present, duty_cycled=is_duty_cycled(con, manifest))
     con.execute(f"SET VARIABLE duty_cycled = {str(db.duty_cycled).lower()}")
     _check(db, manifest)
     if db.has("statement"):
@@ -158,16 +157,15 @@ def _check(db: CaptureDB, manifest: dict) -> None:
         db.warnings.append(f"table statement: {len(dups) - 5} more duplicate statement ids: first kept")
 
 
-def is_duty_cycled(cap: Capture) -> bool:
+def is_duty_cycled(con: duckdb.DuckDBPyConnection, manifest: dict) -> bool:
     """Kernel events were on in windows only: a recorder with a duty below 1, or whose event budget
     lowered it (its first window may be its only one), or, in a capture from before the manifest said
-    so, more than one window on a node."""
-    for info in cap.manifest().get("nodes", {}).values():
+    so, more than one window on a node (con: the capture's trace_window, possibly empty)."""
+    for info in manifest.get("nodes", {}).values():
         if (info.get("duty") or 1) < 1 or any(c["duty"] < 1 for c in info.get("duty_changes") or []):
             return True
-    if not cap.has("trace_window"):
-        return False
-    return max(Counter(cap.read("trace_window").column("node").to_pylist()).values(), default=0) > 1
+    return con.execute("SELECT coalesce(max(n), 0) > 1 FROM "
+                       "(SELECT count(*) AS n FROM trace_window GROUP BY node)").fetchone()[0]
 
 
 def _check_coverage(db: CaptureDB) -> None:
