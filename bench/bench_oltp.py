@@ -47,7 +47,7 @@ FAMILIES = {"sched + block": SCHED_EVENTS + BLOCK_EVENTS, "syscalls": None, "net
 # duty-cycled: events on for 1 s of every N (the rest of the time disabled), statements always
 DUTY = {"events 1 s in 5": 0.2, "events 1 s in 10": 0.1, "stacks 1 s in 10": 0.1}
 # what `mwinv-trace capture` does by default: every event until the rate is over the budget
-BUDGETED = "default events, budget"
+BUDGETED = "default events within budget"
 CONFIGS = ("none", "none again", "statements only", "default events", BUDGETED, *DUTY, "stacks",
            *(f"only {f}" for f in FAMILIES), "trace-cmd record", "bpftrace")
 TPS_RE = re.compile(r"tps = ([\d.]+)")
