@@ -284,6 +284,8 @@ class KernelCapture:
                 result = part.stop()
                 if what == "statements":
                     self.summary["statements_before_capture"] = part.before_capture
+                    if part.began_full:
+                        self._update_node({"statements_since_ns": part.since_ns})
                     if part.dropped:
                         self.summary["statements_dropped"] = part.dropped
                 if what == "sampler":

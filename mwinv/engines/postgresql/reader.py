@@ -79,7 +79,7 @@ class MappedRing:
     is freed); elsewhere the reader drains through SQL."""
 
     HEADER = struct.Struct("<8sIIIIIiQ")
-    HEAD, TAIL = 64 // 8, 128 // 8   # header words (dropped, at 192, is read through mwinv_info)
+    HEAD, TAIL, DROPPED = 64 // 8, 128 // 8, 192 // 8   # header words
 
     def __init__(self, path: str, token: int, dtype: np.dtype):
         fd = os.open(path, os.O_RDWR)
@@ -128,6 +128,10 @@ class MappedRing:
     @property
     def pending(self) -> int:
         return int(self._words[self.HEAD]) - self._pos
+
+    @property
+    def dropped(self) -> int:
+        return int(self._words[self.DROPPED])
 
     def server_alive(self) -> bool:
         """False once the postmaster exited (it removes the file; a new one makes a new file): this
@@ -194,6 +198,7 @@ class _Reader:
         self.conn = conn
         self.ring: MappedRing | None = None
         self.since_ns = since_ns
+        self.began_full = False   # the ring was full when this drainer began: since_ns moved to then
         self.before = 0   # records of statements that ended before since_ns, left out
         self.capture = capture
         self.node = node or _server_node(conn)
@@ -362,7 +367,18 @@ class StatementDrainer:
         self._capacity = int(self._conn.execute("SHOW mwinv.buffer_size").fetchone()[0])
         # a ring left full (a bulk load's statements: 75,000 postgres_fdw inserts on one data node) drops
         # every new record until drained: drain it before the capture's first statement, not 0.5 s later
-        self._dropped_at_start = self._dropped()
+        ring = self._reader.ring
+        if ring is not None and ring.pending >= ring.nslots:
+            # full since before the capture (pgbench -S fills 65,536 slots in 0.7 s), so dropping: what it
+            # dropped may have ended after since_ns. Free it (its records ended before now), read the
+            # counter, and begin the statements after that: a record dropped from then on is counted.
+            # (Counter first, then the drain: ~1,000 records dropped between the two, uncounted.)
+            self._reader.before += len(ring.take(ring.nslots))
+            self._dropped_at_start = ring.dropped
+            self.since_ns = self._reader.since_ns = max(self.since_ns or 0, time.monotonic_ns())
+            self.began_full = True
+        else:
+            self._dropped_at_start = self._dropped()
         self._fetched.put(self._reader.fetch())
         self._thread = threading.Thread(target=self._run, name="mwinv-statement-drainer", daemon=True)
         self._writer = threading.Thread(target=self._write_loop, name="mwinv-statement-writer", daemon=True)
