@@ -198,7 +198,6 @@ class _Reader:
         self.conn = conn
         self.ring: MappedRing | None = None
         self.since_ns = since_ns
-        self.began_full = False   # the ring was full when this drainer began: since_ns moved to then
         self.before = 0   # records of statements that ended before since_ns, left out
         self.capture = capture
         self.node = node or _server_node(conn)
@@ -340,6 +339,7 @@ class StatementDrainer:
                  flush_s: float = 5.0, since_ns: int | None = None):
         self.conninfo = conninfo
         self.since_ns = since_ns
+        self.began_full = False   # the ring was full when this drainer began: since_ns moved to then
         self.capture = capture
         self.node = node
         self.interval_s = interval_s
