@@ -18,7 +18,8 @@ from mwinv.capture.columns import empty_table
 from mwinv.capture.tables import SCHEMAS, Capture
 from mwinv.correlator.classify import class_shares, ranked_kernel_functions
 from mwinv.correlator.load import connect, create_empty, is_duty_cycled, sql_file
-from mwinv.correlator.model import Platform, estimate_components, inputs_from, model_connection, model_total
+from mwinv.correlator.model import (Platform, add_model_views, estimate_components, inputs_from, model_connection,
+                                   model_total)
 from mwinv.correlator.rules import (MIN_LOCK_SHARE, MIN_RUN_QUEUE_SHARE, MIN_WALL_NS, RULES, Advice, Evidence, _ms,
                                     make_advice, what_ifs)
 from mwinv.engines.mariadb.rules import MARIADB_RULES
@@ -57,6 +58,8 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
     if own_con:
         con = model_connection(statements, attribution, statement_io)
         con.register("node_sample", node_samples if node_samples is not None else empty_table(SCHEMAS["node_sample"]))
+    else:
+        add_model_views(con)
     inputs = inputs_from(con, only)
     classes = class_shares(con, only)
     queued = [sid for sid, (shares, _, _) in classes.items() if shares["run_queue"] >= MIN_RUN_QUEUE_SHARE]

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS
-from mwinv.correlator.model import PER_NODE_SQL, SHARES_SQL, model_connection
+from mwinv.capture.tables import SCHEMAS
+from mwinv.correlator.load import sql_file
+from mwinv.correlator.model import model_connection
 
 LIMIT_CLASSES = ("cpu", "disk_seq", "disk_random", "network", "lock", "run_queue", "remote")
 DEFAULT_INTERNAL_THRESHOLD = 0.20
@@ -25,35 +26,19 @@ CLASS_COMPONENTS = {"cpu": ("cpu_user", "cpu_sys"), "disk_seq": ("disk_seq",), "
                     "unexplained": ("other_wait", "not_allocated")}
 
 
-def class_sql(internal_threshold: float = DEFAULT_INTERNAL_THRESHOLD) -> str:
-    """Per root statement of a model_connection: its SHARES_SQL row, node, the share of wall time per class
-    (s_cpu, ..., s_unexplained), `explained` (all but the unexplained), `lim` (dbms-internal below
-    internal_threshold, else the first largest of LIMIT_CLASSES), `confidence` and `none` (no attribution
-    rows). The one place these rules are written: the classification and the advice both read it."""
-    shares = ", ".join(f"CASE WHEN wall_ns > 0 THEN ({' + '.join(f'coalesce({c}, 0)' for c in comps)}) / wall_ns "
-                       f"ELSE 0 END AS s_{k}" for k, comps in CLASS_COMPONENTS.items())
-    first_max = " ".join(f"WHEN s_{c} = top THEN '{c}'" for c in LIMIT_CLASSES)
-    share_of = " ".join(f"WHEN '{c}' THEN s_{c}" for c in LIMIT_CLASSES)
-    return f"""
-        WITH c AS (
-            SELECT sh.*, s.node, {shares}, {" AND ".join(f"{c} IS NULL" for c in ATTRIBUTION_COMPONENTS)} AS none
-            FROM ({SHARES_SQL}) sh JOIN statements s USING (statement_id)),
-        d AS (SELECT *, {" + ".join(f"s_{c}" for c in LIMIT_CLASSES)} AS explained,
-                     greatest({", ".join(f"s_{c}" for c in LIMIT_CLASSES)}) AS top FROM c),
-        e AS (SELECT *, CASE WHEN explained < {internal_threshold} THEN 'dbms-internal' {first_max} END AS lim FROM d)
-        SELECT *, CASE WHEN lim = 'dbms-internal' THEN 1 - explained ELSE (CASE lim {share_of} END) / explained END
-                  AS confidence
-        FROM e"""
-
-
 def class_shares(con, only: list[int] | None = None) -> dict[int, tuple[dict[str, float], str, float]]:
     """For the root statements of a model_connection (those in `only`, if given): (share per class and
-    "unexplained", limit, explained share), from class_sql."""
+    "unexplained", limit, explained share), from its class_shares view (sql/class_shares.sql)."""
     cols = [f"s_{k}" for k in CLASS_COMPONENTS]
     wanted = f"statement_id IN ({', '.join(str(int(i)) for i in only) or 'NULL'})" if only is not None else "true"
-    rows = con.execute(f"SELECT statement_id, {', '.join(cols)}, lim, explained FROM ({class_sql()}) "
+    _threshold(con, DEFAULT_INTERNAL_THRESHOLD)
+    rows = con.execute(f"SELECT statement_id, {', '.join(cols)}, lim, explained FROM class_shares "
                        f"WHERE {wanted}").fetchall()
     return {sid: (dict(zip(CLASS_COMPONENTS, vals)), lim, explained) for sid, *vals, lim, explained in rows}
+
+
+def _threshold(con, internal_threshold: float) -> None:
+    con.execute(f"SET VARIABLE internal_threshold = {float(internal_threshold)}")
 
 
 def _pct(x: float) -> str:
@@ -104,45 +89,13 @@ def kernel_evidence(ranked: list[dict], counts: dict[str, int], top: int = 3) ->
     return None
 
 
-def _classify_sql(internal_threshold: float) -> str:
-    """statement_class rows for all root statements at once: class_sql and the evidence text (hundreds of
-    thousands of statements are common)."""
-    # (share, -position, name): sorted descending, equal shares keep LIMIT_CLASSES' order
-    parts = ", ".join(f"{{'share': s_{c}, 'pos': {-i}, 'name': '{c}'}}" for i, c in enumerate(LIMIT_CLASSES))
-    return f"""
-        WITH e AS ({class_sql(internal_threshold)}),
-        io AS (
-            SELECT statement_id, string_agg(printf('; node %s: seq %.1f MiB, random %d reqs (%.1f MiB), net %.1f MiB',
-                                                   node, seq_bytes / 1048576, random_reqs::BIGINT,
-                                                   random_bytes / 1048576, net_bytes / 1048576), '' ORDER BY node) AS lines
-            FROM ({PER_NODE_SQL}) WHERE seq_bytes <> 0 OR random_reqs <> 0 OR net_bytes <> 0 GROUP BY 1)
-        SELECT node, statement_id, query_id,
-               CASE WHEN none THEN 'unknown' ELSE lim END AS "limit",
-               CASE WHEN none THEN 0.0 ELSE explained END AS allocated_share,
-               CASE WHEN none THEN 0.0 ELSE confidence END AS confidence,
-               CASE WHEN none THEN 'no attribution rows for this statement (kernel side missing?)' ELSE
-                   printf('wall %.1f ms; ', wall_ns / 1e6)
-                   || coalesce(nullif(array_to_string(list_transform(
-                          list_filter(list_sort([{parts}], 'DESC'), x -> x.share >= 0.005),
-                          x -> printf('%s %.0f%%', x.name, 100 * x.share)), ', '), ''), 'no resource time')
-                   || printf('; explained %.0f%% (threshold %.0f%%), unexplained %.0f%% (other_wait %.1f ms, '
-                             'not_allocated %.1f ms)', 100 * explained, {100 * internal_threshold}, 100 * s_unexplained,
-                             coalesce(other_wait, 0) / 1e6, coalesce(not_allocated, 0) / 1e6)
-                   || CASE WHEN lim = 'cpu' THEN printf('; user %.1f ms, sys %.1f ms', coalesce(cpu_user, 0) / 1e6,
-                                                        coalesce(cpu_sys, 0) / 1e6) ELSE '' END
-                   || CASE WHEN from_workers_ns <> 0 THEN printf('; parallel workers %.1f ms', from_workers_ns / 1e6)
-                           ELSE '' END
-                   || coalesce(io.lines, '')
-               END AS evidence
-        FROM e LEFT JOIN io USING (statement_id) ORDER BY statement_id"""
-
-
 def classify(statements: pa.Table, attribution: pa.Table, kernel_functions: pa.Table | None = None,
              statement_io: pa.Table | None = None,
              internal_threshold: float = DEFAULT_INTERNAL_THRESHOLD) -> pa.Table:
     """The `statement_class` table."""
     con = model_connection(statements, attribution, statement_io)
-    classes = con.execute(_classify_sql(internal_threshold)).to_arrow_table()
+    _threshold(con, internal_threshold)
+    classes = con.execute(sql_file("statement_class")).to_arrow_table()
     con.close()
     if kernel_functions is None or not kernel_functions.num_rows:
         return classes.cast(SCHEMAS["statement_class"])

@@ -158,29 +158,23 @@ def estimate_components(per_node: list[dict], platform: Platform) -> dict[str, f
     return {**{c: float(v[0]) for c, v in est.components.items()}, "critical_node": est.critical_node[0]}
 
 
-PER_NODE_SQL = sql_file("model_node_inputs")
-
-# A statement's execution: its record's window less the portal's idle gaps waiting for the client.
-EXECUTION_NS = "any_value(s.end_ns - s.start_ns) - coalesce(sum(a.ns) FILTER (WHERE a.component = 'client_wait'), 0)"
-
-SHARES_SQL = f"""
-SELECT s.statement_id, s.query_id, {EXECUTION_NS} AS wall_ns,
-       coalesce(sum(a.from_workers_ns), 0) AS from_workers_ns,
-       {", ".join(f"sum(a.ns) FILTER (WHERE a.component = '{c}') AS {c}" for c in ATTRIBUTION_COMPONENTS)}
-FROM statements s LEFT JOIN attribution a USING (statement_id)
-WHERE s.parent_statement_id IS NULL
-GROUP BY ALL ORDER BY 1
-"""
-
-
 def model_connection(statements: pa.Table, attribution: pa.Table,
                      statement_io: pa.Table | None) -> duckdb.DuckDBPyConnection:
-    """A connection holding the tables the model's queries read (`statements`, `attribution`, `statement_io`)."""
+    """A connection holding the tables the model's queries read (`statements`, `attribution`, `statement_io`)
+    and the views over them (sql/statement_shares.sql, model_node_inputs.sql, class_shares.sql)."""
     con = connect(threads=1)  # per-statement aggregates: threads only add contention
     con.register("statements", statements)
     con.register("attribution", attribution)
     con.register("statement_io", statement_io if statement_io is not None else empty_table(SCHEMAS["statement_io"]))
+    add_model_views(con)
     return con
+
+
+def add_model_views(con: duckdb.DuckDBPyConnection) -> None:
+    """The model's views (sql/statement_shares.sql, model_node_inputs.sql, class_shares.sql) on a connection
+    that holds `statements`, `attribution` and `statement_io`."""
+    for view in ("statement_shares", "model_node_inputs", "class_shares"):
+        con.execute(sql_file(view))
 
 
 def inputs_from(con: duckdb.DuckDBPyConnection, only: list[int] | None = None) -> dict[int, dict]:
@@ -189,23 +183,21 @@ def inputs_from(con: duckdb.DuckDBPyConnection, only: list[int] | None = None) -
     statements in `only`, if given (the advice's few: the classification and the model run on columns)."""
     wanted = f"statement_id IN ({', '.join(str(int(i)) for i in only) or 'NULL'})" if only is not None else "true"
     out: dict[int, dict] = {}
-    for sid, qid, wall, workers, *ns in con.execute(f"SELECT * FROM ({SHARES_SQL}) WHERE {wanted}").fetchall():
+    shares = f"SELECT statement_id, query_id, wall_ns, from_workers_ns, {', '.join(ATTRIBUTION_COMPONENTS)} FROM statement_shares"
+    for sid, qid, wall, workers, *ns in con.execute(f"{shares} WHERE {wanted}").fetchall():
         out[sid] = {"statement_id": sid, "query_id": qid, "wall_ns": wall, "from_workers_ns": int(workers),
                     "attributed": {c: int(v) for c, v in zip(ATTRIBUTION_COMPONENTS, ns) if v is not None},
                     "nodes": []}
     cols = ("statement_id", "node", *NODE_INPUTS)
-    for row in con.execute(f"SELECT * FROM ({PER_NODE_SQL}) WHERE {wanted} ORDER BY 1, 2").fetchall():
+    for row in con.execute(f"SELECT {', '.join(cols)} FROM model_node_inputs WHERE {wanted} ORDER BY 1, 2").fetchall():
         if row[0] in out:
             out[row[0]]["nodes"].append(dict(zip(cols, row)))
     return out
 
 
 _ROOTS_SQL = f"""
-SELECT s.statement_id, s.query_id, {EXECUTION_NS} AS wall_ns,
-       coalesce(sum(a.ns) FILTER (WHERE a.component IN {tuple(RESOURCE_ATTRIBUTION)}), 0) AS resource_ns
-FROM statements s LEFT JOIN attribution a USING (statement_id)
-WHERE s.parent_statement_id IS NULL
-GROUP BY ALL ORDER BY 1
+SELECT statement_id, query_id, wall_ns, {" + ".join(f"coalesce({c}, 0)" for c in RESOURCE_ATTRIBUTION)} AS resource_ns
+FROM statement_shares ORDER BY 1
 """
 
 
@@ -215,7 +207,7 @@ def model_frames(statements: pa.Table, attribution: pa.Table,
     inputs, as columns: what estimate and predict read (computed once when both run)."""
     con = model_connection(statements, attribution, statement_io)
     roots = con.execute(_ROOTS_SQL).to_arrow_table()
-    frame = con.execute(PER_NODE_SQL).fetchnumpy()
+    frame = con.execute("SELECT * FROM model_node_inputs").fetchnumpy()
     con.close()
     return roots, frame
 
@@ -309,7 +301,7 @@ def disk_wait_check(statements: pa.Table, attribution: pa.Table, statement_io: p
     platform = Platform.from_calibration(calibration)
     con = model_connection(statements, attribution, statement_io)
     row = con.execute(f"""
-        WITH n AS ({PER_NODE_SQL}),
+        WITH n AS (SELECT * FROM model_node_inputs),
         single AS (SELECT statement_id FROM n GROUP BY 1 HAVING count(*) = 1),
         waited AS (
             SELECT statement_id, sum(ns) FILTER (WHERE component IN ('disk_seq', 'disk_random')) AS disk_ns

@@ -1,12 +1,13 @@
 -- model_node_inputs: per root statement and node, the model's inputs ([Taufer]'s per-node terms): the
 -- root's own CPU and its parallel workers' apart, the workers' count, sequential and random bytes
--- and requests, network bytes. A query, not a table: the model, the classifier and the disk check
--- read it as a sub-query of the connection model.model_connection makes.
+-- and requests, network bytes. A view of the connection model.model_connection makes: the model, the
+-- classifier and the disk check read it.
 --
 -- inputs:  statements (statement_clean, or a cluster's with data-node parts as sub-statements),
 --          attribution (statement_attribution), statement_io
 -- columns: statement_id, node, cpu_ns, workers_cpu_ns, workers, seq_bytes, seq_reqs, random_reqs,
 --          random_bytes, net_bytes (DOUBLE)
+CREATE OR REPLACE VIEW model_node_inputs AS
 WITH RECURSIVE roots AS (  -- remote sub-statements and parallel workers belong to their root
     SELECT statement_id, statement_id AS root_id, node AS root_node FROM statements WHERE parent_statement_id IS NULL
     UNION ALL
@@ -47,4 +48,4 @@ FROM both_ b JOIN roots r USING (statement_id) LEFT JOIN worker w USING (stateme
 -- a nested statement on the root's own node ran inside the root's time: counted once, by the root;
 -- a parallel worker's requests went to the same disk as its leader's: they add up
 WHERE b.statement_id = r.root_id OR b.node <> r.root_node OR w.statement_id IS NOT NULL
-GROUP BY ALL ORDER BY 1, 2
+GROUP BY ALL ORDER BY 1, 2;
