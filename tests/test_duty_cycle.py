@@ -138,3 +138,18 @@ def test_within_the_budget_every_event_is_kept(server, tmp_path):
     summary, db = _captured(server, tmp_path / "within", event_budget=1e9, window_s=0.5)
     assert summary["recorder"]["duty_changes"] == [] and len(summary["recorder"]["windows"]) == 1
     assert not db.duty_cycled
+
+
+def test_stacks_sample_the_cpu_in_the_windows_only(server, tmp_path):
+    """With --stacks, perf's CPU samples are switched off and on with the events (its control pipe):
+    samples in every window, none while the events were off."""
+    summary, db = _captured(server, tmp_path / "stacks", duty=0.25, window_s=0.4, stacks=True)
+    rec = summary["recorder"]
+    if not rec["perf"]:
+        pytest.skip("perf is not available here")
+    off = [w for w in rec["off"] if w[1] - w[0] > 0]
+    assert off, rec
+    gaps = " OR ".join(f"ts_ns BETWEEN {a} AND {b}" for a, b in off)
+    assert db.sql(f"SELECT count(*) FROM cpu_sample WHERE {gaps}").fetchone()[0] == 0
+    for lo, hi in rec["windows"]:
+        assert db.sql(f"SELECT count(*) FROM cpu_sample WHERE ts_ns BETWEEN {lo} AND {hi}").fetchone()[0] > 0, (lo, hi)

@@ -6,9 +6,11 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -26,19 +28,56 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def start_perf(out: Path, freq_hz: int = 99) -> subprocess.Popen:
+@dataclass
+class Perf:
+    """A running `perf record`; with a control pipe (--control), its sampling switched on and off."""
+    proc: subprocess.Popen
+    ctl: int | None = None   # our end of perf's control pipe: 'enable' / 'disable'
+    ack: int | None = None   # our end of its acknowledgements
+
+    def switch(self, on: bool, timeout_s: float = 2.0) -> None:
+        """Sampling on or off, acknowledged by perf (a disabled event takes no samples and costs nothing)."""
+        if self.ctl is None:
+            raise MwinvError("perf runs without a control pipe: its sampling cannot be switched")
+        os.write(self.ctl, b"enable\n" if on else b"disable\n")
+        ready, _, _ = select.select([self.ack], [], [], timeout_s)
+        if not ready or not os.read(self.ack, 64).startswith(b"ack"):
+            raise MwinvError(f"perf did not acknowledge '{'enable' if on else 'disable'}' in {timeout_s:g} s")
+
+
+def start_perf(out: Path, freq_hz: int = 99, control: bool = False) -> Perf:
     """Sample all CPUs (with `-p`, perf does not follow the backends a postmaster forks later);
-    perf_to_capture keeps only the DBMS's pids."""
+    perf_to_capture keeps only the DBMS's pids. control: sampling can be switched off and on
+    (Perf.switch; a duty-cycled capture samples in its windows only)."""
     perf = shutil.which("perf")
     if not perf:
         raise MwinvError("perf is not installed (package linux-perf, scripts/deps.sh)")
     cmd = [perf, "record", "-q", "-g", "-e", "cpu-clock", "-F", str(freq_hz), "-k", "CLOCK_MONOTONIC",
            "-a", "-o", str(out)]
+    theirs: list[int] = []
+    ours: list[int | None] = [None, None]
+    if control:
+        ctl_r, ours[0] = os.pipe()
+        ours[1], ack_w = os.pipe()
+        cmd += ["--control", f"fd:{ctl_r},{ack_w}"]
+        theirs = [ctl_r, ack_w]
     log = open(out.with_suffix(".log"), "w")
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+    try:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
+                                pass_fds=theirs)
+    except BaseException:
+        for fd in ours:
+            if fd is not None:
+                os.close(fd)
+        raise
+    finally:
+        for fd in theirs:   # perf's ends, now perf's own
+            os.close(fd)
+    return Perf(proc, *ours)
 
 
-def stop_perf(proc: subprocess.Popen, timeout_s: float = 30) -> None:
+def stop_perf(perf: Perf, timeout_s: float = 30) -> None:
+    proc = perf.proc
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
         try:
@@ -46,6 +85,10 @@ def stop_perf(proc: subprocess.Popen, timeout_s: float = 30) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+    for fd in (perf.ctl, perf.ack):
+        if fd is not None:
+            os.close(fd)
+    perf.ctl = perf.ack = None
 
 
 _HEAD = re.compile(r"^\s*(?P<comm>.*?)\s+(?P<pid>\d+)/(?P<tid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<sec>\d+)\.(?P<frac>\d+):")

@@ -239,7 +239,11 @@ class KernelRecorder:
             d.start()
             self._threads.append(d)
         if self.tracer == "nop" and self.cfg.stacks and perf_mod.perf_available() and self.pids:
-            self.perf = perf_mod.start_perf(self.out / "perf.data", self.cfg.perf_freq_hz)
+            cycled = self.cfg.duty < 1 or bool(self.cfg.event_budget)
+            with self._pid_lock:   # the duty loop may have switched the events off meanwhile
+                self.perf = perf_mod.start_perf(self.out / "perf.data", self.cfg.perf_freq_hz, control=cycled)
+                if not self._events_on:
+                    self.perf.switch(False)
 
     def _stacks(self, inst: Instance) -> None:
         """Stack triggers on the wait events; the function tracer per pid where the kernel allows."""
@@ -444,6 +448,8 @@ class KernelRecorder:
                     self.instance.write(trig, text if on == "1" else f"!{text}")
                 if self.tracer == "function":
                     self.instance.write("current_tracer", "function" if on == "1" else "nop")
+                if self.perf is not None:   # CPU samples in the windows only, as the events
+                    self.perf.switch(on == "1")
                 if on == "0":
                     self.instance.write("set_event_pid", "")
                 self._events_on = on == "1"
