@@ -4,7 +4,7 @@ too little data gets one "data too thin" note instead of guesses. This module ga
 
 The expected gain of a rule is the wall time the model's what-if (model.predict) would remove,
 e.g. "CPU 3x" for three parallel processes; where the gain is "all of the component" (e.g. a
-working set that would fit in memory) the rule says so. Kernel hot spot rules follow seed 003:
+working set that would fit in memory) the rule says so. Kernel hot spot rules follow [Tanigawa] (docs/references.md):
 name the sysctl and why."""
 
 from __future__ import annotations

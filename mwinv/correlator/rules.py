@@ -229,7 +229,7 @@ def network(e: Evidence) -> Advice | None:
         return e.advice("network.latency", "the network time is not bandwidth: the bytes would take "
                         f"{_ms(e.model_net_ns)} at the link rate but the statement waited {_ms(e.ns['network'])}; "
                         "fewer round trips help (larger fetch_size for postgres_fdw, batching), a faster "
-                        "link does not (seed 000's Q3)", ev, gain, "model what-if link rate x10")
+                        "link does not ([Taufer]'s Q3)", ev, gain, "model what-if link rate x10")
     return e.advice("network.bandwidth", "a faster link, or ship less data (push filters and "
                     "aggregates down to the nodes, co-locate joined partitions)", ev, gain,
                     "model what-if link rate x10")
@@ -314,7 +314,7 @@ def run_queue(e: Evidence) -> Advice | None:
                     evidence, waited, "all of the run-queue wait")
 
 
-# --- kernel hot spots (seed 003): function name pattern -> (rule key, sysctl advice, why)
+# --- kernel hot spots ([Tanigawa]): function name pattern -> (rule key, sysctl advice, why)
 KERNEL_HOT_SPOTS = [
     (re.compile(r"find_busiest_group|load_balance|update_sd_lb_stats|newidle_balance|select_task_rq_fair|"
                 r"migrate_task|active_load_balance"),
@@ -322,14 +322,14 @@ KERNEL_HOT_SPOTS = [
      "raise the scheduler's migration cost (sysctl kernel.sched_migration_cost_ns, or "
      "/sys/kernel/debug/sched/migration_cost_ns on kernels >= 5.13), e.g. from 0.5 ms to 5 ms",
      "the scheduler spends this statement's kernel time looking for a busier CPU and migrating tasks; a "
-     "higher migration cost makes tasks count as cache-hot and cuts load-balancing (seed 003: "
+     "higher migration cost makes tasks count as cache-hot and cuts load-balancing ([Tanigawa]: "
      "find_busiest_group 30 % of an INSERT's kernel time)"),
     (re.compile(r"task_numa_work|numa_migrate|migrate_pages|change_prot_numa|change_protection_range|"
                 r"do_numa_page|migrate_misplaced"),
      "numa_balancing",
      "turn automatic NUMA balancing off (sysctl kernel.numa_balancing=0) or bind the server to one node",
      "NUMA hinting faults and page migration run on the statement's behalf; on a database whose shared "
-     "buffers are touched from every node they move pages back and forth (seed 003: 80 % of a TPC-H "
+     "buffers are touched from every node they move pages back and forth ([Tanigawa]: 80 % of a TPC-H "
      "query's kernel time)"),
     (re.compile(r"clear_page|do_anonymous_page|handle_mm_fault|__handle_mm_fault|do_huge_pmd|khugepaged|"
                 r"compact_zone|isolate_migratepages|do_page_fault|exc_page_fault|filemap_map_pages"),
@@ -375,7 +375,7 @@ def kernel_hot_spot(pattern: re.Pattern, key: str, what: str, why: str) -> Rule:
     return rule
 
 
-# --- nothing explains it (seed 000's query 8)
+# --- nothing explains it ([Taufer]'s query 8)
 def not_allocated(e: Evidence) -> Advice | None:
     if e.limit != "dbms-internal" and e.shares["unexplained"] < 0.5:
         return None
@@ -386,7 +386,7 @@ def not_allocated(e: Evidence) -> Advice | None:
                     "statement's time: it waited for something the trace does not see (client round "
                     "trips, sleeps, latches, IPC, a remote node). Look at pg_stat_activity wait events "
                     "(pg_wait_sampling), EXPLAIN ANALYZE and the client; such statements have a high "
-                    "potential for tuning the application or the DBMS (seed 000)",
+                    "potential for tuning the application or the DBMS ([Taufer])",
                     f"explained {_pct(e.explained)}; {shares_txt}", None, "unknown: no resource to scale")
 
 
