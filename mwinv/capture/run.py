@@ -218,6 +218,15 @@ class KernelCapture:
             pass
         return None
 
+    def _median_wall_ns(self) -> int | None:
+        """The median of the statements the drainer last read; while none has ended since the capture
+        began, that time (a query of TPC-H's may still run): None without statements."""
+        if self.drainer is None:
+            return None
+        if self.drainer.median_wall_ns is None:
+            return time.monotonic_ns() - self.drainer.since_ns if self.drainer.since_ns else None
+        return self.drainer.median_wall_ns
+
     def _pids_now(self) -> list[int]:
         if self.postmaster_pid:
             return descendants(self.postmaster_pid)
@@ -238,6 +247,15 @@ class KernelCapture:
                                                        since_ns=node_info["start_ns"])
                 if not self.drainer:
                     skipped["statements"] = why
+            # the statements first: an event budget weighs how long they last (the recorder's first
+            # decision came before the drainer's first drain, and saw none)
+            if self.drainer:
+                self.drainer.start()
+                sql_only = getattr(self.drainer, "sql_only", None)   # PostgreSQL's drainer says how it reads
+                if sql_only is not None:
+                    how = f"through SQL: {sql_only}" if sql_only else "from the server's ring, mapped"
+                    self.progress(f"statements read {how}")
+                    self._update_node({"statement_reader": how})
             # without the extension, PostgreSQL's own query probes give the statements (degraded mode)
             self.from_probes = bool(self.statements and self.trace and self.postmaster_pid and not self.drainer)
             if self.trace:
@@ -247,8 +265,8 @@ class KernelCapture:
                     config = RecorderConfig(events=self.events, stacks=self.stacks, query_probes=self.from_probes,
                                             duty=self.duty, window_s=self.window_s, event_budget=self.event_budget)
                     self.recorder = KernelRecorder(self.capture.path / "kernel" / self.node, self._pids_now(),
-                                                   config, follow_pid=self.postmaster_pid,
-                                                   notice=self.progress).start()
+                                                   config, follow_pid=self.postmaster_pid, notice=self.progress,
+                                                   statement_wall=self._median_wall_ns).start()
                     self.progress(f"tracing {len(self.recorder.procs)} pids in {self.recorder.instance.name}")
                 except MwinvError as exc:
                     if self.trace != "auto":
@@ -259,13 +277,6 @@ class KernelCapture:
                 self.sampler = Sampler(self.capture, self.node, self._pids_now, self.sample_interval_s,
                                        net_pid=self._other_netns_pid()).start()
                 self.progress(f"sampling every {self.sample_interval_s:g} s")
-            if self.drainer:
-                self.drainer.start()
-                sql_only = getattr(self.drainer, "sql_only", None)   # PostgreSQL's drainer says how it reads
-                if sql_only is not None:
-                    how = f"through SQL: {sql_only}" if sql_only else "from the server's ring, mapped"
-                    self.progress(f"statements read {how}")
-                    self._update_node({"statement_reader": how})
         except BaseException:
             self.stop()
             raise

@@ -106,8 +106,8 @@ def _print_summary(console: Console, capture_dir: str, summary: dict) -> None:
                       f"{parse.get('lost_events', 0)} lost, tracer {rec.get('tracer')}, "
                       f"{summary.get('perf_samples', 0)} perf samples, pids {len(rec.get('pids', []))}")
     for change in rec.get("duty_changes", []):
-        console.print(f"{duty_change_text(change, rec['event_budget'])} from "
-                      f"+{(change['at_ns'] - rec['windows'][0][0]) / 1e9:.1f} s (in the manifest)")
+        console.print(f"at +{(change['at_ns'] - rec['windows'][0][0]) / 1e9:.1f} s: "
+                      f"{duty_change_text(change, rec['event_budget'])} (in the manifest)")
     if "sampler" in summary:
         s = summary["sampler"]
         console.print(f"sampler: {s['samples']} samples, own CPU {s['cpu_s']:.3f} s ({100 * s['cpu_share']:.2f} %)")

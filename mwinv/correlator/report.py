@@ -130,8 +130,8 @@ def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: b
                        "a query no window covered shows its rusage only.")
     for node, info in sorted(manifest.get("nodes", {}).items()):
         for change in info.get("duty_changes") or []:
-            missing.append(f"Node {node}: {duty_change_text(change, info['event_budget'])} from "
-                           f"+{(change['at_ns'] - info['start_ns']) / 1e9:.1f} s of the capture.")
+            missing.append(f"Node {node}, at +{(change['at_ns'] - info['start_ns']) / 1e9:.1f} s of the capture: "
+                           f"{duty_change_text(change, info['event_budget'])}.")
     data.con = connect()
     data.con.register("statements", statements)
     data.con.register("attribution", attribution)

@@ -55,6 +55,9 @@ BUDGET_AVERAGE_S = 5.0
 OVERLOAD = 4
 MIN_DUTY = 0.01
 UP_MARGIN = 0.8   # trace more again only when the budget holds with this margin (no flapping)
+# Statements whose median is longer than this share of a window keep every event: a window covers few
+# of them whole, and one it does not cover has no kernel side at all (TPC-H's long queries)
+LONG_STATEMENT = 0.1
 
 MWINV_SO = Path("/usr/lib/postgresql/15/lib/mwinv.so")
 STATEMENT_PROBES = {"statement__start": "mwinv_stmt_start", "statement__done": "mwinv_stmt_done"}
@@ -144,6 +147,10 @@ class RecorderConfig:
 def duty_change_text(change: dict, budget: float) -> str:
     """One of the budget's decisions (an entry of the recorder's duty_changes) in words."""
     said = f"kernel events at {change['events_per_s_per_cpu']:,}/s per CPU"
+    if "statement_median_ms" in change:
+        return (f"{said}, over the budget of {budget:,.0f}, but the statements last "
+                f"{change['statement_median_ms']:,} ms (median), too long for windows: every event kept "
+                "(--duty to trade them)")
     if change["duty"] < 1:
         return f"{said}, over the budget of {budget:,.0f}: traced one window in {round(1 / change['duty'])}"
     return f"{said}, within the budget of {budget:,.0f}: traced throughout"
@@ -153,7 +160,8 @@ class KernelRecorder:
     """start() / stop(): records into `out_dir` (trace.dat, procs.json, perf.data, recorder.json)."""
 
     def __init__(self, out_dir: str | os.PathLike, pids: list[int], config: RecorderConfig | None = None,
-                 follow_pid: int | None = None, notice: Callable[[str], None] | None = None):
+                 follow_pid: int | None = None, notice: Callable[[str], None] | None = None,
+                 statement_wall: Callable[[], int | None] | None = None):
         self.out = Path(out_dir)
         self.pids = list(pids)
         self.follow_pid = follow_pid if follow_pid is not None else (pids[0] if pids else None)
@@ -180,6 +188,7 @@ class KernelRecorder:
         self.duty = self.cfg.duty
         self.duty_changes: list[dict] = []   # the budget's decisions: when, at which rate, to which duty
         self.notice = notice or (lambda line: None)
+        self.statement_wall = statement_wall or (lambda: None)   # median ns of the statements just read
         if self.cfg.event_budget is not None and self.cfg.event_budget <= 0:
             raise MwinvError(f"event budget {self.cfg.event_budget:g}/s per CPU: more than 0 (or none)")
         if not 0 < self.cfg.duty <= 1 or self.cfg.window_s <= 0:
@@ -422,6 +431,14 @@ class KernelRecorder:
             return
         want = min(self.cfg.duty, max(MIN_DUTY, 1 / math.ceil(rate / budget)))
         if want == self.duty or (want > self.duty and rate * want > UP_MARGIN * budget):
+            return
+        wall = self.statement_wall()
+        if want < self.duty and wall is not None and wall > LONG_STATEMENT * self.cfg.window_s * 1e9:
+            # too long for windows: few would be traced whole, and the rest would have no kernel side
+            if not self.duty_changes or "statement_median_ms" not in self.duty_changes[-1]:
+                self.duty_changes.append({"at_ns": time.monotonic_ns(), "events_per_s_per_cpu": round(rate),
+                                          "duty": self.duty, "statement_median_ms": round(wall / 1e6, 1)})
+                self.notice(duty_change_text(self.duty_changes[-1], budget))
             return
         self.duty = want
         self.duty_changes.append({"at_ns": time.monotonic_ns(), "events_per_s_per_cpu": round(rate),

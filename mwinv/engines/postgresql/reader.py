@@ -343,6 +343,7 @@ class StatementDrainer:
         self.conninfo = conninfo
         self.since_ns = since_ns
         self.began_full = False   # the ring was full when this drainer began: since_ns moved to then
+        self.median_wall_ns: int | None = None   # of the statements the last drain took (an event budget asks)
         self.capture = capture
         self.node = node
         self.interval_s = interval_s
@@ -361,6 +362,9 @@ class StatementDrainer:
         self.sql_only = ""   # why records come through SQL and not from the mapped ring ("": mapped)
 
     def start(self) -> "StatementDrainer":
+        # pyarrow loads pandas (where installed) on its first conversion of Python values: 0.35 s under
+        # pgbench -S, while a full ring dropped records; here, before the ring is taken
+        pa.array([0])
         self._conn = connect_untracked(self.conninfo)
         if not extension_available(self._conn):
             self._conn.close()
@@ -402,6 +406,9 @@ class StatementDrainer:
                     self._lost_connection()
                     continue
                 self._fetched.put((r, t))
+                if r.num_rows:
+                    wall = pc.subtract(r.column("end_ns"), r.column("start_ns")).to_numpy(zero_copy_only=False)
+                    self.median_wall_ns = int(np.median(wall))
                 if self._reader.ring is not None and not self._reader.ring.server_alive():
                     self._lost_connection()
                     continue
