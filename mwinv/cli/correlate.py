@@ -74,7 +74,8 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge) -> N
         if baseline:
             correlate(baseline)  # its derived tables must be as current as the capture's
             write_derived_tables(baseline)
-        data = load(capture, progress=lambda s: err.log(s))
+        # the session mwinv-correlate just built (a node's own is that node's: the report is the capture's)
+        data = load(capture, progress=lambda s: err.log(s), db=None if node else db)
         err.log("writing the derived tables and the report")
         write_derived_tables(data)
         html, md = render_report(data, report_dir, baseline_capture=baseline)

@@ -75,10 +75,12 @@ def rusage_attribution(statements: pa.Table) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=SCHEMAS["statement_attribution"])
 
 
-def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: bool = True) -> ReportData:
+def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: bool = True,
+         db: CaptureDB | None = None) -> ReportData:
     """The capture's tables and everything derived from them; advice for the `top` queries' longest
     executions (the ones the report shows). progress(step) is called as each step begins. derive=False:
-    the tables only (a differential report's baseline needs no classes, model or advice)."""
+    the tables only (a differential report's baseline needs no classes, model or advice). db: the
+    capture already open and correlated (mwinv-correlate's), else it is opened here."""
     step = progress or (lambda _: None)
     cap = Capture(capture_dir)
     if not cap.path.is_dir():
@@ -109,7 +111,7 @@ def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: b
     data = ReportData(cap.path, manifest, statements, texts, attribution, cap.read("statement_kernel_function"),
                       cap.read("node_sample"), missing)
     statement_io = cap.read("statement_io") if cap.has("statement_io") else None
-    data.db = db = open_correlated(cap.path)
+    data.db = db = db or open_correlated(cap.path)
     if not cap.has("statement_attribution"):
         db.con.register("statement_attribution", attribution)   # the extension's rusage, as above
     cluster = cap.has("statement_link") and cap.has("statement_attribution")
