@@ -111,7 +111,7 @@ def _show(capture_dir: Path, out_dir: Path, console: Console) -> Path:
     for i, s in enumerate(top, 1):
         if parts := node_parts(db, s.example_id):
             console.print(terminal.node_table(i, s, parts))
-    console.print(terminal.advice_text(top, advise_capture(capture_dir, [s.example_id for s in top])))
+    console.print(terminal.advice_text(top, advise_capture(db, [s.example_id for s in top])))
     data = load(capture_dir, progress=lambda s: console.log(s))
     write_derived_tables(data)
     html, md = render_report(data, out_dir / "report")

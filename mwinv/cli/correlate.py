@@ -53,7 +53,7 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge) -> N
     for w in db.warnings:
         err.print(f"[yellow]warning:[/] {w}")
     rows = top_statements(db, n=top, by=by, query_id=query_id)
-    advice = advise_capture(capture, [r.example_id for r in rows])
+    advice = advise_capture(db, [r.example_id for r in rows])
     nodes = {r.example_id: p for r in rows if (p := node_parts(db, r.example_id))}
     if fmt == "json":
         click.echo(terminal.as_json(rows, advice, nodes))

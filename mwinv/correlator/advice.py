@@ -9,15 +9,17 @@ name the sysctl and why."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import duckdb
 import pyarrow as pa
 
 from mwinv.capture.columns import empty_table
-from mwinv.capture.tables import SCHEMAS, Capture
+from mwinv.capture.tables import SCHEMAS
 from mwinv.correlator.classify import class_shares, ranked_kernel_functions
-from mwinv.correlator.load import connect, create_empty, is_duty_cycled, sql_file
+from mwinv.correlator.load import CaptureDB, create_empty, open_correlated, sql_file
+from mwinv.correlator.nodes import node_parts
 from mwinv.correlator.model import (Platform, add_model_views, estimate_components, inputs_from, model_connection,
                                    model_total)
 from mwinv.correlator.rules import (MIN_LOCK_SHARE, MIN_RUN_QUEUE_SHARE, MIN_WALL_NS, RULES, Advice, Evidence, _ms,
@@ -87,107 +89,125 @@ LOCK_WAKEUPS_SQL = """
         WHERE a.component = 'lock_wait' AND a.ns > 0)"""
 
 
-def advise_capture(capture_dir, statement_ids: list[int]) -> dict[int, list[Advice]]:
+def advise_capture(capture: CaptureDB | str | os.PathLike, statement_ids: list[int]) -> dict[int, list[Advice]]:
     """Advice for a few statements of a correlated capture (the terminal's and the report's top ones),
-    reading the rows they need rather than the whole capture.
+    reading the rows they need rather than the whole capture. capture: the analysis session over it
+    (its tables are read where they are; the advice's own live in a schema `advice`, dropped after),
+    or its directory (opened here).
 
     An execution under MIN_WALL_NS is too short to advise on; when its query id ran more often (an OLTP
     statement), the advice is over all its executions: times, requests, rows and kernel samples summed,
     the example execution standing for them. Otherwise over the execution itself, with its workers and
     remote parts, and, when it waited for a lock, the other backends' statements around the wait and the
     wake-ups that name the blocker."""
-    cap = Capture(capture_dir)
-    if not statement_ids or not cap.has("statement") or not cap.has("statement_attribution"):
-        return {}
+    db = capture if isinstance(capture, CaptureDB) else open_correlated(capture)
+    try:
+        have = {r[0] for r in db.sql("SELECT table_name FROM information_schema.tables "
+                                     "WHERE table_schema = 'main'").fetchall()}
+        if not statement_ids or not db.has("statement") or "statement_attribution" not in have:
+            return {}
+        parts = ({sid: p for sid in statement_ids if (p := node_parts(db, sid))}
+                 if "statement_link" in have else {})
+        db.con.execute("DROP SCHEMA IF EXISTS advice CASCADE")
+        db.con.execute("CREATE SCHEMA advice")
+        db.con.execute("SET schema = 'advice'")
+        try:
+            advice = _advise_in_session(db, statement_ids, have, parts)
+        finally:
+            db.con.execute("SET schema = 'main'")
+            db.con.execute("DROP SCHEMA advice CASCADE")
+    finally:
+        if db is not capture:
+            db.con.close()
+    out: dict[int, list[Advice]] = {}
+    for a in advice:
+        out.setdefault(a.statement_id, []).append(a)
+    return out
+
+
+def _advise_in_session(db: CaptureDB, statement_ids: list[int], have: set[str], parts: dict) -> list[Advice]:
+    con, cap = db.con, db.capture
     manifest = cap.manifest()
-    con = connect()
-    for table in ("statement", "statement_attribution", "statement_kernel_function", "node_sample", "statement_text",
-                  "kernel_event", "dbms_call", "dbms_wait", "plan_operation", "statement_stat", "trace_window"):
-        if cap.has(table):
-            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{cap.glob(table)}')")
-        else:
-            create_empty(con, table, "VIEW")
+    derived = {}   # the derived tables advice reads: the session's, or empty where none was derived
+    for table in ("statement_kernel_function", "statement_io"):
+        derived[table] = f"main.{table}"
+        if table not in have:
+            derived[table] = f"absent_{table}"
+            create_empty(con, table, "VIEW", name=derived[table])
+    kfuncs, io = derived["statement_kernel_function"], derived["statement_io"]
     con.execute(f"""
         CREATE TABLE example AS
-        SELECT * FROM statement WHERE statement_id IN ({", ".join(str(int(i)) for i in statement_ids)})""")
+        SELECT * FROM main.statement WHERE statement_id IN ({", ".join(str(int(i)) for i in statement_ids)})""")
     # each example stands for itself, or (too short) for all root executions of its query id: in a
     # duty-cycled capture those a window covered (the others' time is rusage or not_allocated)
-    traced = (f" AND s.statement_id IN (SELECT statement_id FROM read_parquet('{cap.glob('traced_statement')}'))"
-              if is_duty_cycled(con, manifest) and cap.has("traced_statement") else "")
+    traced = (" AND s.statement_id IN (SELECT statement_id FROM main.traced_statement)"
+              if db.duty_cycled and "traced_statement" in have else "")
     con.execute(f"""
         CREATE TABLE member AS
         SELECT statement_id AS key, statement_id FROM example
         UNION
-        SELECT e.statement_id, s.statement_id FROM example e JOIN statement s ON s.query_id = e.query_id
+        SELECT e.statement_id, s.statement_id FROM example e JOIN main.statement s ON s.query_id = e.query_id
         WHERE e.end_ns - e.start_ns < {MIN_WALL_NS} AND s.parent_statement_id IS NULL{traced}""")
     con.execute(f"""
         CREATE TABLE statements AS
         WITH g AS (
             SELECT m.key, count(*) AS executions, sum(s.end_ns - s.start_ns)::BIGINT AS wall_ns,
                    sum(s.rows)::BIGINT AS rows, sum(s.write_bytes)::BIGINT AS write_bytes
-            FROM member m JOIN statement s USING (statement_id) GROUP BY m.key),
+            FROM member m JOIN main.statement s USING (statement_id) GROUP BY m.key),
         locked AS (  -- the single executions that waited for a lock
             SELECT e.node, e.start_ns, e.end_ns FROM example e JOIN g ON g.key = e.statement_id AND g.executions = 1
-            JOIN statement_attribution a USING (statement_id)
+            JOIN main.statement_attribution a USING (statement_id)
             WHERE a.component = 'lock_wait' AND a.ns >= {MIN_LOCK_SHARE} * (e.end_ns - e.start_ns))
         SELECT e.* REPLACE (e.start_ns + g.wall_ns AS end_ns, g.rows AS rows, g.write_bytes AS write_bytes),
                g.executions
         FROM example e JOIN g ON g.key = e.statement_id
         UNION ALL BY NAME  -- the executions' parallel workers and remote parts, under their example
         SELECT w.* REPLACE (m.key AS parent_statement_id), 1 AS executions
-        FROM statement w JOIN member m ON w.parent_statement_id = m.statement_id
+        FROM main.statement w JOIN member m ON w.parent_statement_id = m.statement_id
         UNION ALL BY NAME  -- other backends' statements around a lock wait
-        SELECT DISTINCT s.*, 1 AS executions FROM statement s JOIN locked l
+        SELECT DISTINCT s.*, 1 AS executions FROM main.statement s JOIN locked l
             ON s.node = l.node AND s.start_ns < l.end_ns AND s.end_ns > l.start_ns - {BLOCKER_LOOKBACK_NS}
         WHERE s.statement_id NOT IN (SELECT statement_id FROM member)""")
     con.execute("""
         CREATE TABLE attribution AS
         SELECT any_value(a.node) AS node, m.key AS statement_id, any_value(a.query_id) AS query_id, a.component,
                sum(a.ns)::BIGINT AS ns, sum(a.from_workers_ns)::BIGINT AS from_workers_ns
-        FROM statement_attribution a JOIN member m USING (statement_id) GROUP BY m.key, a.component""")
-    if cap.has("statement_io"):  # the executions' requests summed, their workers' and remote parts' as they are
-        io = f"read_parquet('{cap.glob('statement_io')}')"
-        sums = ", ".join(f"sum({c})::BIGINT AS {c}" for c in ("seq_bytes", "seq_reqs", "random_reqs", "random_bytes",
-                                                              "net_rx_bytes", "net_tx_bytes"))
-        con.execute(f"""
-            CREATE TABLE statement_io AS
-            SELECT i.node, m.key AS statement_id, {sums}
-            FROM {io} i JOIN member m USING (statement_id) GROUP BY i.node, m.key
-            UNION ALL BY NAME
-            SELECT i.* FROM {io} i JOIN statements s USING (statement_id)
-            WHERE s.parent_statement_id IN (SELECT key FROM member)""")
-    else:
-        create_empty(con, "statement_io")
-    con.execute("""
+        FROM main.statement_attribution a JOIN member m USING (statement_id) GROUP BY m.key, a.component""")
+    # the executions' requests summed, their workers' and remote parts' as they are
+    sums = ", ".join(f"sum({c})::BIGINT AS {c}" for c in ("seq_bytes", "seq_reqs", "random_reqs", "random_bytes",
+                                                          "net_rx_bytes", "net_tx_bytes"))
+    con.execute(f"""
+        CREATE TABLE statement_io AS
+        SELECT i.node, m.key AS statement_id, {sums}
+        FROM {io} i JOIN member m USING (statement_id) GROUP BY i.node, m.key
+        UNION ALL BY NAME
+        SELECT i.* FROM {io} i JOIN statements s USING (statement_id)
+        WHERE s.parent_statement_id IN (SELECT key FROM member)""")
+    con.execute(f"""
         CREATE TABLE kernel_function_of AS
         SELECT any_value(k.node) AS node, m.key AS statement_id, any_value(k.query_id) AS query_id, k.function,
                any_value(k.stack) AS stack, sum(k.samples)::BIGINT AS samples, sum(k.ns)::BIGINT AS ns,
                sum(k.ns) / sum(sum(k.ns)) OVER (PARTITION BY m.key, k.source) AS share, k.source
-        FROM statement_kernel_function k JOIN member m USING (statement_id) GROUP BY m.key, k.source, k.function""")
+        FROM {kfuncs} k JOIN member m USING (statement_id) GROUP BY m.key, k.source, k.function""")
     # the CPU samples overlapping the executions themselves tell whether CPUs stood idle
     con.execute("""
         CREATE TABLE windows AS
-        SELECT m.key AS statement_id, s.node, s.start_ns, s.end_ns FROM member m JOIN statement s USING (statement_id)""")
+        SELECT m.key AS statement_id, s.node, s.start_ns, s.end_ns FROM member m JOIN main.statement s USING (statement_id)""")
 
     dbms_evidence = _dbms_evidence(con) if cap.has("dbms_call") or cap.has("statement_stat") else None
 
     def arrow(sql: str) -> pa.Table:
         return con.execute(sql).to_arrow_table()
-    advice = advise(arrow("SELECT * FROM statements"), arrow("SELECT * FROM attribution"),
-                    arrow("SELECT * FROM statement_io"), arrow("SELECT * FROM kernel_function_of"),
-                    arrow("SELECT * FROM statement_text"), manifest.get("calibration"),
-                    # the wake-ups matter only to a lock wait: no scan of the kernel events without one
-                    kernel_events=arrow(LOCK_WAKEUPS_SQL) if con.execute(
-                        "SELECT count(*) FROM attribution WHERE component = 'lock_wait' AND ns > 0").fetchone()[0]
-                    else None, cpus=manifest.get("cpus"),
-                    settings=manifest.get("settings") or {}, node_samples=arrow("SELECT * FROM node_sample"),
-                    only=statement_ids, con=con, windows="windows", node_parts=_node_parts(cap, statement_ids),
-                    dbms_evidence=dbms_evidence)
-    con.close()
-    out: dict[int, list[Advice]] = {}
-    for a in advice:
-        out.setdefault(a.statement_id, []).append(a)
-    return out
+    return advise(arrow("SELECT * FROM statements"), arrow("SELECT * FROM attribution"),
+                  arrow("SELECT * FROM statement_io"), arrow("SELECT * FROM kernel_function_of"),
+                  arrow("SELECT * FROM main.statement_text"), manifest.get("calibration"),
+                  # the wake-ups matter only to a lock wait: no scan of the kernel events without one
+                  kernel_events=arrow(LOCK_WAKEUPS_SQL) if con.execute(
+                      "SELECT count(*) FROM attribution WHERE component = 'lock_wait' AND ns > 0").fetchone()[0]
+                  else None, cpus=manifest.get("cpus"),
+                  settings=manifest.get("settings") or {}, node_samples=arrow("SELECT * FROM main.node_sample"),
+                  only=statement_ids, con=con, windows="windows", node_parts=parts,
+                  dbms_evidence=dbms_evidence)
 
 
 FETCH_ARRAY_WHAT_IF = 100  # the array size the fetch round-trip what-if tries
@@ -228,20 +248,6 @@ def _dbms_evidence(con: duckdb.DuckDBPyConnection) -> dict[int, dict]:
             per_trip = wait_ns / max(fetches - len(rows_each), 1)
             out[key].update(fetch_saved_ns=int(max(0, fetches - after) * per_trip), fetch_size_to=FETCH_ARRAY_WHAT_IF)
     return out
-
-
-def _node_parts(cap: Capture, statement_ids: list[int]) -> dict:
-    """A cluster capture's statements' parts on the data nodes (none for a single server's capture)."""
-    if not cap.has("statement_link"):
-        return {}
-    from mwinv.correlator.load import open_correlated
-    from mwinv.correlator.nodes import node_parts
-
-    db = open_correlated(cap.path)
-    try:
-        return {sid: parts for sid in statement_ids if (parts := node_parts(db, sid))}
-    finally:
-        db.con.close()
 
 
 def _idle_cpus(con: duckdb.DuckDBPyConnection, statement_ids: list[int], windows: str = "statements") -> dict[int, float]:

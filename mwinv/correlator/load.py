@@ -45,10 +45,10 @@ def sql_file(name: str) -> str:
     return (Path(__file__).parent / "sql" / f"{name}.sql").read_text()
 
 
-def create_empty(con, table: str, kind: str = "TABLE") -> None:
-    """An empty `table` (or view) with the columns of its schema."""
+def create_empty(con, table: str, kind: str = "TABLE", name: str | None = None) -> None:
+    """An empty `table` (or view; named `name`, else as the table) with the columns of its schema."""
     cols = ", ".join(f"CAST(NULL AS {duck_type(f.type)}) AS \"{f.name}\"" for f in SCHEMAS[table])
-    con.execute(f"CREATE OR REPLACE {kind} {table} AS SELECT {cols} WHERE false")
+    con.execute(f"CREATE OR REPLACE {kind} {name or table} AS SELECT {cols} WHERE false")
 
 
 def duck_type(t) -> str:

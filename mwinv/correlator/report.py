@@ -155,7 +155,7 @@ def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: b
         if cluster:
             data.node_parts = {sid: parts for sid in examples if (parts := node_parts(db, sid))}
         if cap.has("statement_attribution"):  # as mwinv-correlate gives it (over all executions of a short one)
-            data.advice = [a for advice in advise_capture(cap.path, examples).values() for a in advice]
+            data.advice = [a for advice in advise_capture(db, examples).values() for a in advice]
         else:  # from the extension's rusage alone
             data.advice = advise(statements, attribution, statement_io, data.kernel_functions, texts_t, calibration,
                                  cpus=manifest.get("cpus") or os.cpu_count(),
