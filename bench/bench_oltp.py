@@ -157,9 +157,9 @@ def shares(capture_dir: Path) -> tuple[dict[str, float], int, int, int]:
 
 
 def compare_shares(server: PgServer, args, work: Path, console: Console) -> None:
-    """One full and one duty-cycled capture of the same load, correlated: shares side by side."""
+    """A full, a budgeted and the duty-cycled captures of the same load, correlated: shares side by side."""
     got = {}
-    for config in ("default events", *(c for c in DUTY if c.startswith("events"))):
+    for config in ("default events", BUDGETED, *(c for c in DUTY if c.startswith("events"))):
         out = work / f"shares-{config.replace(' ', '-')}"
         run_config(server, config, args, out)
         console.log(f"correlating the {config} capture")
