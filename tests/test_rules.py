@@ -31,7 +31,7 @@ def test_no_rule_fires_on_a_statement_no_resource_holds():
 def test_cpu_per_call():
     a = r.cpu_per_call(evidence({"cpu": 0.6}, executions=400))
     assert a.rule == "cpu.per_call" and "400 executions of 2.5 ms each" in a.advice
-    assert a.evidence.startswith("over 400 executions: cpu 60% of 1000.0 ms")
+    assert a.evidence.startswith("over 400 executions: cpu 60% of 1,000.0 ms")
     assert a.expected_gain_ns is None
     assert r.cpu_per_call(evidence({"cpu": 0.6})) is None  # a single execution: not about the calls
 
@@ -68,7 +68,7 @@ def test_cpu_faster():
 
 def test_disk_seq_bandwidth():
     a = r.disk_seq_bandwidth(evidence({"disk_seq": 0.5}, seq_bytes=300 * 2**20))
-    assert a.rule == "disk_seq.bandwidth" and a.evidence == "disk_seq 50% of 1000.0 ms; 300.0 MiB read sequentially"
+    assert a.rule == "disk_seq.bandwidth" and a.evidence == "disk_seq 50% of 1,000.0 ms; 300.0 MiB read sequentially"
     assert a.expected_gain_ns == GAINS[("disk_rate", 2.0)]
     assert r.disk_seq_bandwidth(evidence({"disk_seq": 0.2})) is None
 
@@ -122,7 +122,7 @@ def test_network():
 def test_lock_wait():
     a = r.lock_wait(evidence({"lock": 0.3}, ns={"lock_wait": 300_000_000}, blocker="backend pid 9 released it"))
     assert a.rule == "lock.wait" and a.advice.startswith("lock waits: backend pid 9 released it. ")
-    assert a.evidence == "lock_wait 300.0 ms (30% of 1000.0 ms)" and a.expected_gain_ns == 300_000_000
+    assert a.evidence == "lock_wait 300.0 ms (30% of 1,000.0 ms)" and a.expected_gain_ns == 300_000_000
     assert r.lock_wait(evidence({"lock": 0.05})) is None
 
 

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from mwinv.cli.common import progress_console
 from mwinv.errors import MwinvError
+from mwinv.fmt import ms
 
 
 @click.group("oracle", help=__doc__)
@@ -23,10 +24,6 @@ def _console() -> Console:
     """Wide enough for the tables when piped (rich assumes 80 columns there)."""
     c = Console()
     return c if c.is_terminal else Console(width=200)
-
-
-def _ms(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1e6:,.3f}"
 
 
 @oracle_cli.command("import")
@@ -107,12 +104,12 @@ def profile_cmd(capture, group, where, skew, fmt) -> None:
         for label in prof.BUCKET_LABELS:
             t.add_column(label, justify="right")
     for r in rows:
-        cells = [r.group, _ms(r.duration_ns), f"{100 * r.share:.1f}", f"{r.count:,}", _ms(r.mean_ns), _ms(r.min_ns),
-                 _ms(r.max_ns)]
+        cells = [r.group, ms(r.duration_ns, 3), f"{100 * r.share:.1f}", f"{r.count:,}", ms(r.mean_ns, 3), ms(r.min_ns, 3),
+                 ms(r.max_ns, 3)]
         if skew:
             cells += [str(c) if c else "" for c, _ in r.histogram]
         t.add_row(*cells)
-    t.add_row("total", _ms(total), "100.0", f"{sum(r.count for r in rows):,}", "", "", "")
+    t.add_row("total", ms(total, 3), "100.0", f"{sum(r.count for r in rows):,}", "", "", "")
     _console().print(t)
 
 
@@ -140,7 +137,7 @@ def unaccounted_cmd(capture, top) -> None:
     for c in cols:
         t.add_column(c.removesuffix("_ns"), justify="right")
     for r in rows:
-        t.add_row(str(r["statement_id"]), *(_ms(r[c]) for c in cols[1:]))
+        t.add_row(str(r["statement_id"]), *(ms(r[c], 3) for c in cols[1:]))
     _console().print(t)
 
 
@@ -183,14 +180,14 @@ def tkprof_cmd(capture, query_id, top) -> None:
             depth = {}
             for pid_, parent, op, obj, cnt, cr, pr, time_ns, n, wait_ns in plan:
                 depth[pid_] = depth.get(parent, -1) + 1
-                t.add_row(str(pid_), "  " * depth[pid_] + op, f"{cnt:,}", str(cr), str(pr), _ms(time_ns),
-                          str(n) if n else "", _ms(wait_ns) if n else "")
+                t.add_row(str(pid_), "  " * depth[pid_] + op, f"{cnt:,}", str(cr), str(pr), ms(time_ns, 3),
+                          str(n) if n else "", ms(wait_ns, 3) if n else "")
             console.print(t)
         for w in prof.fetch_whatif(db, qid):
             if w.saved_ns:
                 console.print(f"what-if fetch array size {w.array_size}: {w.fetches} → {w.fetches_after} fetch calls "
-                              f"for {w.rows} rows in {w.executions} executions, {_ms(w.saved_ns)} ms of client round "
-                              f"trips saved (at {_ms(w.trip_wait_ns)} ms per trip)", highlight=False)
+                              f"for {w.rows} rows in {w.executions} executions, {ms(w.saved_ns, 3)} ms of client round "
+                              f"trips saved (at {ms(w.trip_wait_ns, 3)} ms per trip)", highlight=False)
     for recursive in (False, True):
         mine = [(None, None, r[0], *r[1:]) for r in prof.overall(db) if r[0] == recursive]
         if mine:

@@ -31,6 +31,7 @@ from mwinv.correlator.model import (MIN_TIMED_NS, WHAT_IFS, DiskWaitCheck, disk_
 from mwinv.correlator.nodes import NodePart, cluster_model_tables, node_parts
 from mwinv.correlator.pipeline import RANK_BY, query_summaries
 from mwinv.errors import MwinvError
+from mwinv.fmt import ms
 from mwinv.kernel_trace.recorder import duty_change_text
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -251,10 +252,6 @@ def _table(headers: list[str], rows: list[list], md_rows: list[list] | None = No
     return h, md
 
 
-def _ms(ns) -> str:
-    return f"{(ns or 0) / 1e6:,.1f}"
-
-
 def _short(text: str | None, n: int = 90) -> str:
     t = " ".join((text or "?").split())
     return t if len(t) <= n else t[: n - 1] + "…"
@@ -318,11 +315,11 @@ def section_top(data: ReportData, queries: list[dict]) -> Section:
         text = _short(data.texts.get(q["query_text_hash"]))
         anchor = f'<a href="#q{q["query_id"]}">{q["query_id"]}</a>'
         calls = f"{q['calls']} ({q['traced_calls']} traced)" if data.duty_cycled else q["calls"]
-        rows.append([anchor, escape(str(q["node"])), calls, _ms(q["total_ns"]), escape(c.get("limit", "-")),
+        rows.append([anchor, escape(str(q["node"])), calls, ms(q["total_ns"]), escape(c.get("limit", "-")),
                      bar, f"<code>{escape(text)}</code>"])
         total = q["total_ns"] or 1
         shares = ", ".join(f"{comp} {100 * v / total:.0f}%" for comp, v in _breakdown(q) if v / total >= 0.01)
-        md_rows.append([q["query_id"], q["node"], calls, _ms(q["total_ns"]), c.get("limit", "-"), shares,
+        md_rows.append([q["query_id"], q["node"], calls, ms(q["total_ns"]), c.get("limit", "-"), shares,
                         f"`{text}`"])
     h, md = _table(["query_id", "node", "calls", "total ms", "class", "breakdown", "statement"], rows, md_rows)
     return Section("Top statements", svg.legend(list(ATTRIBUTION_COMPONENTS)) + h, md)
@@ -377,12 +374,12 @@ def section_details(data: ReportData, queries: list[dict]) -> Section:
         if advice:
             h.append("<ul class=\"advice\">")
             for a in advice:
-                gain = f"expected gain {_ms(a.expected_gain_ns)} ms ({escape(a.basis)})" if a.expected_gain_ns is not None \
+                gain = f"expected gain {ms(a.expected_gain_ns)} ms ({escape(a.basis)})" if a.expected_gain_ns is not None \
                     else escape(a.basis)
                 h.append(f"<li><b>{escape(a.rule)}</b>: {escape(a.advice)}<br><small>evidence: {escape(a.evidence)}; "
                          f"{gain}</small></li>")
                 md.append(f"- **{a.rule}**: {a.advice} — evidence: {a.evidence}; "
-                          + (f"expected gain {_ms(a.expected_gain_ns)} ms ({a.basis})" if a.expected_gain_ns is not None
+                          + (f"expected gain {ms(a.expected_gain_ns)} ms ({a.basis})" if a.expected_gain_ns is not None
                              else a.basis) + "\n")
             h.append("</ul>")
             md.append("\n")
@@ -427,8 +424,8 @@ def section_data_nodes(data: ReportData, queries: list[dict]) -> Section:
         for p in parts:
             busy = [(c, v) for c, v in p.components.items() if c != "client_wait" and v]
             bar = svg.stacked_bar(busy, p.execution_ns, scale, label=f"{p.execution_ns / 1e6:,.1f} ms busy")
-            cells = [p.statements, p.fetches, f"{p.rows:,}", f"{p.sent_bytes / 2**20:.2f}", _ms(p.idle_ns),
-                     _ms(p.last_end_ns)]
+            cells = [p.statements, p.fetches, f"{p.rows:,}", f"{p.sent_bytes / 2**20:.2f}", ms(p.idle_ns),
+                     ms(p.last_end_ns)]
             name = p.node + (" (critical)" if p.critical else "")
             rows.append([escape(name), *cells, bar])
             md_rows.append([name, *cells, ", ".join(f"{c} {v / 1e6:.1f} ms" for c, v in busy)])
@@ -457,8 +454,8 @@ def section_model(data: ReportData) -> Section:
         return Section("Model accuracy ([Taufer], Table 1)", "<p>Not computed: no calibration.</p>",
                        "Not computed: no calibration.\n")
     ests = data.estimates.sort_by([("measured_ns", "descending")]).slice(0, 30).to_pylist()
-    rows = [[r["statement_id"], r["query_id"], _ms(r["t_cpu_ns"]), _ms(r["t_seq_ns"]), _ms(r["t_no_seq_ns"]),
-             _ms(r["t_net_ns"]), _ms(r["estimated_ns"]), _ms(r["measured_ns"]),
+    rows = [[r["statement_id"], r["query_id"], ms(r["t_cpu_ns"]), ms(r["t_seq_ns"]), ms(r["t_no_seq_ns"]),
+             ms(r["t_net_ns"]), ms(r["estimated_ns"]), ms(r["measured_ns"]),
              f"{100 * (r['allocated_share'] or 0):.0f}%",
              f"{100 * r['error']:+.1f}%" if r["error"] is not None else "-"] for r in ests]
     mae, k = mean_abs_error(data.estimates, min_measured_ns=MIN_TIMED_NS)
@@ -490,8 +487,8 @@ def section_whatif(data: ReportData, queries: list[dict]) -> Section:
     rows = []
     for sid, q in examples.items():
         base = by.get((sid, *keys[0]), {}).get("baseline_ns") if keys else None
-        rows.append([q["query_id"], _ms(base)] + [
-            _ms(by[(sid, w, k)]["predicted_ns"]) + (f" (measured {_ms(by[(sid, w, k)]['measured_ns'])})"
+        rows.append([q["query_id"], ms(base)] + [
+            ms(by[(sid, w, k)]["predicted_ns"]) + (f" (measured {ms(by[(sid, w, k)]['measured_ns'])})"
                                                    if by[(sid, w, k)]["measured_ns"] else "")
             for w, k in keys])
     meaning = "; ".join(f"{w}: {desc}" for w, (_, desc) in WHAT_IFS.items())
@@ -526,9 +523,9 @@ def section_diff(data: ReportData, base: ReportData, top: int) -> Section:
                 d = vb / b["calls"] - va / a["calls"]
                 if abs(d) >= 0.05 * max(mean_a, mean_b):
                     changes.append(f"{c} {d / 1e6:+,.1f} ms")
-        rows.append([i, _ms(mean_a) if a else "-", _ms(mean_b) if b else "-", ratio, bars,
+        rows.append([i, ms(mean_a) if a else "-", ms(mean_b) if b else "-", ratio, bars,
                      escape(", ".join(changes)), f"<code>{escape(text)}</code>"])
-        md_rows.append([i, _ms(mean_a) if a else "-", _ms(mean_b) if b else "-", ratio, ", ".join(changes), f"`{text}`"])
+        md_rows.append([i, ms(mean_a) if a else "-", ms(mean_b) if b else "-", ratio, ", ".join(changes), f"`{text}`"])
     h, md = _table(["query_id", "before ms/call", "after ms/call", "ratio", "breakdown", "largest changes",
                     "statement"], rows, md_rows)
     intro = f"Before: {base.path}; after: {data.path}. Mean time per call by query_id."

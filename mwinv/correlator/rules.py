@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from mwinv.correlator.classify import _pct
+from mwinv.fmt import ms
 
 MIN_WALL_NS = 10_000_000  # below 10 ms a handful of samples decide the shares: too thin to advise on
 MIN_SHARE = 0.25  # a resource has to hold a quarter of the wall time before it is worth tuning
@@ -89,7 +90,7 @@ def what_ifs(cpus: int) -> list[tuple[str, float]]:
 
 
 def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.1f} ms"
+    return f"{ms(ns)} ms"
 
 
 Rule = Callable[[Evidence], "Advice | None"]

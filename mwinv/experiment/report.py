@@ -20,6 +20,7 @@ from mwinv.correlator import svg
 from mwinv.correlator.load import connect, duck_type
 from mwinv.errors import MwinvError
 from mwinv.experiment.results import RESULT_SCHEMA
+from mwinv.fmt import ms
 
 SQL_DIR = Path(__file__).parent / "sql"
 KNEE_GAIN = 0.10      # a level is worth its step while it cuts the time by a tenth or more
@@ -236,7 +237,7 @@ def _predictions_md(title: str, rule: str, error: dict | None, head: list[str], 
     md = [f"## {title}", "", rule + summary, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for cells, p in zip(rows, preds):
         err = f"{p['error']:+.0%}" if p["error"] is not None else "-"
-        md.append("| " + " | ".join([*map(str, cells), _ms(p["predicted_ns"]), _ms(p["measured_ns"]), err]) + " |")
+        md.append("| " + " | ".join([*map(str, cells), ms(p["predicted_ns"]), ms(p["measured_ns"]), err]) + " |")
     return md + [""]
 
 
@@ -249,10 +250,6 @@ def _label(others: str, varied: set[str]) -> str:
     """A group's levels, only of the factors the plan varies (the fixed ones are in the cell table)."""
     kept = [kv for kv in others.split(" ") if kv.split("=", 1)[0] in varied]
     return " ".join(kept) or "all cells"
-
-
-def _ms(ns) -> str:
-    return "-" if ns is None else f"{ns / 1e6:,.1f}"
 
 
 def render(out: str | Path) -> tuple[Path, Path]:
@@ -296,7 +293,7 @@ def render(out: str | Path) -> tuple[Path, Path]:
                     elif r["failed"]:
                         cells.append("✗")
                     else:
-                        cells.append(f"{r['speedup']:.2f}{' ▼' if r['slowdown'] else ''} ({_ms(r['wall_ns'])} ms)")
+                        cells.append(f"{r['speedup']:.2f}{' ▼' if r['slowdown'] else ''} ({ms(r['wall_ns'])} ms)")
                         series.setdefault(f"Q{q}", []).append((n, r["speedup"]))
                 md.append(f"| Q{q} | " + " | ".join(cells) + " |")
             md.append("")
@@ -310,10 +307,10 @@ def render(out: str | Path) -> tuple[Path, Path]:
                    "|---|---|" + "---|" * len(ATTRIBUTION_COMPONENTS)]
             peak = max(r["wall_ns"] for r in mine) or 1
             for r in mine:
-                md.append(f"| {r['nodes']} | {_ms(r['wall_ns'])} | "
+                md.append(f"| {r['nodes']} | {ms(r['wall_ns'])} | "
                           + " | ".join(f"{100 * r['shares'][c]:.0f}%" for c in ATTRIBUTION_COMPONENTS) + " |")
                 html.append(svg.stacked_bar([(c, r["shares"][c] * r["wall_ns"]) for c in ATTRIBUTION_COMPONENTS],
-                                            r["wall_ns"], peak, label=f"{g}: {r['nodes']} nodes, {_ms(r['wall_ns'])} ms"))
+                                            r["wall_ns"], peak, label=f"{g}: {r['nodes']} nodes, {ms(r['wall_ns'])} ms"))
             grows = s["growing"].get(g)
             if grows is not None:
                 md += ["", f"Growing with nodes (what limits scaling): {', '.join(grows) if grows else 'none'}."]
@@ -323,8 +320,8 @@ def render(out: str | Path) -> tuple[Path, Path]:
         md += ["## Scheme against scheme", "", "| query | nodes | schemes a / b | ms a | ms b | kB shipped a | kB b "
                "| moved most (b − a) |", "|---|---|---|---|---|---|---|---|"]
         for r in s["scheme_diff"]:
-            md.append(f"| Q{r['query']} | {r['nodes']} | {r['scheme_a']} / {r['scheme_b']} | {_ms(r['wall_a'])} | "
-                      f"{_ms(r['wall_b'])} | {(r['net_a'] or 0) / 1e3:,.0f} | {(r['net_b'] or 0) / 1e3:,.0f} | "
+            md.append(f"| Q{r['query']} | {r['nodes']} | {r['scheme_a']} / {r['scheme_b']} | {ms(r['wall_a'])} | "
+                      f"{ms(r['wall_b'])} | {(r['net_a'] or 0) / 1e3:,.0f} | {(r['net_b'] or 0) / 1e3:,.0f} | "
                       f"{r['moved'] or '-'} {(r['moved_ns'] or 0) / 1e6:+.1f} ms |")
         md.append("")
     if s["scheme_advice"]:
@@ -333,7 +330,7 @@ def render(out: str | Path) -> tuple[Path, Path]:
         md += ["## One-factor sweeps", "", "| factor | others | query | best level | knee | levels (ms) |",
                "|---|---|---|---|---|---|"]
         for f in s["sweeps"]:
-            levels = ", ".join(f"{lv}: {'⏱' if to else _ms(w)}" for lv, w, to in f["levels"])
+            levels = ", ".join(f"{lv}: {'⏱' if to else ms(w)}" for lv, w, to in f["levels"])
             md.append(f"| {f['factor']} | {f['others']} | Q{f['query']} | {f['best']} | {f['knee']} | {levels} |")
         md.append("")
     if s["predictions"]:
