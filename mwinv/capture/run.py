@@ -223,9 +223,10 @@ class KernelCapture:
         began, that time (a query of TPC-H's may still run): None without statements."""
         if self.drainer is None:
             return None
-        if self.drainer.median_wall_ns is None:
+        median = self.drainer.median_wall_ns
+        if median is None:
             return time.monotonic_ns() - self.drainer.since_ns if self.drainer.since_ns else None
-        return self.drainer.median_wall_ns
+        return median
 
     def _pids_now(self) -> list[int]:
         if self.postmaster_pid:

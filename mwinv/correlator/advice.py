@@ -19,9 +19,9 @@ from mwinv.capture.columns import empty_table
 from mwinv.capture.tables import SCHEMAS
 from mwinv.correlator.classify import class_shares, ranked_kernel_functions
 from mwinv.correlator.load import CaptureDB, create_empty, open_correlated, sql_file
-from mwinv.correlator.nodes import node_parts
 from mwinv.correlator.model import (Platform, add_model_views, estimate_components, inputs_from, model_connection,
                                    model_total)
+from mwinv.correlator.nodes import node_parts
 from mwinv.correlator.rules import (MIN_LOCK_SHARE, MIN_RUN_QUEUE_SHARE, MIN_WALL_NS, RULES, Advice, Evidence, _ms,
                                     make_advice, what_ifs)
 from mwinv.engines.mariadb.rules import MARIADB_RULES

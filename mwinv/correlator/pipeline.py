@@ -133,13 +133,17 @@ def query_summaries(db: CaptureDB) -> list[dict]:
     return out
 
 
+def ranked_queries(db: CaptureDB, by: str = "total") -> list[dict]:
+    """query_summaries, the largest time `by` (RANK_BY) first: the terminal's and the report's order."""
+    return sorted(query_summaries(db), key=lambda r: (-sum(r[c] for c in RANK_BY[by]), -r["total_ns"]))
+
+
 def top_statements(db: CaptureDB, n: int = 5, by: str = "total", query_id: int | None = None,
                    functions_per_statement: int = 3) -> list[StatementSummary]:
     """Statements grouped by query id (executions without one stand alone), ranked by `by`."""
     if by not in RANK_BY:
         raise MwinvError(f"unknown ranking {by!r} (choose from {', '.join(RANK_BY)})")
-    rows = [r for r in query_summaries(db) if query_id is None or r["key"] == query_id]
-    rows.sort(key=lambda r: (-sum(r[c] for c in RANK_BY[by]), -r["total_ns"]))
+    rows = [r for r in ranked_queries(db, by) if query_id is None or r["key"] == query_id]
     texts = _texts(db)
     return [StatementSummary(
         query_id=r["query_id"], text=texts.get(r["query_id"], "") if r["query_id"] is not None else "",

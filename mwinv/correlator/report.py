@@ -29,7 +29,7 @@ from mwinv.correlator.load import CaptureDB, connect, open_correlated
 from mwinv.correlator.model import (MIN_TIMED_NS, WHAT_IFS, DiskWaitCheck, disk_wait_check, estimate,
                                     mean_abs_error, model_frames, predict)
 from mwinv.correlator.nodes import NodePart, cluster_model_tables, node_parts
-from mwinv.correlator.pipeline import RANK_BY, query_summaries
+from mwinv.correlator.pipeline import ranked_queries
 from mwinv.errors import MwinvError
 from mwinv.fmt import ms
 from mwinv.kernel_trace.recorder import duty_change_text
@@ -171,8 +171,7 @@ def top_queries(data: ReportData, top: int) -> list[dict]:
     """The `top` queries as mwinv-correlate ranks them by default (pipeline.query_summaries, the time of
     their executions without the client's waits); a capture not correlated gives the extension's
     rusage as its attribution."""
-    rows = query_summaries(data.db)
-    return sorted(rows, key=lambda r: (-sum(r[c] for c in RANK_BY["total"]), -r["total_ns"]))[:top]
+    return ranked_queries(data.db)[:top]
 
 
 def node_timelines(data: ReportData) -> dict[str, dict[str, dict[str, list[tuple[float, float]]]]]:

@@ -243,12 +243,12 @@ class KernelRecorder:
         self._threads.append(f)
         inst.write("tracing_on", "1")
         self.windows.append([time.monotonic_ns(), None])
-        if self.cfg.duty < 1 or self.cfg.event_budget:
+        cycled = self.cfg.duty < 1 or bool(self.cfg.event_budget)   # events may be switched off
+        if cycled:
             d = threading.Thread(target=self._duty_loop, name="mwinv-trace-duty", daemon=True)
             d.start()
             self._threads.append(d)
         if self.tracer == "nop" and self.cfg.stacks and perf_mod.perf_available() and self.pids:
-            cycled = self.cfg.duty < 1 or bool(self.cfg.event_budget)
             with self._pid_lock:   # the duty loop may have switched the events off meanwhile
                 self.perf = perf_mod.start_perf(self.out / "perf.data", self.cfg.perf_freq_hz, control=cycled)
                 if not self._events_on:

@@ -343,7 +343,7 @@ class StatementDrainer:
         self.conninfo = conninfo
         self.since_ns = since_ns
         self.began_full = False   # the ring was full when this drainer began: since_ns moved to then
-        self.median_wall_ns: int | None = None   # of the statements the last drain took (an event budget asks)
+        self._last: pa.Table | None = None   # the last drain that took records
         self.capture = capture
         self.node = node
         self.interval_s = interval_s
@@ -407,8 +407,7 @@ class StatementDrainer:
                     continue
                 self._fetched.put((r, t))
                 if r.num_rows:
-                    wall = pc.subtract(r.column("end_ns"), r.column("start_ns")).to_numpy(zero_copy_only=False)
-                    self.median_wall_ns = int(np.median(wall))
+                    self._last = r
                 if self._reader.ring is not None and not self._reader.ring.server_alive():
                     self._lost_connection()
                     continue
@@ -476,6 +475,15 @@ class StatementDrainer:
 
     def _dropped(self) -> int:
         return int(self._conn.execute("SELECT dropped FROM mwinv_info()").fetchone()[0])
+
+    @property
+    def median_wall_ns(self) -> int | None:
+        """The median duration of the statements the last drain took (None: none yet); computed when an
+        event budget asks, once a window, not on every drain."""
+        r = self._last
+        if r is None:
+            return None
+        return int(np.median(pc.subtract(r.column("end_ns"), r.column("start_ns")).to_numpy(zero_copy_only=False)))
 
     @property
     def before_capture(self) -> int:
