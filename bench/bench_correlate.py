@@ -204,21 +204,21 @@ def run_pandas(capture_dir: Path, cpu_out: Path) -> None:
 
 
 def run_report(capture_dir: Path, out: Path) -> None:
-    """The report on a correlated capture, timed: load (classes, model, predictions, advice), the derived
-    tables, report.html and report.md (into a directory beside `out`)."""
+    """The report on a correlated capture, timed: the derivation (classes, model, predictions, advice)
+    written into the capture, report.html and report.md (into a directory beside `out`)."""
     from mwinv.correlator.calibrate import calibrate, store
+    from mwinv.correlator.load import remove_stale
     from mwinv.correlator.pipeline import correlate
-    from mwinv.correlator.report import load, render_report, write_derived_tables
+    from mwinv.correlator.report import load, render_report
 
     cap = Capture(capture_dir)
     if not cap.has("statement_attribution"):
         correlate(capture_dir)
     if not cap.manifest().get("calibration"):
         store(capture_dir, calibrate(capture_dir))  # the model needs the platform: measured once, untimed
+    remove_stale(cap)   # derived by an earlier run: derived again, as after a new correlation
     started = time.perf_counter()
-    data = load(capture_dir)
-    write_derived_tables(data)
-    render_report(data, out.with_suffix(""))
+    render_report(load(capture_dir), out.with_suffix(""))   # derives (and writes) what the report reads
     report_seconds(time.perf_counter() - started)
 
 

@@ -10,11 +10,11 @@ from rich.console import Console
 
 from mwinv.capture.run import KernelCapture
 from mwinv.correlator import terminal
-from mwinv.correlator.advice import advise_capture
 from mwinv.correlator.calibrate import calibrate, store
+from mwinv.correlator.derive import advice_of, derive
 from mwinv.correlator.nodes import node_parts
 from mwinv.correlator.pipeline import correlate, top_statements
-from mwinv.correlator.report import load, render_report, write_derived_tables
+from mwinv.correlator.report import load, render_report
 from mwinv.workloads import runner, tpch
 from mwinv.workloads.setup import tpch_server
 
@@ -111,9 +111,9 @@ def _show(capture_dir: Path, out_dir: Path, console: Console) -> Path:
     for i, s in enumerate(top, 1):
         if parts := node_parts(db, s.example_id):
             console.print(terminal.node_table(i, s, parts))
-    console.print(terminal.advice_text(top, advise_capture(db, [s.example_id for s in top])))
-    data = load(capture_dir, progress=lambda s: console.log(s))
-    write_derived_tables(data)
-    html, md = render_report(data, out_dir / "report")
+    derive(db, advise=[s.example_id for s in top], progress=lambda s: console.log(s))
+    console.print(terminal.advice_text(top, advice_of(db, [s.example_id for s in top])))
+    html, md = render_report(load(capture_dir, db=db), out_dir / "report")
+    db.con.close()
     console.print(f"report: {html} (and {md})")
     return html

@@ -7,7 +7,7 @@ import pytest
 from mwinv.capture.tables import SCHEMAS
 from mwinv.correlator.advice import advise
 from mwinv.correlator.classify import classify
-from mwinv.correlator.model import estimate, mean_abs_error, predict
+from mwinv.correlator.model import estimate, mean_abs_error, model_connection, predict
 
 MS = 1_000_000
 CAL = {"disk": {"disk_rate_bps": 100e6, "rand_access_s": 0.005},
@@ -56,7 +56,7 @@ def case():
 
 
 def test_estimate_table1(case):
-    est = {r["statement_id"]: r for r in estimate(*case, CAL).to_pylist()}
+    est = {r["statement_id"]: r for r in estimate(model_connection(*case), CAL).to_pylist()}
     assert set(est) == {1, 2, 4, 5, 6}  # the remote part 3 and the nested 7 fold into their root 2
     e1 = est[1]
     # t_cpu = 0.5 s; t_seq = 30e6/100e6 = 0.3 s; t_no_seq = 20 * (0.005 + 8192/100e6) = 0.1016384 s
@@ -75,7 +75,7 @@ def test_estimate_table1(case):
     assert e2["error"] == pytest.approx(-100 / 700)
     # accuracy over statements with >= 85 % allocated: only statement 1 (0.9); 2 has 650/700 = 0.93 too
     assert e2["allocated_share"] == pytest.approx(650 / 700)
-    mae, n = mean_abs_error(estimate(*case, CAL))
+    mae, n = mean_abs_error(estimate(model_connection(*case), CAL))
     assert n == 3  # 1, 2 and 6 (5 ms all cpu)
     # |-0.0983616| + |-1/7| + |0| over 3
     assert mae == pytest.approx((0.0983616 + 100 / 700 + 0.0) / 3)
@@ -84,12 +84,12 @@ def test_estimate_table1(case):
 def test_estimate_without_calibration_is_one_line_error(case):
     from mwinv.errors import MwinvError
     with pytest.raises(MwinvError, match="no calibration"):
-        estimate(*case, None)
+        estimate(model_connection(*case), None)
 
 
 def test_predictions(case):
     pred = {(r["statement_id"], r["what_if"], r["factor"]): r
-            for r in predict(*case, CAL, factors={"cpu": (2.0,), "disk_rate": (2.0,), "rand_access": (0.5,),
+            for r in predict(model_connection(*case), CAL, factors={"cpu": (2.0,), "disk_rate": (2.0,), "rand_access": (0.5,),
                                                   "link_rate": (10.0,)}).to_pylist()}
     # CPU x2: 1.0 s - 0.25 s
     assert pred[(1, "cpu", 2.0)]["predicted_ns"] == 750 * MS
@@ -104,7 +104,7 @@ def test_predictions(case):
 
 
 def test_classify(case):
-    cls = {r["statement_id"]: r for r in classify(case[0], case[1]).to_pylist()}
+    cls = {r["statement_id"]: r for r in classify(model_connection(case[0], case[1], None)).to_pylist()}
     assert cls[1]["limit"] == "cpu"
     assert cls[1]["allocated_share"] == pytest.approx(0.9)
     assert cls[1]["confidence"] == pytest.approx(0.5 / 0.9)
@@ -161,7 +161,7 @@ def test_kernel_hot_spot_advice():
     # page faults: the sched-stack source sees 100 % (not 100 % + 20 %), 600 ms is the bound
     assert rules[(1, "kernel.transparent_hugepage")].expected_gain_ns == 600 * MS
     assert not [r for (sid, r) in rules if sid == 2 and r.startswith("kernel.")]
-    classes = {r["statement_id"]: r["evidence"] for r in classify(statements, attribution, kfs).to_pylist()}
+    classes = {r["statement_id"]: r["evidence"] for r in classify(model_connection(statements, attribution, None), kfs).to_pylist()}
     # the top three by share, each named with its source
     assert "kernel: do_huge_pmd_anonymous_page 100% of sched-stack, copy_user_generic 45% of perf-cpu-clock, " \
            "find_busiest_group 30% of perf-cpu-clock" in classes[1]
@@ -206,7 +206,7 @@ def test_disk_wait_check():
         io(1, seq_bytes=1_638_400, seq_reqs=100, random_reqs=100, random_bytes=819_200),
         # a streamed scan: 50 requests of 1 MiB, its waits hidden behind CPU, left out
         io(2, seq_bytes=50 * 2**20, seq_reqs=50), io(3)], schema=SCHEMAS["statement_io"])
-    check = disk_wait_check(statements, attribution, statement_io, cal)
+    check = disk_wait_check(model_connection(statements, attribution, statement_io), cal)
     assert check.requests == 200
     # waited 0.9 s, of which (1,638,400 + 819,200) / 100e6 = 0.024576 s transfer: (0.9 - 0.024576) / 200
     assert check.observed_s == pytest.approx(0.004377120)
@@ -216,7 +216,7 @@ def test_disk_wait_check():
     assert check.ratio == pytest.approx(1.45904) and not check.drifted
     assert DiskWaitCheck(200, 0.0046, 0.003).drifted and DiskWaitCheck(200, 0.001, 0.003).drifted
     # below 100 requests the check says nothing
-    assert disk_wait_check(statements, attribution, statement_io.slice(1), cal) is None
+    assert disk_wait_check(model_connection(statements, attribution, statement_io.slice(1)), cal) is None
 
 
 def test_run_queue_advice_tells_a_capped_process_from_busy_cpus():
@@ -261,7 +261,7 @@ def test_parallel_workers_in_the_model():
          for r in attr(1, cpu_user=100, run_queue=150, disk_random=50)], schema=SCHEMAS["statement_attribution"])
     statement_io = pa.Table.from_pylist([io(1), io(2, random_reqs=20, random_bytes=20 * 8192), io(3)],
                                         schema=SCHEMAS["statement_io"])
-    on = {cpus: estimate(statements, attribution, statement_io,
+    on = {cpus: estimate(model_connection(statements, attribution, statement_io),
                          {**CAL, "cpu": {"cpu_speed_factor": 1.0, "cpus": cpus}}).to_pylist() for cpus in (2, 4)}
     assert [r["statement_id"] for r in on[2]] == [1]  # the workers fold into their leader
     # 2 CPUs: 3 processes, 2 at a time: max(100, 300 / 2 per worker, 400 / 2) = 200 ms
@@ -271,7 +271,7 @@ def test_parallel_workers_in_the_model():
     # the worker's reads count: 20 x (0.005 + 8192 / 100e6) s = 101.6384 ms
     assert on[2][0]["t_no_seq_ns"] == 101_638_400
     # CPU twice as fast halves the critical path: 100 ms less
-    pred = predict(statements, attribution, statement_io, {**CAL, "cpu": {"cpus": 2}}, factors={"cpu": (2.0,)})
+    pred = predict(model_connection(statements, attribution, statement_io), {**CAL, "cpu": {"cpus": 2}}, factors={"cpu": (2.0,)})
     assert pred.to_pylist()[0]["predicted_ns"] == 200 * MS
 
 
@@ -283,7 +283,7 @@ def test_access_time_what_if_scales_both_kinds_of_request():
     # 100 short sequential requests (16 KiB) and 100 random ones (8 KiB)
     statement_io = pa.Table.from_pylist([io(1, seq_bytes=1_638_400, seq_reqs=100, random_reqs=100,
                                             random_bytes=819_200)], schema=SCHEMAS["statement_io"])
-    (p,) = predict(statements, attribution, statement_io, cal, factors={"rand_access": (3.0,)}).to_pylist()
+    (p,) = predict(model_connection(statements, attribution, statement_io), cal, factors={"rand_access": (3.0,)}).to_pylist()
     # each request waits 3x its access time: + 2 x (100 x 0.001 + 100 x 0.005) = + 1.2 s
     assert p["predicted_ns"] == 3200 * MS
 
@@ -297,7 +297,7 @@ def test_parallel_workers_with_their_own_rows():
                                       schema=SCHEMAS["statement"])
     attribution = pa.Table.from_pylist(attr(1, cpu_user=100, not_allocated=200) + attr(2, cpu_user=150)
                                        + attr(3, cpu_user=150), schema=SCHEMAS["statement_attribution"])
-    (e,) = [r for r in estimate(statements, attribution, None, {**CAL, "cpu": {"cpus": 2}}).to_pylist()
+    (e,) = [r for r in estimate(model_connection(statements, attribution, None), {**CAL, "cpu": {"cpus": 2}}).to_pylist()
             if r["statement_id"] == 1]
     assert e["t_cpu_ns"] == 200 * MS  # max(100, 300 / 2, 400 / 2)
 

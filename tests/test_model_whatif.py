@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from model_capture import make_capture_from_run, statement_ids, tracefs_usable, veth_namespace  # noqa: E402
 
 from mwinv.cgroup import Cgroup, block_device_of, drop_page_cache  # noqa: E402
-from mwinv.correlator.model import predict  # noqa: E402
+from mwinv.correlator.model import model_connection, predict  # noqa: E402
 from mwinv.workloads import tpch  # noqa: E402
 from mwinv.workloads.setup import tpch_server  # noqa: E402
 
@@ -126,7 +126,7 @@ def check_what_if(server, tmp_path, query: tuple[str, str], what_if: str, cgroup
         k = 1 / achieved
     else:
         k = factor(cap) if factor else 0.5
-    p = next(r for r in predict(st, at, io, cap.manifest()["calibration"], factors={what_if: (k,)}).to_pylist()
+    p = next(r for r in predict(model_connection(st, at, io), cap.manifest()["calibration"], factors={what_if: (k,)}).to_pylist()
              if r["statement_id"] == sid)
     io_bytes = {r["statement_id"]: r["seq_bytes"] + r["random_bytes"] for r in io.to_pylist()}.get(sid)
     predicted = p["predicted_ns"] / p["baseline_ns"]
@@ -194,8 +194,8 @@ def test_access_time_what_if_checked_by_running(tpch_pg_larger, tmp_path):
                                 before_each=lambda _label: drop_page_cache())
     calibration = cap.manifest()["calibration"]
     k = (1 / THROTTLE_IOPS) / calibration["disk"]["rand_access_s"]
-    predicted = {r["statement_id"]: r for r in predict(cap.read("statement"), cap.read("statement_attribution"),
-                                                      cap.read("statement_io"), calibration,
+    predicted = {r["statement_id"]: r for r in predict(model_connection(cap.read("statement"), cap.read("statement_attribution"),
+                                                                       cap.read("statement_io")), calibration,
                                                       factors={"rand_access": (k,)}).to_pylist()}
     io = {r["statement_id"]: r for r in cap.read("statement_io").to_pylist()}
     # one normalised text for all five (the extension keeps a query_id's first text): in execution order
@@ -275,9 +275,9 @@ def test_link_rate_what_if_checked_by_running(tmp_path):
     ids = statement_ids(cap, sql)
     wall = {r["statement_id"]: r["end_ns"] - r["start_ns"] for r in st.to_pylist()}
     sid = median(ids, key=wall.get)
-    classes = {r["statement_id"]: r for r in classify(st, at, None, io).to_pylist()}
+    classes = {r["statement_id"]: r for r in classify(model_connection(st, at, io)).to_pylist()}
     assert classes[sid]["limit"] == "network", classes[sid]
-    p = next(r for r in predict(st, at, io, calibration, factors={"link_rate": (0.5,)}).to_pylist()
+    p = next(r for r in predict(model_connection(st, at, io), calibration, factors={"link_rate": (0.5,)}).to_pylist()
              if r["statement_id"] == sid)
     error = p["predicted_ns"] / median(capped) - 1
     print(f"link x0.5: link calibrated at {calibration['links'][ns_ip]['rate_bps'] / 1e6:.2f} MB/s; captured "

@@ -18,7 +18,8 @@ from model_capture import make_capture_from_run, sql_key, statement_ids, tracefs
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, Capture  # noqa: E402
 from mwinv.cgroup import Cgroup, drop_page_cache  # noqa: E402
 from mwinv.correlator.classify import classify  # noqa: E402
-from mwinv.correlator.model import MIN_TIMED_NS, disk_wait_check, estimate, mean_abs_error  # noqa: E402
+from mwinv.correlator.model import (MIN_TIMED_NS, disk_wait_check, estimate, mean_abs_error,  # noqa: E402
+                                    model_connection)
 from mwinv.correlator.report import render_report  # noqa: E402
 from mwinv.correlator.svg import COMPONENT_COLORS  # noqa: E402
 from mwinv.workloads import tpch  # noqa: E402
@@ -294,7 +295,7 @@ MIN_STATEMENTS_FOR_MEAN = 3
 
 def _estimates(before: Capture) -> tuple[list[dict], float | None, int]:
     st, at, io = before.read("statement"), before.read("statement_attribution"), before.read("statement_io")
-    est = estimate(st, at, io, before.manifest()["calibration"])
+    est = estimate(model_connection(st, at, io), before.manifest()["calibration"])
     mae, n = mean_abs_error(est, min_measured_ns=MIN_TIMED_NS)
     rows = est.to_pylist()
     print("model on the real run (id, measured ms, estimated ms, allocated share, error):",
@@ -337,8 +338,8 @@ def test_model_accuracy_on_real_run(captures):
     if n < MIN_STATEMENTS_FOR_MEAN:   # one or two statements are not a mean (one was +182 % in a CI run)
         pytest.skip(f"too few statements to average: {n} of >= 50 ms reached 85 % allocated "
                     f"(mean |error| {'-' if mae is None else f'{100 * mae:.1f} %'})")
-    dw = disk_wait_check(before.read("statement"), before.read("statement_attribution"),
-                         before.read("statement_io"), before.manifest()["calibration"])
+    dw = disk_wait_check(model_connection(before.read("statement"), before.read("statement_attribution"),
+                                          before.read("statement_io")), before.manifest()["calibration"])
     print(f"mean |error| {100 * mae:.1f} % over {n} statements; disk wait per request: run "
           f"{dw.observed_s * 1e6:.0f} µs, calibration {dw.calibrated_s * 1e6:.0f} µs")
     if dw.drifted:
@@ -347,19 +348,43 @@ def test_model_accuracy_on_real_run(captures):
     assert mae <= 0.10
 
 
-def test_derived_tables_are_written(captures, tmp_path):
-    from mwinv.correlator.report import write_derived_tables
+def test_derived_tables_are_written_once_and_only_read_after(captures, tmp_path, monkeypatch):
+    """The derivation writes statement_class, statement_estimate, prediction, disk_wait_check and the
+    advice into the capture once; a report loaded later reads them (nothing is classified or modelled
+    again); a new correlation removes them, and the next report derives them again."""
+    from mwinv.correlator import derive
+    from mwinv.correlator.pipeline import correlate
+    from mwinv.correlator.report import load
 
     before, _ = captures
     cap_dir = tmp_path / "cap"
     shutil.copytree(before.path, cap_dir)
-    for _ in range(2):  # a second run replaces, not appends
-        written = write_derived_tables(cap_dir)
     cap = Capture(cap_dir)
+    first = load(cap_dir)
     n = len(STATEMENTS)
-    assert written == {"statement_estimate": n, "statement_class": n, "prediction": n * 4 * 3}
-    assert cap.read("statement_class").num_rows == n
+    assert cap.read("statement_class").num_rows == n and cap.read("statement_estimate").num_rows == n
+    assert cap.read("prediction").num_rows == n * 4 * 3
+    assert cap.has("disk_wait_check") and cap.has("statement_advice")
+    advised = set(cap.read("advised_statement").column("statement_id").to_pylist())
+    assert {q["example_id"] for q in first.queries} <= advised
     stored = {r["statement_id"]: r for r in cap.read("statement_class").to_pylist()}
-    computed = {r["statement_id"]: r for r in classify(before.read("statement"), before.read("statement_attribution"),
-                                                      None, before.read("statement_io")).to_pylist()}
+    computed = {r["statement_id"]: r for r in classify(model_connection(
+        before.read("statement"), before.read("statement_attribution"), before.read("statement_io")),
+        before.read("statement_kernel_function")).to_pylist()}
     assert stored == computed
+    first.db.con.close()
+
+    def derived_again(*_args, **_kw):
+        raise AssertionError("derived again although the capture holds the derived tables")
+    with monkeypatch.context() as m:
+        for name in ("classify", "estimate", "predict", "advise_capture"):
+            m.setattr(derive, name, derived_again)
+        second = load(cap_dir)
+    assert [a.rule for a in second.advice] == [a.rule for a in first.advice]
+    assert second.classes.to_pylist() == first.classes.to_pylist()
+    second.db.con.close()
+    correlate(cap_dir).con.close()
+    assert not cap.has("statement_class") and not cap.has("statement_advice")
+    third = load(cap_dir)
+    assert cap.read("statement_class").num_rows == n and third.classes.num_rows == n
+    third.db.con.close()

@@ -138,11 +138,27 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("t_net_ns", i64), ("estimated_ns", i64), ("measured_ns", i64), ("allocated_share", f64),
         ("error", f64), ("critical_node", s),
     ]),
+    # What to change for a statement the terminal or the report shows (its query id's executions when
+    # it is too short alone): one row per rule that fired, the model's expected gain where it can say
+    "statement_advice": pa.schema([
+        ("statement_id", i64), ("query_id", i64), ("rule", s), ("advice", s), ("evidence", s),
+        ("expected_gain_ns", i64), ("basis", s),
+    ]),
+    # The statements the advice was derived for (a statement on which no rule fired has no advice row)
+    "advised_statement": pa.schema([("statement_id", i64)]),
+    # The disk's access time as the run saw it next to the calibrated one (model.DiskWaitCheck): a row
+    # when enough short reads were measured
+    "disk_wait_check": pa.schema([("requests", i64), ("observed_s", f64), ("calibrated_s", f64)]),
 }
 
 # Tables the correlator derives (recomputed on every run, never read back as input).
 DERIVED_TABLES = ("statement_attribution", "statement_kernel_function", "statement_class", "prediction",
-                  "statement_io", "statement_estimate", "statement_link", "traced_statement")
+                  "statement_io", "statement_estimate", "statement_link", "traced_statement",
+                  "statement_advice", "advised_statement", "disk_wait_check")
+# Those derived from the attribution by the derivation step (correlator/derive.py): a new correlation
+# makes them stale, and removes them.
+FROM_ATTRIBUTION = ("statement_class", "prediction", "statement_estimate", "statement_advice",
+                    "advised_statement", "disk_wait_check")
 
 # Columns that grow with time, stored as deltas: a million pgbench statement records were written in 142
 # ns each instead of 179 (the capture's reader writes them while the server runs), 6.7 bytes each on

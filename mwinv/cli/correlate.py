@@ -7,7 +7,7 @@ from rich.console import Console
 
 from mwinv.cli.common import progress_console, run_main
 from mwinv.correlator import terminal
-from mwinv.correlator.advice import advise_capture
+from mwinv.correlator.derive import ADVICE_TABLES, advice_of, derive
 from mwinv.correlator.nodes import node_parts
 from mwinv.correlator.pipeline import RANK_BY, correlate, top_statements
 from mwinv.correlator.pipeline import merge as merge_nodes
@@ -30,7 +30,8 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge) -> N
     """Attribute every statement's wall time in CAPTURE to CPU (user/sys), disk (sequential/random),
     network, lock waits, run queue, other waits and not-allocated time; show the top statements with
     their breakdown, hot kernel functions and what to change (advice with the model's expected gain).
-    Writes statement_attribution and statement_kernel_function into CAPTURE.
+    Writes statement_attribution, statement_kernel_function and statement_advice into CAPTURE (with
+    --report also statement_class, statement_estimate and prediction).
 
     \b
     Examples:
@@ -53,7 +54,10 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge) -> N
     for w in db.warnings:
         err.print(f"[yellow]warning:[/] {w}")
     rows = top_statements(db, n=top, by=by, query_id=query_id)
-    advice = advise_capture(db, [r.example_id for r in rows])
+    examples = [r.example_id for r in rows]
+    # a node's own session is not the capture's: its advice stays in the session
+    derive(db, ADVICE_TABLES, advise=examples, progress=progress, write=node is None)
+    advice = advice_of(db, examples)
     nodes = {r.example_id: p for r in rows if (p := node_parts(db, r.example_id))}
     if fmt == "json":
         click.echo(terminal.as_json(rows, advice, nodes))
@@ -69,15 +73,13 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge) -> N
         if rows:
             console.print(terminal.advice_text(rows, advice))
     if report_dir:
-        from mwinv.correlator.report import load, render_report, write_derived_tables
+        from mwinv.correlator.report import load, render_report
 
         if baseline:
-            correlate(baseline)  # its derived tables must be as current as the capture's
-            write_derived_tables(baseline)
+            correlate(baseline).con.close()  # its tables must be as current as the capture's
         # the session mwinv-correlate just built (a node's own is that node's: the report is the capture's)
         data = load(capture, progress=lambda s: err.log(s), db=None if node else db)
-        err.log("writing the derived tables and the report")
-        write_derived_tables(data)
+        err.log("writing the report")
         html, md = render_report(data, report_dir, baseline_capture=baseline)
         err.print(f"report: {html} (and {md})")
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from mwinv.capture.tables import Capture
 from mwinv.cgroup import block_device_of
 from mwinv.correlator.attribution import SEQ_GAP_SECTORS
+from mwinv.correlator.load import remove_stale
 from mwinv.errors import MwinvError
 
 # SHA-256 throughput (bytes/s) of one core of the project's reference VM (AMD EPYC, 2026-11-22);
@@ -285,6 +286,7 @@ def store(capture_dir: str | os.PathLike, calibration: dict) -> None:
     if not cap.manifest_path.exists():
         cap.create()
     cap.update_manifest(calibration=calibration)
+    remove_stale(cap)   # the model's estimates and the advice's gains were computed on the old platform
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["serve"]:

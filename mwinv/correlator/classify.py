@@ -15,7 +15,6 @@ import pyarrow as pa
 
 from mwinv.capture.tables import SCHEMAS
 from mwinv.correlator.load import sql_file
-from mwinv.correlator.model import model_connection
 
 LIMIT_CLASSES = ("cpu", "disk_seq", "disk_random", "network", "lock", "run_queue", "remote")
 DEFAULT_INTERNAL_THRESHOLD = 0.20
@@ -27,8 +26,9 @@ CLASS_COMPONENTS = {"cpu": ("cpu_user", "cpu_sys"), "disk_seq": ("disk_seq",), "
 
 
 def class_shares(con, only: list[int] | None = None) -> dict[int, tuple[dict[str, float], str, float]]:
-    """For the root statements of a model_connection (those in `only`, if given): (share per class and
-    "unexplained", limit, explained share), from its class_shares view (sql/class_shares.sql)."""
+    """For the root statements of a connection holding the model's inputs (model.model_connection; those in
+    `only`, if given): (share per class and "unexplained", limit, explained share), from its class_shares
+    view (sql/class_shares.sql)."""
     cols = [f"s_{k}" for k in CLASS_COMPONENTS]
     wanted = f"statement_id IN ({', '.join(str(int(i)) for i in only) or 'NULL'})" if only is not None else "true"
     _threshold(con, DEFAULT_INTERNAL_THRESHOLD)
@@ -89,14 +89,11 @@ def kernel_evidence(ranked: list[dict], counts: dict[str, int], top: int = 3) ->
     return None
 
 
-def classify(statements: pa.Table, attribution: pa.Table, kernel_functions: pa.Table | None = None,
-             statement_io: pa.Table | None = None,
+def classify(con, kernel_functions: pa.Table | None = None,
              internal_threshold: float = DEFAULT_INTERNAL_THRESHOLD) -> pa.Table:
-    """The `statement_class` table."""
-    con = model_connection(statements, attribution, statement_io)
+    """The `statement_class` table (con: holding the model's inputs, model.model_connection)."""
     _threshold(con, internal_threshold)
     classes = con.execute(sql_file("statement_class")).to_arrow_table()
-    con.close()
     if kernel_functions is None or not kernel_functions.num_rows:
         return classes.cast(SCHEMAS["statement_class"])
     # the kernel functions' evidence, for the few statements that have some

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import duckdb
 
-from mwinv.capture.tables import DERIVED_TABLES, SCHEMAS, Capture
+from mwinv.capture.tables import DERIVED_TABLES, FROM_ATTRIBUTION, SCHEMAS, Capture
 from mwinv.errors import MwinvError
 
 
@@ -128,6 +128,13 @@ def open_correlated(path: str | Path) -> CaptureDB:
             db.con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM read_parquet('{db.capture.glob(table)}')")
             db.tables.add(table)
     return db
+
+
+def remove_stale(capture: Capture) -> None:
+    """Remove the tables derived from the attribution and the calibration (derive.py): a new correlation
+    or calibration would otherwise leave them describing the old one."""
+    for table in FROM_ATTRIBUTION:
+        shutil.rmtree(capture.table_dir(table), ignore_errors=True)
 
 
 def _check(db: CaptureDB, manifest: dict) -> None:

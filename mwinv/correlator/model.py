@@ -160,8 +160,9 @@ def estimate_components(per_node: list[dict], platform: Platform) -> dict[str, f
 
 def model_connection(statements: pa.Table, attribution: pa.Table,
                      statement_io: pa.Table | None) -> duckdb.DuckDBPyConnection:
-    """A connection holding the tables the model's queries read (`statements`, `attribution`, `statement_io`)
-    and the views over them (sql/statement_shares.sql, model_node_inputs.sql, class_shares.sql)."""
+    """A connection holding the model's inputs from Arrow tables (`statements`, `attribution`,
+    `statement_io`) and the views over them: what the functions below read. A capture's analysis
+    session has the same names in its schema `model` (derive.model_inputs)."""
     con = connect(threads=1)  # per-statement aggregates: threads only add contention
     con.register("statements", statements)
     con.register("attribution", attribution)
@@ -201,14 +202,12 @@ FROM statement_shares ORDER BY 1
 """
 
 
-def model_frames(statements: pa.Table, attribution: pa.Table,
-                 statement_io: pa.Table | None) -> tuple[pa.Table, dict[str, np.ndarray]]:
+def model_frames(con: duckdb.DuckDBPyConnection) -> tuple[pa.Table, dict[str, np.ndarray]]:
     """The root statements (statement_id ascending, query_id, wall_ns, resource_ns) and the per-node model
-    inputs, as columns: what estimate and predict read (computed once when both run)."""
-    con = model_connection(statements, attribution, statement_io)
+    inputs, as columns, from a connection holding the model's inputs (model_connection): what estimate and
+    predict read (computed once when both run)."""
     roots = con.execute(_ROOTS_SQL).to_arrow_table()
     frame = con.execute("SELECT * FROM model_node_inputs").fetchnumpy()
-    con.close()
     return roots, frame
 
 
@@ -227,11 +226,12 @@ def _ns(seconds: np.ndarray) -> pa.Array:
     return pa.array(np.round(seconds * 1e9).astype(np.int64))
 
 
-def estimate(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table | None,
-             calibration: dict | None, link: str | None = None, frames: tuple | None = None) -> pa.Table:
-    """The `statement_estimate` table: Table 1 components, estimate vs measured, error per statement."""
+def estimate(con: duckdb.DuckDBPyConnection, calibration: dict | None, link: str | None = None,
+             frames: tuple | None = None) -> pa.Table:
+    """The `statement_estimate` table: Table 1 components, estimate vs measured, error per statement (con:
+    holding the model's inputs, model_connection)."""
     platform = Platform.from_calibration(calibration, link)
-    roots, frame = frames or model_frames(statements, attribution, statement_io)
+    roots, frame = frames or model_frames(con)
     comps, nodes = _on_roots(roots, estimate_all(frame, platform))
     total = model_total(comps)
     wall = np.asarray(roots.column("wall_ns").to_pylist(), dtype=float)
@@ -244,13 +244,14 @@ def estimate(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table
         pa.array(nodes, pa.string())], schema=SCHEMAS["statement_estimate"])
 
 
-def predict(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table | None,
-            calibration: dict | None, factors: dict[str, tuple[float, ...]] | None = None,
-            link: str | None = None, frames: tuple | None = None) -> pa.Table:
-    """The `prediction` table: each statement under each what-if (measured_ns stays null until checked)."""
+def predict(con: duckdb.DuckDBPyConnection, calibration: dict | None,
+            factors: dict[str, tuple[float, ...]] | None = None, link: str | None = None,
+            frames: tuple | None = None) -> pa.Table:
+    """The `prediction` table: each statement under each what-if (measured_ns stays null until checked;
+    con: holding the model's inputs, model_connection)."""
     platform = Platform.from_calibration(calibration, link)
     factors = factors or {w: DEFAULT_FACTORS for w in WHAT_IFS}
-    roots, frame = frames or model_frames(statements, attribution, statement_io)
+    roots, frame = frames or model_frames(con)
     base = model_total(_on_roots(roots, estimate_all(frame, platform))[0])
     wall = np.asarray(roots.column("wall_ns").to_pylist(), dtype=float)
     parts = []
@@ -291,15 +292,14 @@ class DiskWaitCheck:
 MIN_CHECKED_REQUESTS = 100
 
 
-def disk_wait_check(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table | None,
-                    calibration: dict | None) -> DiskWaitCheck | None:
+def disk_wait_check(con: duckdb.DuckDBPyConnection, calibration: dict | None) -> DiskWaitCheck | None:
     """Per-request disk wait during the run vs calibration, over the statements that read in short
     requests (below STREAM_REQUEST_BYTES on average, so their waits are not hidden behind CPU work) and
     ran without parallel workers (whose requests are not in the leader's counts). A shared or virtual
     disk's latency drifts; when the run's differs from the calibration's, a disk-latency-bound
-    statement's estimate is off by about their ratio, and the report says so."""
+    statement's estimate is off by about their ratio, and the report says so. con: holding the model's
+    inputs (model_connection)."""
     platform = Platform.from_calibration(calibration)
-    con = model_connection(statements, attribution, statement_io)
     row = con.execute(f"""
         WITH n AS (SELECT * FROM model_node_inputs),
         single AS (SELECT statement_id FROM n GROUP BY 1 HAVING count(*) = 1),
@@ -312,7 +312,6 @@ def disk_wait_check(statements: pa.Table, attribution: pa.Table, statement_io: p
         FROM n JOIN single USING (statement_id) JOIN waited USING (statement_id)
         WHERE seq_reqs + random_reqs > 0 AND (seq_bytes + random_bytes) / (seq_reqs + random_reqs) < {STREAM_REQUEST_BYTES}
         """).fetchone()
-    con.close()
     waits_s, calibrated_s, requests = row
     if not requests or requests < MIN_CHECKED_REQUESTS:
         return None

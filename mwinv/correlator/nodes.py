@@ -76,37 +76,38 @@ def _tables(db: CaptureDB) -> set[str]:
     return {r[0] for r in db.sql("SELECT table_name FROM information_schema.tables").fetchall()}
 
 
-def cluster_model_tables(db: CaptureDB) -> tuple:
-    """The model's inputs (statements, attribution, statement_io) for a cluster capture: a data node's
-    linked statements become sub-statements of their coordinator statement (the model's per-node rows:
-    [Taufer]'s max over the nodes and the coordinator), each remote statement's network bytes are what
-    its backend sent until its next statement began (a FETCH's result is flushed after its record
-    ends), and a coordinator statement with remote parts counts no received bytes of its own: they
-    crossed the nodes' links and are counted there."""
+def cluster_model_inputs(db: CaptureDB, schema: str) -> None:
+    """The model's inputs (statements, attribution, statement_io) for a cluster capture, as tables in
+    `schema` of its session: a data node's linked statements become sub-statements of their coordinator
+    statement (the model's per-node rows: [Taufer]'s max over the nodes and the coordinator), each remote
+    statement's network bytes are what its backend sent until its next statement began (a FETCH's result
+    is flushed after its record ends), and a coordinator statement with remote parts counts no received
+    bytes of its own: they crossed the nodes' links and are counted there."""
     from mwinv.correlator.attribution import NET_RX_SYSCALLS
 
-    statements = db.sql("""
+    db.con.execute(f"""
+        CREATE OR REPLACE TABLE {schema}.statements AS
         SELECT s.* REPLACE (coalesce(l.parent_statement_id, s.parent_statement_id) AS parent_statement_id)
-        FROM statement_clean s LEFT JOIN statement_link l USING (node, statement_id)""").to_arrow_table()
-    attribution = db.sql("SELECT * FROM statement_attribution").to_arrow_table()
-    io = db.sql(f"""
+        FROM main.statement_clean s LEFT JOIN main.statement_link l USING (node, statement_id)""")
+    db.con.execute(f"CREATE OR REPLACE VIEW {schema}.attribution AS SELECT * FROM main.statement_attribution")
+    db.con.execute(f"""
+        CREATE OR REPLACE TABLE {schema}.statement_io AS
         WITH remote AS (
             SELECT s.node, s.statement_id, s.pid, s.start_ns,
                    coalesce(lead(s.start_ns) OVER (PARTITION BY s.node, s.pid ORDER BY s.start_ns), s.end_ns) AS until
-            FROM statement_clean s JOIN statement_link l USING (node, statement_id)),
+            FROM main.statement_clean s JOIN main.statement_link l USING (node, statement_id)),
         sent AS (
             SELECT r.node, r.statement_id,
                    coalesce(sum(k.syscall_ret) FILTER (WHERE k.syscall_nr IN {_in(NET_TX_SYSCALLS)}), 0) AS tx,
                    coalesce(sum(k.syscall_ret) FILTER (WHERE k.syscall_nr IN {_in(NET_RX_SYSCALLS)}), 0) AS rx
-            FROM remote r LEFT JOIN kernel_event k ON k.node = r.node AND k.pid = r.pid
+            FROM remote r LEFT JOIN main.kernel_event k ON k.node = r.node AND k.pid = r.pid
                  AND k.ts_ns >= r.start_ns AND k.ts_ns < r.until AND starts_with(k.event, 'sys_exit')
                  AND k.syscall_ret > 0
             GROUP BY ALL),
-        parents AS (SELECT DISTINCT parent_node AS node, parent_statement_id AS statement_id FROM statement_link)
+        parents AS (SELECT DISTINCT parent_node AS node, parent_statement_id AS statement_id FROM main.statement_link)
         SELECT i.* REPLACE (
                    CASE WHEN sent.statement_id IS NOT NULL THEN sent.rx
                         WHEN p.statement_id IS NOT NULL THEN 0 ELSE i.net_rx_bytes END AS net_rx_bytes,
                    CASE WHEN sent.statement_id IS NOT NULL THEN sent.tx ELSE i.net_tx_bytes END AS net_tx_bytes)
-        FROM statement_io i LEFT JOIN sent USING (node, statement_id) LEFT JOIN parents p USING (node, statement_id)
-        """).to_arrow_table()
-    return statements, attribution, io
+        FROM main.statement_io i LEFT JOIN sent USING (node, statement_id) LEFT JOIN parents p USING (node, statement_id)
+        """)

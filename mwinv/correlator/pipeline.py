@@ -8,7 +8,8 @@ from pathlib import Path
 
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
 from mwinv.correlator import attribution, hotspots, links
-from mwinv.correlator.load import CaptureDB, create_empty, literal, open_capture, open_correlated, sql_file
+from mwinv.correlator.load import (CaptureDB, create_empty, literal, open_capture, open_correlated, remove_stale,
+                                  sql_file)
 from mwinv.errors import MwinvError
 
 # --by choices: a name and the components it adds up ("total" is the execution: the client's waits
@@ -66,6 +67,7 @@ def correlate(capture_dir: str | Path, write: bool = True, progress=None, node: 
     if write:
         if progress:
             progress("writing the derived tables")
+        remove_stale(db.capture)
         if node is None:
             _write(db, (*PER_NODE_TABLES, "statement_link"), "all", replace=("*",))
         else:   # a whole capture's correlation is superseded, the other nodes' parts are kept
@@ -94,6 +96,7 @@ def merge(capture_dir: str | Path, progress=None) -> CaptureDB:
                    "DROP VIEW statement_attribution; ALTER TABLE merged_attribution RENAME TO statement_attribution")
     links.build_links(db)
     links.remote_waits(db)
+    remove_stale(db.capture)
     _write(db, ("statement_attribution", "statement_link"), "all", replace=("*",))
     return db
 

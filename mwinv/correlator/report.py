@@ -4,32 +4,32 @@ scripts, no network) and a markdown version with the same content.
 Sections: what is missing, summary, top statements with breakdown bars, per-statement detail
 (on/off-CPU timeline, kernel functions, evidence, advice), per-node resource timelines, model accuracy,
 what-if predictions; with a baseline capture also a differential section per query_id.
-Data come from the capture tables; everything derived (estimate, class, prediction, advice) is
-computed here from statement_attribution, so the report works on any correlated capture."""
+Everything comes from the capture's analysis session: its tables and the derived ones (class, estimate,
+prediction, advice), which derive.py builds where the capture does not hold them yet. The sections
+only read."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import string
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mwinv.capture.columns import empty_table
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS, Capture
+from mwinv.correlator import derive as derived
 from mwinv.correlator import svg
-from mwinv.correlator.advice import Advice, advise, advise_capture
-from mwinv.correlator.classify import MIN_RANKED_SAMPLES, classify, kernel_samples, thin_sources
-from mwinv.correlator.load import CaptureDB, connect, open_correlated
-from mwinv.correlator.model import (MIN_TIMED_NS, WHAT_IFS, DiskWaitCheck, disk_wait_check, estimate,
-                                    mean_abs_error, model_frames, predict)
-from mwinv.correlator.nodes import NodePart, cluster_model_tables, node_parts
-from mwinv.correlator.pipeline import ranked_queries
+from mwinv.correlator.advice import Advice
+from mwinv.correlator.classify import MIN_RANKED_SAMPLES, kernel_samples, thin_sources
+from mwinv.correlator.load import CaptureDB, literal, open_correlated
+from mwinv.correlator.model import MIN_TIMED_NS, WHAT_IFS, DiskWaitCheck, mean_abs_error
+from mwinv.correlator.nodes import NodePart, node_parts
+from mwinv.correlator.pipeline import correlate, ranked_queries
 from mwinv.errors import MwinvError
 from mwinv.fmt import ms
 from mwinv.kernel_trace.recorder import duty_change_text
@@ -39,14 +39,15 @@ TEMPLATES = Path(__file__).parent / "templates"
 
 @dataclass
 class ReportData:
-    """Everything one capture contributes to a report, read and derived once."""
+    """What one capture contributes to a report, read from its analysis session (derive.py built it)."""
     path: Path
     manifest: dict
-    statements: pa.Table
+    statements: pa.Table   # the model's (derive.model_inputs): a cluster's data-node parts under their coordinator statement
     texts: dict[int, str]
     attribution: pa.Table
     kernel_functions: pa.Table
     node_sample: pa.Table
+    db: CaptureDB          # the capture's analysis session: the top list, the nodes, the timelines
     missing: list[str] = field(default_factory=list)
     estimates: pa.Table | None = None
     classes: pa.Table | None = None
@@ -56,78 +57,48 @@ class ReportData:
     duty_cycled: bool = False   # kernel events were on in windows: breakdowns from the executions they covered
     advice: list[Advice] = field(default_factory=list)  # for the top queries' longest executions
     node_parts: dict[int, list[NodePart]] = field(default_factory=dict)  # cluster: example id -> its data nodes
-    con: duckdb.DuckDBPyConnection | None = None
-    db: CaptureDB | None = None   # the capture opened once (load.open_correlated): the top list, the nodes
-
-
-def rusage_attribution(statements: pa.Table) -> pa.Table:
-    """What the extension alone tells: user and system CPU from rusage, the portal's idle gaps waiting
-    for the client, the rest not allocated."""
-    rows = []
-    for r in statements.to_pylist():
-        wall = max(0, (r["end_ns"] or 0) - (r["start_ns"] or 0))
-        user = min(r["cpu_user_ns"] or 0, wall)
-        sys_ = min(r["cpu_sys_ns"] or 0, wall - user)
-        idle = min(r.get("client_wait_ns") or 0, wall - user - sys_)
-        for comp, ns in (("cpu_user", user), ("cpu_sys", sys_), ("client_wait", idle),
-                         ("not_allocated", wall - user - sys_ - idle)):
-            rows.append({"node": r["node"], "statement_id": r["statement_id"], "query_id": r["query_id"],
-                         "component": comp, "ns": ns, "from_workers_ns": 0})
-    return pa.Table.from_pylist(rows, schema=SCHEMAS["statement_attribution"])
 
 
 def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: bool = True,
          db: CaptureDB | None = None) -> ReportData:
-    """The capture's tables and everything derived from them; advice for the `top` queries' longest
-    executions (the ones the report shows). progress(step) is called as each step begins. derive=False:
-    the tables only (a differential report's baseline needs no classes, model or advice). db: the
-    capture already open and correlated (mwinv-correlate's), else it is opened here."""
+    """A capture's tables and what was derived from them (derive.derive builds what the capture does not
+    hold yet: classes, the model's estimates and predictions, advice for the `top` queries' longest
+    executions). A capture not correlated yet is correlated first. progress(step) is called as each step
+    begins. derive=False: the tables only (a differential report's baseline needs no classes, model or
+    advice). db: the capture's session already open and correlated (mwinv-correlate's)."""
     step = progress or (lambda _: None)
     cap = Capture(capture_dir)
     if not cap.path.is_dir():
         raise MwinvError(f"{cap.path}: no such capture directory")
     manifest = cap.manifest()
     if not manifest:
-        raise MwinvError(f"{cap.manifest_path}: missing (not a capture directory)")
+        raise MwinvError(f"{cap.path / 'manifest.json'}: missing (not a capture directory)")
+    if db is None:
+        if cap.has("statement") and not cap.has("statement_attribution"):
+            step("correlating (the capture was not correlated yet)")
+            db = correlate(cap.path, progress=progress)
+        else:
+            db = open_correlated(cap.path)
     missing = [f"Node {node}: {info['statements_lost']}." for node, info in (manifest.get("nodes") or {}).items()
                if info.get("statements_lost")]
-    statements = cap.read("statement")
-    if statements.num_rows == 0:
+    if not db.has("statement"):
         missing.append("No DBMS-side data (table `statement` is empty or absent: the extension was not "
                        "loaded). Statements cannot be named; only node and process resource timelines are shown.")
-    texts_t = cap.read("statement_text")
-    texts = dict(zip(texts_t.column("query_text_hash").to_pylist(), texts_t.column("text").to_pylist()))
-    attribution = cap.read("statement_attribution")
-    if not cap.has("kernel_event") and not cap.has("cpu_sample") and cap.has("dbms_wait"):
+    if not db.has("kernel_event") and not db.has("cpu_sample") and db.has("dbms_wait"):
         missing.append("No kernel events: each statement's time is split by the DBMS's own account (its calls' "
                        "CPU and wait events); its unaccounted-for time cannot be split into run queue, off-CPU "
                        "states and block I/O, and no kernel functions are known.")
-    elif not cap.has("kernel_event") and not cap.has("cpu_sample"):
-        missing.append("No kernel events (extension-only capture): the time of each statement cannot be "
-                       "split into disk, network, lock and run-queue waits, and no kernel functions are known.")
-    if attribution.num_rows == 0 and statements.num_rows:
-        attribution = rusage_attribution(statements)
-        missing.append("No `statement_attribution` (the capture was not correlated, or had no kernel side): "
-                       "breakdowns show the extension's rusage CPU time; everything else is `not_allocated`.")
-    data = ReportData(cap.path, manifest, statements, texts, attribution, cap.read("statement_kernel_function"),
-                      cap.read("node_sample"), missing)
-    statement_io = cap.read("statement_io") if cap.has("statement_io") else None
-    data.db = db = db or open_correlated(cap.path)
-    if not cap.has("statement_attribution"):
-        db.con.register("statement_attribution", attribution)   # the extension's rusage, as above
-    cluster = cap.has("statement_link") and cap.has("statement_attribution")
-    if cluster:   # a data node's statements are parts of their coordinator statement, not statements of their own
-        statements, attribution, statement_io = cluster_model_tables(db)
-        data.statements, data.attribution = statements, attribution
-    if statement_io is None and statements.num_rows:
+    elif not db.has("kernel_event") and not db.has("cpu_sample"):
+        missing.append("No kernel events (extension-only capture): each statement's time is its rusage CPU and "
+                       "the rest not_allocated; it cannot be split into disk, network, lock and run-queue "
+                       "waits, and no kernel functions are known.")
+    if db.has("statement") and not _present(db, "statement_io"):
         missing.append("No `statement_io` (sequential/random bytes and requests, network bytes per statement): "
                        "the model's disk and network components are zero, so estimates cover CPU only.")
-    calibration = manifest.get("calibration")
-    if not calibration:
+    if not manifest.get("calibration"):
         missing.append("No calibration in the manifest (run `mwinv calibrate CAPTURE`): no model estimates, "
                        "what-if predictions or expected gains.")
-    data.duty_cycled = db.duty_cycled
-    if data.duty_cycled:
+    if db.duty_cycled:
         missing.append("Kernel events were on in windows only (a duty-cycled capture): a query's breakdown is "
                        "that of its executions a window covered whole, scaled to all its executions' time; "
                        "a query no window covered shows its rusage only.")
@@ -135,50 +106,49 @@ def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: b
         for change in info.get("duty_changes") or []:
             missing.append(f"Node {node}, at +{(change['at_ns'] - info['start_ns']) / 1e9:.1f} s of the capture: "
                            f"{duty_change_text(change, info['event_budget'])}.")
-    data.con = connect()
-    data.con.register("statements", statements)
-    data.con.register("attribution", attribution)
-    data.con.register("node_sample", data.node_sample)
-    if cap.has("kernel_event"):
-        data.con.execute(f"CREATE VIEW kernel_event AS SELECT * FROM read_parquet('{cap.glob('kernel_event')}')")
-    if statements.num_rows and derive:
-        step(f"classifying {statements.num_rows:,} statements")
-        data.classes = classify(statements, attribution, data.kernel_functions, statement_io)
-        if calibration:
-            step("model estimates and what-if predictions")
-            frames = model_frames(statements, attribution, statement_io)  # once for both
-            data.estimates = estimate(statements, attribution, statement_io, calibration, frames=frames)
-            data.predictions = predict(statements, attribution, statement_io, calibration, frames=frames)
-            data.disk_wait = disk_wait_check(statements, attribution, statement_io, calibration)
-        step(f"advice for the top {top} statements")
-        data.queries = top_queries(data, top)
-        examples = [q["example_id"] for q in data.queries]
-        if cluster:
+    queries = ranked_queries(db)[:top] if derive else []
+    if derive:
+        derived.derive(db, advise=[q["example_id"] for q in queries], progress=step)
+    derived.model_inputs(db)
+    texts = dict(db.sql("SELECT query_text_hash, any_value(text) FROM statement_text GROUP BY 1").fetchall())
+    data = ReportData(cap.path, manifest, _read(db, "model.statements"), texts, _read(db, "model.attribution"),
+                      _read(db, "statement_kernel_function"), _read(db, "node_sample"), db, missing,
+                      duty_cycled=db.duty_cycled, queries=queries)
+    if derive:
+        data.classes, data.estimates, data.predictions = (_read(db, t) for t in
+                                                          ("statement_class", "statement_estimate", "prediction"))
+        if not manifest.get("calibration"):
+            data.estimates = data.predictions = None
+        check = _read(db, "disk_wait_check").to_pylist()
+        data.disk_wait = DiskWaitCheck(**check[0]) if check else None
+        examples = [q["example_id"] for q in queries]
+        advice = derived.advice_of(db, examples)
+        data.advice = [a for sid in examples for a in advice.get(sid, [])]
+        if db.has("statement_link"):
             data.node_parts = {sid: parts for sid in examples if (parts := node_parts(db, sid))}
-        if cap.has("statement_attribution"):  # as mwinv-correlate gives it (over all executions of a short one)
-            data.advice = [a for advice in advise_capture(db, examples).values() for a in advice]
-        else:  # from the extension's rusage alone
-            data.advice = advise(statements, attribution, statement_io, data.kernel_functions, texts_t, calibration,
-                                 cpus=manifest.get("cpus") or os.cpu_count(),
-                                 settings=manifest.get("settings") or {}, node_samples=data.node_sample,
-                                 only=examples)
     return data
 
 
+def _present(db: CaptureDB, table: str) -> bool:
+    schema, _, name = table.rpartition(".")
+    return db.sql(f"SELECT count(*) FROM information_schema.tables WHERE table_name = {literal(name)} "
+                  f"AND table_schema = {literal(schema or 'main')}").fetchone()[0] > 0
+
+
+def _read(db: CaptureDB, table: str) -> pa.Table:
+    """A table of the session (empty, typed by its schema, where the session has none)."""
+    if not _present(db, table):
+        return empty_table(SCHEMAS[table])
+    return db.sql(f"SELECT * FROM {table}").to_arrow_table()
+
+
 # ---- queries over the loaded tables
-
-def top_queries(data: ReportData, top: int) -> list[dict]:
-    """The `top` queries as mwinv-correlate ranks them by default (pipeline.query_summaries, the time of
-    their executions without the client's waits); a capture not correlated gives the extension's
-    rusage as its attribution."""
-    return ranked_queries(data.db)[:top]
-
 
 def node_timelines(data: ReportData) -> dict[str, dict[str, dict[str, list[tuple[float, float]]]]]:
     """node -> chart -> series -> [(seconds from the first sample, value)]."""
     if data.node_sample.num_rows == 0:
         return {}
-    rows = data.con.execute("""
+    rows = data.db.sql("""
         SELECT node, ts_ns, max(interval_ns) AS iv, max(cpu_user_ns) AS u, max(cpu_sys_ns) AS s,
                max(cpu_iowait_ns) AS w, max(cpu_idle_ns) AS i, sum(read_bytes) AS rb, sum(write_bytes) AS wb,
                sum(net_rx_bytes) AS rx, sum(net_tx_bytes) AS tx
@@ -202,20 +172,20 @@ def node_timelines(data: ReportData) -> dict[str, dict[str, dict[str, list[tuple
 
 def on_cpu_intervals(data: ReportData, statement_id: int) -> list[tuple[str, list[tuple[float, float]], str]]:
     """On-CPU intervals (seconds from the statement's start) of its backend and parallel workers, from sched_switch."""
-    st = data.con.execute("SELECT node, pid, start_ns, end_ns FROM statements WHERE statement_id = ?",
-                          [statement_id]).fetchone()
-    if st is None or "kernel_event" not in {r[0] for r in data.con.execute("SHOW TABLES").fetchall()}:
+    st = data.db.sql("SELECT node, pid, start_ns, end_ns FROM model.statements "
+                     f"WHERE statement_id = {literal(statement_id)}").fetchone()
+    if st is None or not data.db.has("kernel_event"):
         return []
     node, pid, start, end = st
-    pids = [pid] + [r[0] for r in data.con.execute(
-        "SELECT DISTINCT pid FROM statements WHERE leader_pid = ? AND pid <> ? AND node = ? AND start_ns < ? AND end_ns > ?",
-        [pid, pid, node, end, start]).fetchall()]
+    pids = [pid] + [r[0] for r in data.db.sql(
+        f"SELECT DISTINCT pid FROM model.statements WHERE leader_pid = {literal(pid)} AND pid <> {literal(pid)} "
+        f"AND node = {literal(node)} AND start_ns < {literal(end)} AND end_ns > {literal(start)}").fetchall()]
     rows = []
     for p in pids:
-        ev = data.con.execute("""
+        ev = data.db.sql(f"""
             SELECT ts_ns, prev_pid, next_pid FROM kernel_event
-            WHERE node = ? AND event LIKE '%sched_switch' AND (prev_pid = ? OR next_pid = ?)
-              AND ts_ns BETWEEN ? AND ? ORDER BY ts_ns""", [node, p, p, start, end]).fetchall()
+            WHERE node = {literal(node)} AND event LIKE '%sched_switch' AND (prev_pid = {literal(p)} OR next_pid = {literal(p)})
+              AND ts_ns BETWEEN {literal(start)} AND {literal(end)} ORDER BY ts_ns""").fetchall()
         intervals, on_since = [], None
         for i, (ts, prev, nxt) in enumerate(ev):
             if nxt == p:
@@ -344,7 +314,7 @@ def section_details(data: ReportData, queries: list[dict]) -> Section:
         h.append(f"<p>Longest of {q['calls']} execution(s): statement {sid}.</p>")
         strip = on_cpu_intervals(data, sid)
         if strip:
-            st = data.con.execute("SELECT start_ns, end_ns FROM statements WHERE statement_id = ?", [sid]).fetchone()
+            st = data.db.sql(f"SELECT start_ns, end_ns FROM model.statements WHERE statement_id = {literal(sid)}").fetchone()
             h.append(svg.interval_strip(strip, (0, (st[1] - st[0]) / 1e9), "on-CPU (blue) / off-CPU (grey) over the statement"))
             on = sum(b - a for _, iv, _ in strip for a, b in iv)
             md.append(f"On-CPU {on * 1e3:.1f} ms of {(st[1] - st[0]) / 1e6:.1f} ms (from sched_switch).\n\n")
@@ -354,7 +324,7 @@ def section_details(data: ReportData, queries: list[dict]) -> Section:
             h.append(f'<p class="evidence"><b>Evidence.</b> {escape(c["evidence"])} '
                      f'(confidence {100 * (c.get("confidence") or 0):.0f}%)</p>')
             md.append(f"**Evidence.** {c['evidence']} (confidence {100 * (c.get('confidence') or 0):.0f}%)\n\n")
-        funcs = sorted(kf.get(sid, []), key=lambda r: -(r["share"] or 0))[:8]
+        funcs = sorted(kf.get(sid, []), key=lambda r: (-(r["share"] or 0), r["source"], r["function"] or ""))[:8]
         if funcs:
             t_h, t_md = _table(["kernel function", "share of kernel time", "samples", "source"],
                                [[f"<code>{escape(f['function'] or '?')}</code>", f"{100 * (f['share'] or 0):.1f}%",
@@ -497,8 +467,8 @@ def section_whatif(data: ReportData, queries: list[dict]) -> Section:
 
 
 def section_diff(data: ReportData, base: ReportData, top: int) -> Section:
-    cur = {q["query_id"]: q for q in top_queries(data, 10**6)}
-    old = {q["query_id"]: q for q in top_queries(base, 10**6)}
+    cur = {q["query_id"]: q for q in ranked_queries(data.db)}
+    old = {q["query_id"]: q for q in ranked_queries(base.db)}
     ids = sorted(set(cur) | set(old), key=lambda i: -max((cur.get(i) or {}).get("total_ns", 0),
                                                           (old.get(i) or {}).get("total_ns", 0)))[:top]
     scale = max([(d.get(i) or {}).get("total_ns", 0) / max((d.get(i) or {}).get("calls", 1), 1)
@@ -557,25 +527,7 @@ def render_report(capture: str | os.PathLike | ReportData, out_dir: str | os.Pat
     html_path, md_path = out / "report.html", out / "report.md"
     html_path.write_text(page)
     md_path.write_text(f"# {title}\n\n" + "".join(f"## {s.title}\n\n{s.md}\n" for s in sections))
-    for d in (data, base):
-        if d is not None and d.con is not None:
-            d.con.close()
+    for d in (base, None if data is capture else data):
+        if d is not None:
+            d.db.con.close()
     return html_path, md_path
-
-
-def write_derived_tables(capture: str | os.PathLike | ReportData) -> dict[str, int]:
-    """Compute statement_estimate, statement_class and prediction and store them in the capture (replacing
-    earlier versions of these derived tables). Returns rows written per table."""
-    data = capture if isinstance(capture, ReportData) else load(capture)
-    cap = Capture(data.path)
-    written = {}
-    for table, rows in (("statement_estimate", data.estimates), ("statement_class", data.classes),
-                        ("prediction", data.predictions)):
-        if rows is None:
-            continue
-        shutil.rmtree(cap.table_dir(table), ignore_errors=True)
-        cap.write_part(table, rows, node="derived")
-        written[table] = rows.num_rows
-    if data is not capture:
-        data.con.close()
-    return written

@@ -85,9 +85,8 @@ def run_cell(plan: Plan, cell: Cell, out: Path, say, keep_captures: bool = True)
     from mwinv.cluster.capture import ClusterCapture
     from mwinv.cluster.harness import Cluster, NodeCaps
     from mwinv.correlator.calibrate import calibrate, calibrate_link, store
-    from mwinv.correlator.load import open_correlated
+    from mwinv.correlator.derive import MODEL_TABLES, derive
     from mwinv.correlator.pipeline import correlate
-    from mwinv.correlator.report import load, write_derived_tables
     from mwinv.workloads.runner import run_queries
 
     lv = cell.levels
@@ -124,10 +123,9 @@ def run_cell(plan: Plan, cell: Cell, out: Path, say, keep_captures: bool = True)
         cal = {**cal, "links": {d1.address: calibrate_link(f"{d1.netns}:{d1.address}", bulk_mb=8, pings=50)}}
         store(capture_dir, cal)
     say("correlate")
-    correlate(capture_dir).con.close()
-    write_derived_tables(load(capture_dir))
-    db = open_correlated(capture_dir)
+    db = correlate(capture_dir)
     try:
+        derive(db, MODEL_TABLES)
         rows, node_rows = cell_rows(db, plan.name, cell.id, _levels(cell), runs)
         for row in rows:
             row["plan_shipped_bytes"] = shipped.get(row["query"])

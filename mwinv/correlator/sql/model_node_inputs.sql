@@ -1,6 +1,6 @@
 -- model_node_inputs: per root statement and node, the model's inputs ([Taufer]'s per-node terms): the
 -- root's own CPU and its parallel workers' apart, the workers' count, sequential and random bytes
--- and requests, network bytes. A view of the connection model.model_connection makes: the model, the
+-- and requests, network bytes. A view in the schema `model` (derive.model_inputs): the model, the
 -- classifier and the disk check read it.
 --
 -- inputs:  statements (statement_clean, or a cluster's with data-node parts as sub-statements),

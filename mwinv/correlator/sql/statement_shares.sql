@@ -3,7 +3,7 @@
 -- per component, NULL where it has no row of that component. The model, the classification and the
 -- advice read it.
 --
--- inputs:  statements, attribution (model.model_connection's names)
+-- inputs:  statements, attribution (the schema `model`: derive.model_inputs)
 -- columns: statement_id, query_id, wall_ns, from_workers_ns, and one per ATTRIBUTION_COMPONENTS
 --          (tests/test_sql_files.py checks they are the same)
 CREATE OR REPLACE VIEW statement_shares AS
