@@ -3,7 +3,7 @@ pandas merge of the same Parquet inputs, side by side in one run; and the report
 
 `record` makes a real capture once: pgbench (-S by default, --tpcb for the TPC-B-like script) for
 --seconds against a PostgreSQL with the mwinv extension (every statement records rusage), under
-KernelCapture with the default events. It is kept in --capture and reused (--rerecord to record
+NodeCapture with the default events. It is kept in --capture and reused (--rerecord to record
 again); it fails, keeping the capture, when it holds fewer than --min-events kernel events or
 --min-statements statements (a 2-vCPU VM recorded 25-35k kernel events/s under load, ~1 M/s when
 quiet: 30 s of pgbench -S gave 30 M events).
@@ -67,9 +67,9 @@ def table_rows(capture: Capture, table: str) -> int:
 # ---------------------------------------------------------------------------------------------- record
 
 def record(capture_dir: Path, seconds: int, clients: int, scale: int, select_only: bool, console: Console) -> dict:
-    """One real capture of pgbench under KernelCapture; returns what it holds."""
+    """One real capture of pgbench under NodeCapture; returns what it holds."""
     from bench.bench_extension import pgbench
-    from mwinv.capture.run import KernelCapture
+    from mwinv.node_capture import NodeCapture
     from mwinv.engines.postgresql.reader import connect_untracked
     from mwinv.pgserver import PgServer
 
@@ -88,10 +88,10 @@ def record(capture_dir: Path, seconds: int, clients: int, scale: int, select_onl
             conn.execute("SELECT count(*) FROM mwinv_drain()")  # the set-up's statements are no workload
         mode = ["-S"] if select_only else []
         with console.status(f"recording pgbench {' '.join(mode) or 'TPC-B'} -c {clients} -T {seconds} "
-                            "under KernelCapture"):
+                            "under NodeCapture"):
             started = time.monotonic()
-            with KernelCapture(capture_dir, postmaster_pid=server.postmaster_pid(),
-                               conninfo=server.conninfo(), stacks=False) as cap:
+            with NodeCapture(capture_dir, postmaster_pid=server.postmaster_pid(),
+                             conninfo=server.conninfo(), stacks=False) as cap:
                 out = pgbench(server, "-n", *mode, "-M", "prepared", "-c", str(clients), "-j", str(clients),
                               "-T", str(seconds))
             took = time.monotonic() - started

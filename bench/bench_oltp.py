@@ -36,7 +36,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from mwinv.capture.run import KernelCapture
+from mwinv.node_capture import NodeCapture
 from mwinv.correlator.pipeline import correlate
 from mwinv.kernel_trace.recorder import (BLOCK_EVENTS, DEFAULT_EVENT_BUDGET, NET_EVENTS, SCHED_EVENTS, default_events,
                                          descendants)
@@ -86,10 +86,10 @@ def run_config(server: PgServer, config: str, args, out: Path) -> dict:
         events = None
         if family in FAMILIES:
             events = FAMILIES[family] or [e for e in default_events(False) if e.startswith("syscalls:")]
-        cap = KernelCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo(), node="bench",
-                            trace=config != "statements only", stacks=config.startswith("stacks"), events=events,
-                            duty=DUTY.get(config, 1.0),
-                            event_budget=DEFAULT_EVENT_BUDGET if config == BUDGETED else None).start()
+        cap = NodeCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo(), node="bench",
+                          trace=config != "statements only", stacks=config.startswith("stacks"), events=events,
+                          duty=DUTY.get(config, 1.0),
+                          event_budget=DEFAULT_EVENT_BUDGET if config == BUDGETED else None).start()
         cpu0 = _self_cpu_s()   # the capture's threads while pgbench runs; its parse afterwards is not load
         try:
             text = pgbench(server, *bench)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from mwinv.capture.run import KernelCapture
+from mwinv.node_capture import NodeCapture
 from mwinv.correlator import terminal
 from mwinv.correlator.calibrate import calibrate, store
 from mwinv.correlator.derive import advice_of, derive
@@ -37,10 +37,10 @@ def run_demo(scale: float, out: str) -> Path:
                          progress=lambda s: console.log(s))
     try:
         server.psql("CREATE EXTENSION mwinv", dbname="tpch")
-        with KernelCapture(capture_dir, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo("tpch"),
-                           node="demo", stacks=True, trace="auto", progress=lambda s: console.log(s),
-                           # the 22 queries take seconds: node timelines need samples well under a second
-                           sample_interval_s=0.1) as cap:
+        with NodeCapture(capture_dir, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo("tpch"),
+                         node="demo", stacks=True, trace="auto", progress=lambda s: console.log(s),
+                         # the 22 queries take seconds: node timelines need samples well under a second
+                         sample_interval_s=0.1) as cap:
             runs = runner.run_with_progress(server, list(tpch.QUERY_NUMBERS), console=console)
         for what, why in cap.summary.get("skipped", {}).items():
             console.print(f"[yellow]skipped[/] {what}: {why}")

@@ -2,7 +2,7 @@
 
 Statements run one after another, each in its own backend (max_parallel_workers_per_gather = 0 unless
 a statement sets it, so one pid holds all its work), on a server with the mwinv extension preloaded,
-inside a KernelCapture (kernel events, samples, the extension's statements); the capture is then
+inside a NodeCapture (kernel events, samples, the extension's statements); the capture is then
 correlated (statement_attribution, statement_io) and calibrated. Settings travel in the connection's
 startup options, so the capture holds exactly the statements given."""
 
@@ -14,7 +14,7 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
-from mwinv.capture.run import KernelCapture
+from mwinv.node_capture import NodeCapture
 from mwinv.capture.tables import Capture
 from mwinv.correlator.calibrate import calibrate_cpu, calibrate_disk, calibrate_link
 from mwinv.correlator.pipeline import correlate
@@ -48,8 +48,8 @@ def make_capture_from_run(server, statements: list[tuple], capture_dir, dbname: 
                        "links": {"127.0.0.1": calibrate_link("127.0.0.1", bulk_mb=32, pings=200)}}
     # samples every 50 ms: on a fast machine a few warm queries take well under a second, and the
     # report's node timelines need two samples or more to draw a line
-    with KernelCapture(capture_dir, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo(dbname),
-                       node=node, sample_interval_s=0.05):
+    with NodeCapture(capture_dir, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo(dbname),
+                     node=node, sample_interval_s=0.05):
         for label, sql, *gucs in statements:
             if before_each:
                 before_each(label)

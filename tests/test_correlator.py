@@ -46,7 +46,7 @@ def _by_text(db, key):
 
 @pytest.fixture(scope="module")
 def capture(tmp_path_factory):
-    from mwinv.capture.run import KernelCapture
+    from mwinv.node_capture import NodeCapture
 
     base = tmp_path_factory.mktemp("corr")
     dev = block_device_of(base)
@@ -73,8 +73,8 @@ def capture(tmp_path_factory):
             conn.execute("VACUUM ANALYZE")
             conn.execute("CHECKPOINT")
         out = base / "capture"
-        with KernelCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo(),
-                           stacks=True) as cap:
+        with NodeCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo(),
+                         stacks=True) as cap:
             with server.connect() as c1, server.connect(autocommit=False) as c2:
                 # a fresh backend's first statement loads its catalog caches (CPU that is not pg_sleep's)
                 backend = c1.execute("select pg_backend_pid() from pg_proc where proname = 'pg_sleep'").fetchone()[0]
@@ -257,7 +257,7 @@ def test_time_slices_give_the_same_result(capture, monkeypatch):
 def test_capture_of_two_nodes(tmp_path):
     # two servers, each captured as its own node into one capture directory (node-named parts): the
     # attribution and the top SQL keep the nodes apart
-    from mwinv.capture.run import KernelCapture
+    from mwinv.node_capture import NodeCapture
 
     out = tmp_path / "two-nodes"
     work = {"n1": "select count(*) from generate_series(1, 3000000) g where g % 7 = 3",
@@ -266,7 +266,7 @@ def test_capture_of_two_nodes(tmp_path):
         with PgServer(name=f"correlator-{node}", shared_preload_libraries=["mwinv"],
                       gucs={"compute_query_id": "on", "mwinv.resource_min_cost": "0"}) as server:
             server.psql("CREATE EXTENSION mwinv")
-            with KernelCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo(), node=node):
+            with NodeCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo(), node=node):
                 with server.connect() as conn:
                     conn.execute(sql)
     db = correlate(out)
@@ -286,7 +286,7 @@ def test_capture_of_two_nodes(tmp_path):
 
 
 def test_parallel_workers_roll_up_to_their_leader(tmp_path):
-    from mwinv.capture.run import KernelCapture
+    from mwinv.node_capture import NodeCapture
 
     out = tmp_path / "parallel"
     sql = "select count(*) from par where md5(v::text) like 'ab%'"
@@ -296,7 +296,7 @@ def test_parallel_workers_roll_up_to_their_leader(tmp_path):
         server.psql("CREATE EXTENSION mwinv")
         server.psql("CREATE TABLE par AS SELECT g AS v FROM generate_series(1, 1000000) g")
         server.psql("VACUUM ANALYZE par")
-        with KernelCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo()):
+        with NodeCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo()):
             with server.connect() as conn:
                 conn.execute(sql)
     db = correlate(out)

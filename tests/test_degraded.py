@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mwinv.capture.run import KernelCapture
+from mwinv.node_capture import NodeCapture
 from mwinv.correlator.pipeline import correlate
 from mwinv.workloads import tpch
 from mwinv.workloads.setup import tpch_server
@@ -23,7 +23,7 @@ QUERIES = (1, 6, 3, 12)
 
 def _capture(server, out: Path) -> None:
     """Each query twice on its own connection (the second warm: the one compared), serial plans."""
-    with KernelCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo("tpch")):
+    with NodeCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo("tpch")):
         for q in QUERIES:
             for _ in range(2):
                 with server.connect("tpch", options="-c max_parallel_workers_per_gather=0") as conn:

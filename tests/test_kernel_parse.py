@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 import pytest
 
 from mwinv.capture.tables import Capture
+from mwinv.engines.postgresql.kernel import POSTGRESQL
 from mwinv.kernel_trace.parse import parse_trace
 from mwinv.kernel_trace.perf import iter_perf_samples
 
@@ -71,7 +72,7 @@ def test_trappy_binary_equals_trace_cmd_report(tmp_path):
 
 def test_pg_trace_binary_equals_trace_cmd_report(tmp_path):
     dat = unxz("pg_tpch_q6_q3.trace.dat.xz", tmp_path)
-    res, binary = parsed(dat, tmp_path, "bin", procs_file=GOLDEN / "pg_tpch_q6_q3.procs.json")
+    res, binary = parsed(dat, tmp_path, "bin", procs_file=GOLDEN / "pg_tpch_q6_q3.procs.json", role=POSTGRESQL.role)
     res_txt, text = parsed(unxz("pg_tpch_q6_q3.report.txt.xz", tmp_path), tmp_path, "txt")
     assert res.fault is None and res_txt.fault is None and res.lost_events == 0
     assert res.clock == "mono"
@@ -105,7 +106,8 @@ def test_pg_trace_binary_equals_trace_cmd_report(tmp_path):
     procs = json.loads((GOLDEN / "pg_tpch_q6_q3.procs.json").read_text())
     procs["12139"]["cmdline"] = procs["12014"]["cmdline"]
     (tmp_path / "untitled.procs.json").write_text(json.dumps(procs))
-    _, untitled = parsed(dat, tmp_path, "untitled", procs_file=tmp_path / "untitled.procs.json")
+    _, untitled = parsed(dat, tmp_path, "untitled", procs_file=tmp_path / "untitled.procs.json",
+                         role=POSTGRESQL.role)
     roles = {r["pid"]: r["role"] for r in untitled.read("process").to_pylist()}
     assert roles[12139] == "backend" and roles[12014] == "postmaster"
 
@@ -200,6 +202,7 @@ def test_process_roles_of_children_forked_during_a_capture():
     """A backend forked and gone between two polls of /proc has no /proc record: the trace's fork event
     names the postmaster as its parent, and that makes it a connection's backend (the recorder's other
     processes start with the server). One read before it set its title shows the postmaster's command line."""
+    from mwinv.engines.mariadb.kernel import MARIADB
     from mwinv.kernel_trace.decode import DecodeState
     from mwinv.kernel_trace.parse import process_rows
 
@@ -210,5 +213,11 @@ def test_process_roles_of_children_forked_during_a_capture():
     procs = {100: {"comm": "postgres", "ppid": 1, "cmdline": post},
              150: {"comm": "postgres", "ppid": 100, "cmdline": "postgres: checkpointer"},
              201: {"comm": "postgres", "ppid": 100, "cmdline": post}}
-    roles = {r["pid"]: r["role"] for r in process_rows(state, procs).to_pylist()}
+    roles = {r["pid"]: r["role"] for r in process_rows(state, procs, POSTGRESQL.role).to_pylist()}
     assert roles == {100: "postmaster", 150: "checkpointer", 200: "backend", 201: "backend"}
+    # the parser itself knows no DBMS: another engine's roles, or none
+    maria = {100: {"comm": "mariadbd", "ppid": 1, "cmdline": "/usr/sbin/mariadbd --datadir=/d"}}
+    # (200 and 201 were forked by it in this trace: pids the recorder did not read, without a role)
+    assert {r["pid"]: r["role"] for r in process_rows(state, maria, MARIADB.role).to_pylist()} == \
+        {100: "server", 200: None, 201: None}
+    assert {r["role"] for r in process_rows(state, procs).to_pylist()} == {None}

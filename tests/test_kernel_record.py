@@ -56,13 +56,13 @@ def wait_for(cond, timeout_s: float = 60.0):
 @pytest.mark.kernel
 @kernel
 def test_capture_of_tpch_queries(tpch_pg, tmp_path):
-    from mwinv.capture.run import KernelCapture
+    from mwinv.node_capture import NodeCapture
     from mwinv.workloads import runner
 
     before = our_instances()
     t0 = time.monotonic_ns()
-    with KernelCapture(tmp_path / "cap", postmaster_pid=tpch_pg.postmaster_pid(), conninfo=tpch_pg.conninfo("tpch"),
-                       stacks=True, sample_interval_s=0.2, node="db1") as cap:
+    with NodeCapture(tmp_path / "cap", postmaster_pid=tpch_pg.postmaster_pid(), conninfo=tpch_pg.conninfo("tpch"),
+                     stacks=True, sample_interval_s=0.2, node="db1") as cap:
         inside = our_instances()
         runs = runner.run_queries(tpch_pg, [1, 6])
         time.sleep(0.6)   # warm queries can take < 0.2 s: at least three sampling intervals
@@ -134,7 +134,7 @@ RECORDER_SCRIPT = """
 import sys, time
 from mwinv.kernel_trace.recorder import KernelRecorder, RecorderConfig
 from mwinv.kernel_trace.tracefs import add_uprobe, tracefs_root
-r = KernelRecorder(sys.argv[1], [int(sys.argv[2])], RecorderConfig(statement_probes=False)).start()
+r = KernelRecorder(sys.argv[1], [int(sys.argv[2])], RecorderConfig()).start()
 add_uprobe(tracefs_root(), r.uprobe_group, "mwinv_test_probe", sys.argv[3])
 print(r.instance.name, flush=True)
 time.sleep(600)
@@ -169,7 +169,7 @@ def test_kill9_leftovers_are_cleaned_by_the_next_run(tmp_path):
         wait_for(lambda: not Path(f"/proc/{rec.pid}").exists() or
                  Path(f"/proc/{rec.pid}/stat").read_text().split(") ")[1][0] == "Z", 30)
         assert (root / "instances" / name).is_dir()   # left behind...
-        nxt = KernelRecorder(tmp_path / "k2", [sleeper.pid], RecorderConfig(statement_probes=False)).start()
+        nxt = KernelRecorder(tmp_path / "k2", [sleeper.pid], RecorderConfig()).start()
         try:
             assert f"instance {name}" in nxt.removed_stale   # ...and cleaned by the next run
             assert not (root / "instances" / name).exists()
@@ -187,16 +187,23 @@ def test_kill9_leftovers_are_cleaned_by_the_next_run(tmp_path):
 @pytest.mark.kernel
 @kernel
 def test_missing_pid_and_events_are_clear_errors(tmp_path):
-    from mwinv.capture.run import KernelCapture
     from mwinv.kernel_trace.recorder import KernelRecorder, RecorderConfig
+    from mwinv.kernel_trace.usdt import ProbeSet
+    from mwinv.node_capture import NodeCapture
 
     with pytest.raises(MwinvError, match="pid 999999: no such process"):
-        KernelCapture(tmp_path / "c", postmaster_pid=999999)
+        NodeCapture(tmp_path / "c", postmaster_pid=999999)
     before = our_instances()
     with pytest.raises(MwinvError, match="none of the requested events exists"):
-        KernelRecorder(tmp_path / "k", [os.getpid()], RecorderConfig(events=["nosuch:event"],
-                                                                     statement_probes=False)).start()
+        KernelRecorder(tmp_path / "k", [os.getpid()], RecorderConfig(events=["nosuch:event"])).start()
     assert our_instances() == before
+    # an engine's probes whose library is not installed: said, and the rest is recorded
+    missing = ProbeSet("nosuch", "nosuch", {"x__start": "nosuch_start"}, library="lib/nosuch.so")
+    rec = KernelRecorder(tmp_path / "k3", [os.getpid()], RecorderConfig(probes=(missing,))).start()
+    try:
+        assert rec.skipped["uprobe:nosuch"].endswith("lib/nosuch.so: not installed") and rec.enabled
+    finally:
+        rec.stop()
 
 
 def test_sampler_cli(tmp_path):

@@ -296,14 +296,14 @@ def test_kernel_side_of_the_traced_host(tmp_path):
     and unaccounted-for time asleep) under a real kernel capture; the real trace is imported into that
     capture, its statements land on the kernel's clock and are attributed from the kernel's events, and
     Oracle's unaccounted-for time is set against what the kernel saw."""
-    from mwinv.capture.run import KernelCapture, wall_minus_mono
+    from mwinv.node_capture import NodeCapture, wall_minus_mono
 
     trace = JK[1]
     replay = subprocess.Popen([sys.executable, str(Path(__file__).parent / "oracle_replay.py"), str(trace), "3"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         start_mono, first_us = map(int, replay.stdout.readline().split())
-        cap = KernelCapture(tmp_path / "host", pids=[replay.pid], node="orahost", statements=False).start()
+        cap = NodeCapture(tmp_path / "host", pids=[replay.pid], node="orahost", statements=False).start()
         try:
             replay.stdin.write("go\n")
             replay.stdin.flush()

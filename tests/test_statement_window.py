@@ -178,7 +178,7 @@ def test_table_lock_wait_is_inside_the_record(server, lock_sql, waiter):
 def traced(server, tmp_path_factory):
     """One kernel capture of: a portal executed 100 rows at a time with 50 ms client sleeps between the
     Executes (JDBC's fetch_size), and a statement that waits 1.5 s for a LOCK TABLE of another session."""
-    from mwinv.capture.run import KernelCapture
+    from mwinv.node_capture import NodeCapture
     from mwinv.correlator.pipeline import correlate
 
     out = tmp_path_factory.mktemp("window") / "capture"
@@ -187,7 +187,7 @@ def traced(server, tmp_path_factory):
         admin.execute("CREATE TABLE lockt AS SELECT g AS id FROM generate_series(1, 1000) g")
         _reset(admin)
     sleeps = []
-    with KernelCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo()) as cap:
+    with NodeCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo()) as cap:
         wire = Wire(server.socket_dir, server.port)
         wire.query("BEGIN")
         wire.open_portal("SELECT aid, abalance FROM pgbench_accounts WHERE aid <= 1000 ORDER BY aid")

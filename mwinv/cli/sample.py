@@ -29,7 +29,8 @@ from mwinv.errors import MwinvError
 @click.option("--node", help="node name in the tables (default: $MWINV_NODE or the host name).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def cli(capture_dir, postmaster_pid, data_dir, conninfo, interval_s, duration, node, command) -> None:
-    from mwinv.capture.run import postmaster_of, wait_for_end
+    from mwinv.engines.postgresql.capture import postmaster_of
+    from mwinv.node_capture import wait_for_end
     from mwinv.capture.tables import Capture, node_name
     from mwinv.kernel_trace.recorder import descendants
     from mwinv.kernel_trace.sampler import MIN_INTERVAL_S, Sampler

@@ -65,7 +65,8 @@ def capture(capture_dir, postmaster_pid, other_pids, data_dir, conninfo, duratio
       mwinv-trace capture out/run1 --conninfo "host=/tmp port=5432 dbname=tpch" \\
           -- psql -f q1.sql "host=/tmp port=5432 dbname=tpch"
     """
-    from mwinv.capture.run import postmaster_of, record_capture
+    from mwinv.engines.postgresql.capture import postmaster_of
+    from mwinv.node_capture import record_capture
 
     console = progress_console()
     extra = {}
@@ -131,6 +132,7 @@ def parse(trace, capture_dir, node, procs) -> None:
       mwinv-trace parse lisa_trace.txt --out out/lisa
     """
     from mwinv.capture.tables import Capture
+    from mwinv.engines.postgresql.kernel import POSTGRESQL
     from mwinv.kernel_trace.parse import parse_trace
 
     console = progress_console()
@@ -139,7 +141,8 @@ def parse(trace, capture_dir, node, procs) -> None:
         cap.create()
     t0 = time.monotonic()
     with status_line(console, "parsing") as status:
-        res = parse_trace(trace, cap, node=node, procs_file=procs,
+        # a procs.json is the PostgreSQL recorder's: its processes' roles are PostgreSQL's
+        res = parse_trace(trace, cap, node=node, procs_file=procs, role=POSTGRESQL.role,
                           progress=lambda n: status(f"parsing: {n:,} events"))
     dt = time.monotonic() - t0
     console.print(f"{res.events:,} events ({res.events / dt / 1e6:.2f} M/s), {res.stacks} stacks, "

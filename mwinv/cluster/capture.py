@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psycopg
 
-from mwinv.capture.run import KernelCapture
+from mwinv.node_capture import NodeCapture
 from mwinv.capture.tables import Capture
 from mwinv.cluster.harness import COORDINATOR, Cluster
 from mwinv.errors import MwinvError
@@ -109,7 +109,7 @@ class ClusterCapture:
         self.stacks = stacks
         self.progress = progress or (lambda _: None)
         self.nodes = [COORDINATOR, *cluster.data_nodes]
-        self.captures: dict[str, KernelCapture] = {}
+        self.captures: dict[str, NodeCapture] = {}
         self.pollers: dict[str, SessionPoller] = {}
 
     def _tcp(self, node: str) -> str:
@@ -130,8 +130,8 @@ class ClusterCapture:
             for node in self.nodes:
                 server = self.cluster.servers[node]
                 self.progress(f"capture of node {node}")
-                self.captures[node] = KernelCapture(self.capture.path, postmaster_pid=server.postmaster_pid(),
-                                                    conninfo=server.conninfo(), node=node, stacks=self.stacks).start()
+                self.captures[node] = NodeCapture(self.capture.path, postmaster_pid=server.postmaster_pid(),
+                                                  conninfo=server.conninfo(), node=node, stacks=self.stacks).start()
                 self.pollers[node] = SessionPoller(server.conninfo(), node, server.log_file).start()
             self._offsets("start")
         except BaseException:

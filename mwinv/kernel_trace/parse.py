@@ -67,23 +67,10 @@ def open_trace(path: Path, node: str) -> tuple[DecodeState, Iterator[pa.RecordBa
     return state, iter_text_batches(path, state), "unknown"
 
 
-def postgres_role(cmdline: str) -> str:
-    """The role of a PostgreSQL process from its process title."""
-    if not cmdline.startswith("postgres:"):
-        return "postmaster" if "postgres" in cmdline.split(" ")[0] else "other"
-    title = cmdline[len("postgres:"):].strip()
-    if title.startswith("parallel worker"):
-        return "parallel worker"
-    for role in ("checkpointer", "background writer", "walwriter", "autovacuum launcher",
-                 "autovacuum worker", "logical replication launcher", "stats collector", "archiver",
-                 "startup", "walsender", "walreceiver"):
-        if title.startswith(role):
-            return role
-    return "backend"
-
-
-def process_rows(state: DecodeState, procs: dict[int, dict] | None) -> pa.Table:
-    """The `process` table: pids seen in the trace, with what the recorder read from /proc."""
+def process_rows(state: DecodeState, procs: dict[int, dict] | None,
+                 role: Callable[[str, str], str | None] | None = None) -> pa.Table:
+    """The `process` table: pids seen in the trace, with what the recorder read from /proc; role(cmdline,
+    parent's cmdline): the DBMS engine's (KernelSide.role), else no roles."""
     if procs:   # recorded here: the DBMS's processes and whatever they forked
         pids = set(procs)
         for child in sorted(state.forks, key=state.first_ts.get):
@@ -97,25 +84,21 @@ def process_rows(state: DecodeState, procs: dict[int, dict] | None) -> pa.Table:
     for pid in pids:
         p = procs.get(pid, {})
         cmd = p.get("cmdline", "")
-        role = postgres_role(cmd) if cmd else None
         parent = procs.get(p.get("ppid", state.forks.get(pid)), {})
-        if (role == "postmaster" and parent.get("cmdline") == cmd) or \
-                (role is None and postgres_role(parent.get("cmdline", "")) == "postmaster"):
-            # a child seen only before it set its process title, or not read at all (forked and gone
-            # between two 50 ms polls of /proc): the server's other processes start with it, so one
-            # forked during a capture is a connection's backend
-            role = "backend"
+        role_of = role(cmd, parent.get("cmdline", "")) if role else None
         rows.append({"node": state.node, "pid": pid, "ppid": p.get("ppid", state.forks.get(pid)),
-                     "comm": p.get("comm") or state.comms.get(pid), "role": role,
+                     "comm": p.get("comm") or state.comms.get(pid), "role": role_of,
                      "start_ns": state.first_ts.get(pid, p.get("start_ns")), "end_ns": state.exits.get(pid)})
     return table_from_rows(rows, SCHEMAS["process"])
 
 
 def parse_trace(path: str | os.PathLike, capture: Capture, node: str | None = None,
                 procs_file: str | os.PathLike | None = None,
-                progress: Callable[[int], None] | None = None) -> ParseResult:
+                progress: Callable[[int], None] | None = None,
+                role: Callable[[str, str], str | None] | None = None) -> ParseResult:
     """Parse `path` into `capture`. On a fault the parts written so far stay; the result names the
-    fault (the caller decides whether it is fatal: the CLI exits non-zero)."""
+    fault (the caller decides whether it is fatal: the CLI exits non-zero). role: the DBMS engine's
+    role of a process (KernelSide.role)."""
     path = Path(path)
     node = node or node_name()
     state, batches, clock = open_trace(path, node)
@@ -147,7 +130,7 @@ def parse_trace(path: str | os.PathLike, capture: Capture, node: str | None = No
         procs = {int(k): v for k, v in json.loads(Path(procs_file).read_text()).items()}
     if state.stacks:
         capture.write_part("kernel_stack", state.stack_frames(), node=node)
-    proc_table = process_rows(state, procs)
+    proc_table = process_rows(state, procs, role)
     if proc_table.num_rows:
         capture.write_part("process", proc_table, node=node)
     return ParseResult(state.events, len(state.stacks), proc_table.num_rows, state.lost, clock, fault)

@@ -25,7 +25,7 @@ from mwinv.errors import MwinvError
 from mwinv.kernel_trace import perf as perf_mod
 from mwinv.kernel_trace.tracedat import write_tracedat
 from mwinv.kernel_trace.tracefs import Instance, add_uprobe, clean_stale, new_uprobe_group, remove_uprobe, tracefs_root
-from mwinv.kernel_trace.usdt import string_fetcharg, uprobe_target, usdt_probes
+from mwinv.kernel_trace.usdt import ProbeSet, string_fetcharg, uprobe_target, usdt_probes
 
 # sched_waking runs in the waker's context; sched_wakeup, for a task woken on another CPU, runs there in
 # the interrupt that queued it (pid 0): only sched_waking names who released a lock.
@@ -58,19 +58,6 @@ UP_MARGIN = 0.8   # trace more again only when the budget holds with this margin
 # Statements whose median is longer than this share of a window keep every event: a window covers few
 # of them whole, and one it does not cover has no kernel side at all (TPC-H's long queries)
 LONG_STATEMENT = 0.1
-
-MWINV_SO = Path("/usr/lib/postgresql/15/lib/mwinv.so")
-STATEMENT_PROBES = {"statement__start": "mwinv_stmt_start", "statement__done": "mwinv_stmt_done"}
-# PostgreSQL's own statement probes (no query id): a Query message's start (with its text) and done;
-# for the extended protocol the parse of a statement (with its text) and the run of a portal.
-QUERY_PROBES = {"query__start": "pg_query_start", "query__done": "pg_query_done", "query__parse__start": "pg_query_parse",
-                "query__execute__start": "pg_query_exec_start", "query__execute__done": "pg_query_exec_done"}
-TEXT_PROBES = ("pg_query_start", "pg_query_parse")
-# PostgreSQL's own lock-wait probes: the only kernel-visible sign that a latch wait is a lock wait
-# (heavyweight lock waits sleep in epoll_wait like pg_sleep does). They fire only on waits.
-LOCK_PROBES = {"lock__wait__start": "pg_lock_wait_start", "lock__wait__done": "pg_lock_wait_done",
-               "lwlock__wait__start": "pg_lwlock_wait_start", "lwlock__wait__done": "pg_lwlock_wait_done"}
-
 
 def default_events(page_faults: bool = False) -> list[str]:
     sys = [f"syscalls:sys_{d}_{name}" for name in WAIT_SYSCALLS for d in ("enter", "exit")]
@@ -137,8 +124,7 @@ class RecorderConfig:
     follow_interval_s: float = 1.0       # full /proc scan for the DBMS's descendants
     children_interval_s: float = 0.05    # the postmaster's direct children (a short connection's backend)
     perf_freq_hz: int = 99
-    statement_probes: bool = True        # uprobes on mwinv.so's statement__start/done if present
-    query_probes: bool = False           # PostgreSQL's own query__start/done (statements without the extension)
+    probes: tuple[ProbeSet, ...] = ()    # the DBMS's USDT probes to attach (its engine's KernelSide.probes)
     duty: float = 1.0                    # share of the time traced: windows of window_s, events off between
     window_s: float = 1.0
     event_budget: float | None = None    # events/s per CPU over which fewer windows are traced (None: no limit)
@@ -214,10 +200,8 @@ class KernelRecorder:
         inst.write("buffer_size_kb", str(self.cfg.buffer_kb))
         inst.write("options/event-fork", "1")
         self._follow()
-        if self.cfg.statement_probes:
-            self._add_statement_probes(root)
-        if self.cfg.query_probes:
-            self._add_query_probes(root)
+        for probe_set in self.cfg.probes:
+            self._add_probes(root, probe_set)
         for ev in self.cfg.events + [f"{u.split('/')[0]}:{u.split('/')[1]}" for u in self.uprobes]:
             if not inst.has_event(ev):
                 self.skipped[ev] = "not in this kernel"
@@ -274,61 +258,47 @@ class KernelRecorder:
         except MwinvError as exc:
             self.skipped["tracer:function"] = str(exc).rsplit(": ", 1)[-1]  # EPERM here: perf instead
 
-    def _add_statement_probes(self, root: Path) -> None:
-        probes = {p.name: p for p in usdt_probes(MWINV_SO, provider="mwinv")}
-        for probe_name, event in STATEMENT_PROBES.items():
-            if probe_name not in probes:
-                continue
-            target, args = uprobe_target(MWINV_SO, probes[probe_name], ["statement_id", "query_id"])
-            try:
-                self.uprobes.append(add_uprobe(root, self.uprobe_group, event, target, args))
-            except MwinvError as exc:
-                self.skipped[f"uprobe:{event}"] = str(exc)
-        self._add_lock_probes(root)
-
-    def _dbms_probes(self, what: str) -> tuple[Path | None, list]:
-        """The DBMS binary of the traced pids and its PostgreSQL USDT probes (none: the reason is in skipped)."""
-        exe = None
+    def _dbms_binary(self) -> Path | None:
+        """The executable of the traced pids (the DBMS's)."""
         for pid in self.pids:
             try:
-                exe = Path(os.readlink(f"/proc/{pid}/exe"))
-                break
+                return Path(os.readlink(f"/proc/{pid}/exe"))
             except OSError:
                 continue
+        return None
+
+    def _add_probes(self, root: Path, probe_set: ProbeSet) -> None:
+        """A uprobe for each probe of the set (at each of its sites, or its last one when not per_site); what
+        cannot be attached goes to `skipped` under the set's name."""
+        exe = self._dbms_binary()
         if exe is None or not exe.exists():
-            self.skipped[f"uprobe:{what}"] = "the DBMS binary is not readable"
-            return None, []
+            self.skipped[f"uprobe:{probe_set.what}"] = "the DBMS binary is not readable"
+            return
+        path = exe if probe_set.library is None else exe.parent.parent / probe_set.library
+        if not path.exists():
+            self.skipped[f"uprobe:{probe_set.what}"] = f"{path}: not installed"
+            return
         try:
-            return exe, usdt_probes(exe, provider="postgresql")
+            probes = usdt_probes(path, provider=probe_set.provider)
         except MwinvError as exc:
-            self.skipped[f"uprobe:{what}"] = str(exc)
-            return None, []
-
-    def _add_query_probes(self, root: Path) -> None:
-        """query__start (with the query text: the Query message's string) and query__done, the parse (text)
-        and the portal runs of the extended protocol: statements when the mwinv extension is not loaded."""
-        self._add_dbms_probes(root, "pg_query", QUERY_PROBES, TEXT_PROBES)
-
-    def _add_lock_probes(self, root: Path) -> None:
-        self._add_dbms_probes(root, "pg_lock_wait", LOCK_PROBES)
-
-    def _add_dbms_probes(self, root: Path, what: str, events: dict[str, str], with_text: tuple = ()) -> None:
-        """A uprobe per site of each PostgreSQL probe named in `events` (probe name -> event name); those in
-        with_text fetch their first argument as the query text."""
-        exe, probes = self._dbms_probes(what)
+            self.skipped[f"uprobe:{probe_set.what}"] = str(exc)
+            return
+        if not probe_set.per_site:   # the last site of each probe
+            probes = list({p.name: p for p in probes}.values())
         seen: dict[str, int] = {}
         for probe in probes:
-            event = events.get(probe.name)
+            event = probe_set.events.get(probe.name)
             if event is None:
                 continue
-            n = seen[event] = seen.get(event, 0) + 1   # one uprobe per probe site
-            target, _ = uprobe_target(exe, probe, [])
-            text = string_fetcharg(probe.args[0]) if event in with_text and probe.args else None
+            n = seen[event] = seen.get(event, 0) + 1
+            target, args = uprobe_target(path, probe, list(probe_set.args))
+            if event in probe_set.text_events and probe.args and (text := string_fetcharg(probe.args[0])):
+                args = f"query={text}"
+            name = f"{event}_{n}" if probe_set.per_site else event
             try:
-                self.uprobes.append(add_uprobe(root, self.uprobe_group, f"{event}_{n}", target,
-                                               f"query={text}" if text else ""))
+                self.uprobes.append(add_uprobe(root, self.uprobe_group, name, target, args))
             except MwinvError as exc:
-                self.skipped[f"uprobe:{event}_{n}"] = str(exc)
+                self.skipped[f"uprobe:{name}"] = str(exc)
 
     def _event_formats(self, root: Path) -> list[tuple[str, str]]:
         out = [("ftrace", p.read_text()) for p in sorted((root / "events/ftrace").glob("*/format"))]

@@ -119,3 +119,18 @@ def uprobe_target(path: Path, probe: UsdtProbe, arg_names: list[str]) -> tuple[s
         if fa:
             args.append(f"{name}={fa}")
     return target, " ".join(args)
+
+
+@dataclass(frozen=True)
+class ProbeSet:
+    """USDT probes of a DBMS that the recorder attaches as uprobes (an engine names them:
+    mwinv/engines/<engine>/kernel.py). events: probe name -> event name."""
+    what: str                            # the set's name in the recorder's skipped list
+    provider: str
+    events: dict[str, str]
+    library: str | None = None           # the probes' file relative to the DBMS's install prefix (the
+                                         # directory above its executable's); None: the executable
+    args: tuple[str, ...] = ()           # the probe arguments recorded, by name
+    text_events: tuple[str, ...] = ()    # events whose first argument is fetched as a string (a query text)
+    per_site: bool = True                # a uprobe per probe site (event_1, event_2, ...: an inlined probe
+                                         # has several); False: one, named as the event

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mwinv.capture.run import KernelCapture
+from mwinv.node_capture import NodeCapture
 from mwinv.capture.tables import Capture
+from mwinv.engines.mariadb.kernel import MARIADB
 from mwinv.engines.mariadb.reader import PerfSchemaReader
 from mwinv.engines.mariadb.server import MariaDBServer
 
@@ -26,8 +27,8 @@ class MariaDBCapture:
     def __init__(self, server: MariaDBServer, out: str | Path, node: str = "mariadb", stacks: bool = False,
                  trace: bool | str = True, progress=None):
         self.server, self.capture, self.node = server, Capture(out), node
-        self.kernel = KernelCapture(out, pids=[server.pid()], node=node, stacks=stacks, statements=False,
-                                    trace=trace, progress=progress)
+        self.kernel = NodeCapture(out, pids=[server.pid()], node=node, stacks=stacks, statements=False,
+                                  trace=trace, progress=progress, engine=MARIADB)
         self.reader: PerfSchemaReader | None = None
         self.summary: dict = {}
 

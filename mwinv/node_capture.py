@@ -1,7 +1,8 @@
-"""One capture on one node: kernel recording + sampler + the PostgreSQL extension's statements,
-all into one capture directory with its manifest.
+"""One capture on one node: the kernel recording, the sampler and the DBMS's statements (the PostgreSQL
+extension's, or its own probes'), all into one capture directory with its manifest. The DBMS's kernel
+side (its processes' roles, its probes) comes from its engine (mwinv/engines/<engine>/kernel.py).
 
-    with KernelCapture("out/run1", postmaster_pid=server.postmaster_pid(), conninfo=...) as cap:
+    with NodeCapture("out/run1", postmaster_pid=server.postmaster_pid(), conninfo=...) as cap:
         run_workload()
     # cap.summary: what was recorded, parsed and skipped
 
@@ -19,6 +20,9 @@ from typing import Callable
 
 import mwinv
 from mwinv.capture.tables import Capture, node_name
+from mwinv.engines import KernelSide
+from mwinv.engines.postgresql.capture import postmaster_of, server_settings, statement_drainer
+from mwinv.engines.postgresql.kernel import POSTGRESQL
 from mwinv.engines.postgresql.probes import LOST as PROBE_LOST
 from mwinv.engines.postgresql.probes import SOURCE as PROBE_SOURCE
 from mwinv.engines.postgresql.probes import statements_from_probes
@@ -31,36 +35,7 @@ from mwinv.kernel_trace.tracefs import pid_alive, tracefs_root
 
 WATCH_S = 0.2           # how often a capture checks that its server still runs
 # server settings the advice reads from the manifest
-RECORDED_SETTINGS = ("jit", "max_parallel_workers_per_gather", "max_parallel_workers", "work_mem", "shared_buffers",
-                     "effective_io_concurrency", "random_page_cost")
 RESTART_WAIT_S = 60.0   # how long a capture with a data directory waits for its server to come back
-
-
-def postmaster_of(data_dir: str | os.PathLike | None = None, conninfo: str | None = None) -> int:
-    """The postmaster pid of a data directory (postmaster.pid) or of a server we can connect to."""
-    if data_dir:
-        pidfile = Path(data_dir) / "postmaster.pid"
-        try:
-            return int(pidfile.read_text().split("\n", 1)[0])
-        except (OSError, ValueError):
-            raise MwinvError(f"{pidfile}: no running server (cannot read the postmaster pid)") from None
-    if conninfo:
-        import psycopg
-
-        from mwinv.engines.postgresql.reader import connect_untracked
-
-        try:
-            with connect_untracked(conninfo) as conn:
-                backend = conn.execute("select pg_backend_pid()").fetchone()[0]
-                data = conn.execute("show data_directory").fetchone()[0]
-        except psycopg.Error as exc:
-            raise MwinvError(f"cannot connect ({conninfo}): {str(exc).strip().splitlines()[0]}") from None
-        try:
-            return postmaster_of(data_dir=data)
-        except MwinvError:   # data directory not readable here: the backend's parent is the postmaster
-            stat = Path(f"/proc/{backend}/stat").read_text()
-            return int(stat.rsplit(")", 1)[1].split()[1])
-    raise MwinvError("give the postmaster pid, a data directory or a conninfo")
 
 
 def _software_versions(postmaster_pid: int | None) -> dict:
@@ -77,23 +52,6 @@ def _software_versions(postmaster_pid: int | None) -> dict:
     return out
 
 
-def _statement_drainer(conninfo: str | None, capture: Capture, node: str, since_ns: int | None = None):
-    """The extension's drainer when the extension is there, else (None, why)."""
-    if not conninfo:
-        return None, "no conninfo"
-    import psycopg
-
-    from mwinv.engines.postgresql import reader as mod
-
-    try:
-        with mod.connect_untracked(conninfo) as conn:   # the capture's own queries are no workload
-            if not mod.extension_available(conn):
-                return None, "extension mwinv not available in the server"
-    except psycopg.Error as exc:
-        return None, f"cannot connect: {str(exc).strip().splitlines()[0]}"
-    return mod.StatementDrainer(conninfo, capture, node=node, interval_s=0.5, since_ns=since_ns), None
-
-
 def wall_minus_mono() -> dict:
     """CLOCK_REALTIME minus CLOCK_MONOTONIC now: the realtime reading set against the middle of two
     monotonic ones, the tightest of 5 (its error is half their gap). Sources on the wall clock (an
@@ -108,7 +66,7 @@ def wall_minus_mono() -> dict:
     return {"offset_ns": best[0], "at_ns": best[1], "error_ns": (best[2] + 1) // 2}
 
 
-class KernelCapture:
+class NodeCapture:
     """Kernel trace + samples (+ statements) of one DBMS on this node, into `capture_dir`.
 
     trace: True (fail when tracing is impossible), False, or "auto" (skip it, stating why)."""
@@ -119,13 +77,14 @@ class KernelCapture:
                  trace: bool | str = True, sample: bool = True, statements: bool = True,
                  page_faults: bool = False, progress: Callable[[str], None] | None = None,
                  data_dir: str | os.PathLike | None = None, duty: float = 1.0, window_s: float = 1.0,
-                 event_budget: float | None = None):
+                 event_budget: float | None = None, engine: KernelSide = POSTGRESQL):
         if postmaster_pid is None and not pids:
             postmaster_pid = postmaster_of(conninfo=conninfo)
         if postmaster_pid is not None and not pid_alive(postmaster_pid):
             raise MwinvError(f"pid {postmaster_pid}: no such process")
         self.capture = Capture(capture_dir)
         self.node = node or node_name()
+        self.engine = engine
         self.postmaster_pid = postmaster_pid
         self.pids = pids or [postmaster_pid]
         self.conninfo = conninfo
@@ -154,16 +113,9 @@ class KernelCapture:
                 pass
         if not self.conninfo:
             return
-        import psycopg
-
-        from mwinv.engines.postgresql.reader import connect_untracked
-
-        try:
-            with connect_untracked(self.conninfo) as conn:
-                settings = dict(conn.execute("SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
-                                             [list(RECORDED_SETTINGS)]).fetchall())
-        except psycopg.Error as exc:
-            self.summary["skipped"]["settings"] = str(exc).strip().splitlines()[0]
+        settings, why = server_settings(self.conninfo)
+        if why:
+            self.summary["skipped"]["settings"] = why
             return
         self.capture.update_manifest(settings=settings)
 
@@ -233,7 +185,7 @@ class KernelCapture:
             return descendants(self.postmaster_pid)
         return [p for p in self.pids if pid_alive(p)]
 
-    def start(self) -> "KernelCapture":
+    def start(self) -> "NodeCapture":
         skipped = self.summary["skipped"]
         self.capture.create(capture_kind="node", clock_source="mono")
         node_info = {"clock": "mono", "kernel": " ".join(os.uname()[:3]), "postmaster_pid": self.postmaster_pid,
@@ -244,7 +196,7 @@ class KernelCapture:
         self._started = True
         try:
             if self.statements:
-                self.drainer, why = _statement_drainer(self.conninfo, self.capture, self.node,
+                self.drainer, why = statement_drainer(self.conninfo, self.capture, self.node,
                                                        since_ns=node_info["start_ns"])
                 if not self.drainer:
                     skipped["statements"] = why
@@ -263,7 +215,8 @@ class KernelCapture:
                 try:
                     if self.trace == "auto":
                         tracefs_root()
-                    config = RecorderConfig(events=self.events, stacks=self.stacks, query_probes=self.from_probes,
+                    probes = self.engine.probes("usdt" if self.from_probes else "extension")
+                    config = RecorderConfig(events=self.events, stacks=self.stacks, probes=probes,
                                             duty=self.duty, window_s=self.window_s, event_budget=self.event_budget)
                     self.recorder = KernelRecorder(self.capture.path / "kernel" / self.node, self._pids_now(),
                                                    config, follow_pid=self.postmaster_pid, notice=self.progress,
@@ -340,7 +293,8 @@ class KernelCapture:
     def _parse(self) -> None:
         kdir = self.capture.path / "kernel" / self.node
         self.progress("parsing the kernel trace")
-        res = parse_trace(kdir / "trace.dat", self.capture, self.node, procs_file=kdir / "procs.json")
+        res = parse_trace(kdir / "trace.dat", self.capture, self.node, procs_file=kdir / "procs.json",
+                          role=self.engine.role)
         self.summary["parse"] = res.__dict__
         windows = self.summary["recorder"].get("windows") or []
         if windows:
@@ -357,7 +311,7 @@ class KernelCapture:
             pids = {p["pid"] for p in procs if p["node"] == self.node}
             self.summary["perf_samples"] = perf_to_capture(kdir / "perf.data", self.capture, self.node, pids)
 
-    def __enter__(self) -> "KernelCapture":
+    def __enter__(self) -> "NodeCapture":
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -404,8 +358,8 @@ def record_capture(capture_dir: str | os.PathLike, postmaster_pid: int | None = 
     """Capture until `duration_s` passed, `command` exited, the server stopped for good, or Ctrl-C/SIGTERM;
     returns the summary. The command's exit status is in summary['command_rc'], why the capture ended
     early in summary['ended']."""
-    cap = KernelCapture(capture_dir, postmaster_pid=postmaster_pid, conninfo=conninfo, stacks=stacks,
-                        sample_interval_s=sample_interval_s, **kw)
+    cap = NodeCapture(capture_dir, postmaster_pid=postmaster_pid, conninfo=conninfo, stacks=stacks,
+                      sample_interval_s=sample_interval_s, **kw)
     cap.start()
     rc = ended = None
     try:
