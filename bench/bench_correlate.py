@@ -206,7 +206,7 @@ def run_pandas(capture_dir: Path, cpu_out: Path) -> None:
 def run_report(capture_dir: Path, out: Path) -> None:
     """The report on a correlated capture, timed: the derivation (classes, model, predictions, advice)
     written into the capture, report.html and report.md (into a directory beside `out`)."""
-    from mwinv.correlator.calibrate import calibrate, store
+    from mwinv.calibrate import calibrate, store
     from mwinv.correlator.load import remove_stale
     from mwinv.correlator.pipeline import correlate
     from mwinv.correlator.report import load, render_report

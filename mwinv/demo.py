@@ -10,7 +10,7 @@ from rich.console import Console
 
 from mwinv.node_capture import NodeCapture
 from mwinv.correlator import terminal
-from mwinv.correlator.calibrate import calibrate, store
+from mwinv.calibrate import calibrate, store
 from mwinv.correlator.derive import advice_of, derive
 from mwinv.correlator.nodes import node_parts
 from mwinv.correlator.pipeline import correlate, top_statements
@@ -57,7 +57,7 @@ def run_cluster_demo(scale: float, out: str, nodes: int) -> Path:
     them, one capture of every node; the top statements with their parts on each data node."""
     from mwinv.cluster.capture import ClusterCapture
     from mwinv.cluster.harness import Cluster
-    from mwinv.correlator.calibrate import calibrate_link
+    from mwinv.calibrate import calibrate_link
 
     console = Console()
     out_dir, capture_dir = _fresh(out)

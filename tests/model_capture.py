@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mwinv.node_capture import NodeCapture
 from mwinv.capture.tables import Capture
-from mwinv.correlator.calibrate import calibrate_cpu, calibrate_disk, calibrate_link
+from mwinv.calibrate import calibrate_cpu, calibrate_disk, calibrate_link
 from mwinv.correlator.pipeline import correlate
 from mwinv.engines.postgresql.reader import connect_untracked
 
@@ -87,7 +87,7 @@ def calibrate_disk_in_cgroup(cgroup, directory, file_mb: int = 16) -> dict:
 
     root = str(Path(__file__).parent.parent)
     out = subprocess.run(cgroup.exec_prefix() + [
-        sys.executable, "-c", "import json, sys; from mwinv.correlator.calibrate import calibrate_disk; "
+        sys.executable, "-c", "import json, sys; from mwinv.calibrate import calibrate_disk; "
         f"print(json.dumps(calibrate_disk(sys.argv[1], file_mb={int(file_mb)}, random_reads=100)))", str(directory)],
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": root}, timeout=300, check=True).stdout
     return json.loads(out)

@@ -316,7 +316,7 @@ def test_link_rate_what_if_checked_by_running(cluster, tmp_path):
 
     from mwinv.capture.tables import Capture
     from mwinv.cluster.capture import ClusterCapture
-    from mwinv.correlator.calibrate import calibrate_cpu, calibrate_disk, calibrate_link
+    from mwinv.calibrate import calibrate_cpu, calibrate_disk, calibrate_link
     from mwinv.correlator.derive import in_model, model_inputs
     from mwinv.correlator.model import predict
     from mwinv.correlator.pipeline import correlate

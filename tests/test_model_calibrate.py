@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mwinv.cgroup import Cgroup, block_device_of
-from mwinv.correlator.calibrate import calibrate_disk, calibrate_link
+from mwinv.calibrate import calibrate_disk, calibrate_link
 
 sys.path.insert(0, str(Path(__file__).parent))
 from model_capture import calibrate_disk_in_cgroup, veth_namespace  # noqa: E402

@@ -247,7 +247,7 @@ def test_link_rate_what_if_checked_by_running(tmp_path):
     namespace, the client outside, tbf at 80 Mbit/s on the veth) is captured and calibrated; the link-rate
     what-if x0.5 is then checked by re-running it with the shaper at 40 Mbit/s. The capture also checks
     the attribution: the backend waits in epoll_wait after a send that would block, which is network time."""
-    from mwinv.correlator.calibrate import calibrate_cpu, calibrate_disk, calibrate_link
+    from mwinv.calibrate import calibrate_cpu, calibrate_disk, calibrate_link
     from mwinv.correlator.classify import classify
     from mwinv.pgserver import PgServer
 

@@ -72,7 +72,7 @@ def calibrate(capture, data_dir, links) -> None:
       mwinv calibrate out/demo/capture
       mwinv calibrate out/run1 --data-dir /var/lib/postgresql --link 127.0.0.1 --link n1:10.213.0.2
     """
-    from mwinv.correlator.calibrate import calibrate as measure, store
+    from mwinv.calibrate import calibrate as measure, store
 
     console = Console()
     target = Path(capture)

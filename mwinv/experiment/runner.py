@@ -84,7 +84,7 @@ def run_cell(plan: Plan, cell: Cell, out: Path, say, keep_captures: bool = True)
     from mwinv.cgroup import drop_page_cache
     from mwinv.cluster.capture import ClusterCapture
     from mwinv.cluster.harness import Cluster, NodeCaps
-    from mwinv.correlator.calibrate import calibrate, calibrate_link, store
+    from mwinv.calibrate import calibrate, calibrate_link, store
     from mwinv.correlator.derive import MODEL_TABLES, derive
     from mwinv.correlator.pipeline import correlate
     from mwinv.workloads.runner import run_queries

@@ -237,7 +237,7 @@ def calibrate_link(link: str, bulk_mb: int = 64, pings: int = 500) -> dict:
     netns, address = parse_link(link)
     bulk = bulk_mb * 2**20
     if netns:
-        cmd = ["ip", "netns", "exec", netns, sys.executable, "-m", "mwinv.correlator.calibrate", "serve",
+        cmd = ["ip", "netns", "exec", netns, sys.executable, "-m", "mwinv.calibrate", "serve",
                address]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
