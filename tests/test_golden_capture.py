@@ -79,3 +79,19 @@ def test_advice_names_the_blocker_and_the_report_reads_what_was_derived(correlat
     assert classes[locked["example_id"]] == "lock"
     md = (report / "report.md").read_text()
     assert "SELECT count(*) FROM nation" in md and "lock.wait" in md
+
+
+def test_asking_for_a_table_builds_what_it_needs(tmp_path):
+    """The kernel hot spots need the attribution's segments, the derived tables the model's inputs: asked
+    for in a session that has neither, each builds them first."""
+    from mwinv.correlator import derive, hotspots
+    from mwinv.correlator.load import open_capture
+
+    shutil.copytree(CAPTURE, tmp_path / "cap")
+    db = open_capture(tmp_path / "cap")
+    hotspots.kernel_functions(db)
+    assert db.sql("SELECT count(DISTINCT statement_id) FROM statement_attribution").fetchone()[0] == 56
+    derive.derive(db, derive.MODEL_TABLES, write=False)
+    assert db.sql("SELECT count(*) FROM statement_class").fetchone()[0] == 56
+    assert db.sql("SELECT count(*) FROM model.statements").fetchone()[0] == 56
+    assert not Capture(tmp_path / "cap").has("statement_class")   # write=False: the session only

@@ -4,6 +4,7 @@ kernel allows it) and the kernel paths it slept in (stacks recorded on sched_swi
 
 from __future__ import annotations
 
+from mwinv.correlator.attribution import attribute
 from mwinv.correlator.load import CaptureDB, create_empty, literal
 
 # Scheduler frames say only "the task slept"; the function worth naming is the first one below them.
@@ -14,7 +15,10 @@ SCHEDULER_FRAMES = ("__schedule", "schedule", "schedule_timeout", "schedule_hrti
 
 
 def kernel_functions(db: CaptureDB) -> None:
-    """The table statement_kernel_function: needs `seg_off_stack` from attribution.attribute()."""
+    """The table statement_kernel_function, from `seg_off_stack` (built by attribution.attribute first
+    when the session has none)."""
+    if not db.sql("SELECT count(*) FROM information_schema.tables WHERE table_name = 'seg_off_stack'").fetchone()[0]:
+        attribute(db)
     parts = []
     if db.has("kernel_stack"):
         # the names as a literal: a Python list as a query parameter makes DuckDB import pandas
