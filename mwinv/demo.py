@@ -11,8 +11,7 @@ from rich.console import Console
 from mwinv.node_capture import NodeCapture
 from mwinv.correlator import terminal
 from mwinv.calibrate import calibrate, store
-from mwinv.correlator.derive import advice_of, derive
-from mwinv.correlator.nodes import node_parts
+from mwinv.correlator.derive import advice_of, derive, node_parts_of
 from mwinv.correlator.pipeline import correlate, top_statements
 from mwinv.correlator.report import load, render_report
 from mwinv.workloads import runner, tpch
@@ -107,12 +106,14 @@ def _show(capture_dir: Path, out_dir: Path, console: Console) -> Path:
     for w in db.warnings:
         console.print(f"[yellow]warning:[/] {w}")
     top = top_statements(db, n=5)
+    examples = [s.example_id for s in top]
+    derive(db, advise=examples, progress=lambda s: console.log(s))
     console.print(terminal.top_table(top, "top 5 statements by total time"))
+    parts = node_parts_of(db, examples)
     for i, s in enumerate(top, 1):
-        if parts := node_parts(db, s.example_id):
-            console.print(terminal.node_table(i, s, parts))
-    derive(db, advise=[s.example_id for s in top], progress=lambda s: console.log(s))
-    console.print(terminal.advice_text(top, advice_of(db, [s.example_id for s in top])))
+        if s.example_id in parts:
+            console.print(terminal.node_table(i, s, parts[s.example_id]))
+    console.print(terminal.advice_text(top, advice_of(db, examples)))
     html, md = render_report(load(capture_dir, db=db), out_dir / "report")
     db.con.close()
     console.print(f"report: {html} (and {md})")

@@ -26,6 +26,11 @@ from mwinv.errors import MwinvError
 
 i32, i64, f64, s, b = pa.int32(), pa.int64(), pa.float64(), pa.string(), pa.bool_()
 
+ATTRIBUTION_COMPONENTS = ("cpu_user", "cpu_sys", "disk_seq", "disk_random", "network", "remote_wait", "lock_wait",
+                          "run_queue", "other_wait", "client_wait",
+                          "not_allocated")
+
+
 SCHEMAS: dict[str, pa.Schema] = {
     # DBMS side
     "statement": pa.schema([
@@ -146,6 +151,16 @@ SCHEMAS: dict[str, pa.Schema] = {
     ]),
     # The statements the advice was derived for (a statement on which no rule fired has no advice row)
     "advised_statement": pa.schema([("statement_id", i64)]),
+    # An advised coordinator statement's part on each data node (correlator/nodes.py): its remote
+    # statements' count, fetches, rows and bytes sent, their execution by component, the node's idle
+    # time between them, when its first part began and its last fetch ended (from the coordinator
+    # statement's start, on the coordinator's clock), and whether it is the critical (last) node
+    "statement_node_part": pa.schema([
+        ("statement_id", i64), ("node", s), ("statements", i64), ("fetches", i64), ("rows", i64),
+        ("sent_bytes", i64), ("execution_ns", i64), ("idle_ns", i64), ("first_start_ns", i64),
+        ("last_end_ns", i64), ("critical", b),
+        *[(f"{c}_ns", i64) for c in ATTRIBUTION_COMPONENTS],
+    ]),
     # The disk's access time as the run saw it next to the calibrated one (model.DiskWaitCheck): a row
     # when enough short reads were measured
     "disk_wait_check": pa.schema([("requests", i64), ("observed_s", f64), ("calibrated_s", f64)]),
@@ -154,20 +169,16 @@ SCHEMAS: dict[str, pa.Schema] = {
 # Tables the correlator derives (recomputed on every run, never read back as input).
 DERIVED_TABLES = ("statement_attribution", "statement_kernel_function", "statement_class", "prediction",
                   "statement_io", "statement_estimate", "statement_link", "traced_statement",
-                  "statement_advice", "advised_statement", "disk_wait_check")
+                  "statement_advice", "advised_statement", "statement_node_part", "disk_wait_check")
 # Those derived from the attribution by the derivation step (correlator/derive.py): a new correlation
 # makes them stale, and removes them.
 FROM_ATTRIBUTION = ("statement_class", "prediction", "statement_estimate", "statement_advice",
-                    "advised_statement", "disk_wait_check")
+                    "advised_statement", "statement_node_part", "disk_wait_check")
 
 # Columns that grow with time, stored as deltas: a million pgbench statement records were written in 142
 # ns each instead of 179 (the capture's reader writes them while the server runs), 6.7 bytes each on
 # disk instead of 9.2, and read back by DuckDB in 9 ms instead of 23
 DELTA_ENCODED = {"statement": ("statement_id", "start_ns", "end_ns", "start_wall_ns")}
-
-ATTRIBUTION_COMPONENTS = ("cpu_user", "cpu_sys", "disk_seq", "disk_random", "network", "remote_wait", "lock_wait",
-                          "run_queue", "other_wait", "client_wait",
-                          "not_allocated")
 
 
 def text_hash(text: str) -> int:

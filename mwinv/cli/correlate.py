@@ -7,8 +7,7 @@ from rich.console import Console
 
 from mwinv.cli.common import progress_console, run_main
 from mwinv.correlator import terminal
-from mwinv.correlator.derive import ADVICE_TABLES, advice_of, derive
-from mwinv.correlator.nodes import node_parts
+from mwinv.correlator.derive import ADVICE_TABLES, advice_of, derive, node_parts_of
 from mwinv.correlator.pipeline import RANK_BY, correlate, top_statements
 from mwinv.correlator.pipeline import merge as merge_nodes
 
@@ -58,7 +57,7 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge) -> N
     # a node's own session is not the capture's: its advice stays in the session
     derive(db, ADVICE_TABLES, advise=examples, progress=progress, write=node is None)
     advice = advice_of(db, examples)
-    nodes = {r.example_id: p for r in rows if (p := node_parts(db, r.example_id))}
+    nodes = node_parts_of(db, examples)
     if fmt == "json":
         click.echo(terminal.as_json(rows, advice, nodes))
     elif fmt == "csv":

@@ -89,7 +89,8 @@ LOCK_WAKEUPS_SQL = """
         WHERE a.component = 'lock_wait' AND a.ns > 0)"""
 
 
-def advise_capture(capture: CaptureDB | str | os.PathLike, statement_ids: list[int]) -> dict[int, list[Advice]]:
+def advise_capture(capture: CaptureDB | str | os.PathLike, statement_ids: list[int],
+                   parts: dict[int, list] | None = None) -> dict[int, list[Advice]]:
     """Advice for a few statements of a correlated capture (the terminal's and the report's top ones),
     reading the rows they need rather than the whole capture. capture: the analysis session over it
     (its tables are read where they are; the advice's own live in a schema `advice`, dropped after),
@@ -99,15 +100,17 @@ def advise_capture(capture: CaptureDB | str | os.PathLike, statement_ids: list[i
     statement), the advice is over all its executions: times, requests, rows and kernel samples summed,
     the example execution standing for them. Otherwise over the execution itself, with its workers and
     remote parts, and, when it waited for a lock, the other backends' statements around the wait and the
-    wake-ups that name the blocker."""
+    wake-ups that name the blocker. parts: the statements' parts on their data nodes (nodes.node_parts),
+    when the caller has them already."""
     db = capture if isinstance(capture, CaptureDB) else open_correlated(capture)
     try:
         have = {r[0] for r in db.sql("SELECT table_name FROM information_schema.tables "
                                      "WHERE table_schema = 'main'").fetchall()}
         if not statement_ids or not db.has("statement") or "statement_attribution" not in have:
             return {}
-        parts = ({sid: p for sid in statement_ids if (p := node_parts(db, sid))}
-                 if "statement_link" in have else {})
+        if parts is None:
+            parts = ({sid: p for sid in statement_ids if (p := node_parts(db, sid))}
+                     if "statement_link" in have else {})
         db.con.execute("DROP SCHEMA IF EXISTS advice CASCADE")
         db.con.execute("CREATE SCHEMA advice")
         db.con.execute("SET schema = 'advice'")

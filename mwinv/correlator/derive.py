@@ -6,8 +6,9 @@ the report only read them.
                      as sub-statements of their coordinator statement) and the model's views over them
   derive_model       statement_class (classify), and with a calibration statement_estimate, prediction
                      and disk_wait_check (model)
-  derive_advice      statement_advice and advised_statement (advice.advise_capture): the report's top
-                     ADVISED_TOP queries by total time, and the statements a caller shows
+  derive_advice      statement_advice and advised_statement (advice.advise_capture), and on a cluster
+                     statement_node_part (nodes.node_parts): the report's top ADVISED_TOP queries by
+                     total time, and the statements a caller shows
 
 A table asked for is built with what it needs; one the capture already holds (open_correlated's views)
 is read as it is. A new correlation or calibration makes them stale and removes them (load.remove_stale)."""
@@ -19,17 +20,17 @@ from contextlib import contextmanager
 
 import pyarrow as pa
 
-from mwinv.capture.tables import SCHEMAS
+from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS
 from mwinv.correlator.advice import Advice, advise_capture
 from mwinv.correlator.classify import classify
 from mwinv.correlator.load import CaptureDB, create_empty, literal
 from mwinv.correlator.model import add_model_views, disk_wait_check, estimate, model_frames, predict
-from mwinv.correlator.nodes import cluster_model_inputs
+from mwinv.correlator.nodes import NodePart, cluster_model_inputs, node_parts
 from mwinv.correlator.pipeline import ranked_queries
 
 MODEL_SCHEMA = "model"
 MODEL_TABLES = ("statement_class", "statement_estimate", "prediction", "disk_wait_check")
-ADVICE_TABLES = ("statement_advice", "advised_statement")
+ADVICE_TABLES = ("statement_advice", "advised_statement", "statement_node_part")
 ADVISED_TOP = 10   # the report's top list: always advised, so a report finds its statements' advice
 
 
@@ -139,7 +140,8 @@ def derive_advice(db: CaptureDB, statement_ids: list[int], step, write: bool) ->
         return
     ids = sorted(wanted | done)
     step(f"advice for {len(ids)} statements")
-    advice = advise_capture(db, ids)
+    parts = {sid: p for sid in ids if (p := node_parts(db, sid))} if "statement_link" in have else {}
+    advice = advise_capture(db, ids, parts)
     # literals, not Arrow: registering an Arrow table imports pandas, which the terminal does not need
     values = ", ".join(
         f"({int(a.statement_id)}, {_lit(a.query_id)}, {literal(a.rule)}, {literal(a.advice)}, {literal(a.evidence)}, "
@@ -150,9 +152,18 @@ def derive_advice(db: CaptureDB, statement_ids: list[int], step, write: bool) ->
         db.con.execute(f"INSERT INTO advice_rows VALUES {values}")
     db.con.execute(f"CREATE OR REPLACE TABLE advised_rows AS SELECT unnest([{', '.join(map(str, ids))}])::BIGINT "
                    "AS statement_id")
+    create_empty(db.con, "statement_node_part", "TABLE", name="part_rows")
+    values = ", ".join(
+        f"({int(sid)}, {literal(p.node)}, {p.statements}, {p.fetches}, {p.rows}, {p.sent_bytes}, {p.execution_ns}, "
+        f"{p.idle_ns}, {p.first_start_ns}, {p.last_end_ns}, {str(p.critical).lower()}, "
+        + ", ".join(str(int(p.components.get(c, 0))) for c in ATTRIBUTION_COMPONENTS) + ")"
+        for sid, node_list in parts.items() for p in node_list)
+    if values:
+        db.con.execute(f"INSERT INTO part_rows VALUES {values}")
     _store(db, "statement_advice", "advice_rows", write)
     _store(db, "advised_statement", "advised_rows", write)
-    db.con.execute("DROP TABLE advice_rows; DROP TABLE advised_rows")
+    _store(db, "statement_node_part", "part_rows", write)
+    db.con.execute("DROP TABLE advice_rows; DROP TABLE advised_rows; DROP TABLE part_rows")
 
 
 def _lit(value: int | None) -> str:
@@ -167,4 +178,19 @@ def advice_of(db: CaptureDB, statement_ids: list[int]) -> dict[int, list[Advice]
     rows = db.sql(f"SELECT * FROM statement_advice WHERE statement_id IN ({', '.join(map(str, map(int, statement_ids)))})")
     for sid, qid, rule, text, evidence, gain, basis in rows.fetchall():
         out.setdefault(sid, []).append(Advice(sid, qid, rule, text, evidence, gain, basis))
+    return out
+
+
+def node_parts_of(db: CaptureDB, statement_ids: list[int]) -> dict[int, list[NodePart]]:
+    """The derived parts on their data nodes of these statements (derive_advice), those that have some."""
+    if not statement_ids or "statement_node_part" not in _session_tables(db):
+        return {}
+    out: dict[int, list[NodePart]] = {}
+    comps = ", ".join(f"{c}_ns" for c in ATTRIBUTION_COMPONENTS)
+    for sid, node, n, fetches, rows, sent, execution, idle, first, last, critical, *ns in db.sql(f"""
+            SELECT statement_id, node, statements, fetches, rows, sent_bytes, execution_ns, idle_ns, first_start_ns,
+                   last_end_ns, critical, {comps} FROM statement_node_part
+            WHERE statement_id IN ({', '.join(map(str, map(int, statement_ids)))}) ORDER BY statement_id, node""").fetchall():
+        out.setdefault(sid, []).append(NodePart(node, n, fetches, rows, sent, execution, idle,
+                                                dict(zip(ATTRIBUTION_COMPONENTS, ns)), first, last, critical))
     return out

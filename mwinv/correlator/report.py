@@ -28,7 +28,7 @@ from mwinv.correlator.advice import Advice
 from mwinv.correlator.classify import MIN_RANKED_SAMPLES, kernel_samples, thin_sources
 from mwinv.correlator.load import CaptureDB, literal, open_correlated
 from mwinv.correlator.model import MIN_TIMED_NS, WHAT_IFS, DiskWaitCheck, mean_abs_error
-from mwinv.correlator.nodes import NodePart, node_parts
+from mwinv.correlator.nodes import NodePart
 from mwinv.correlator.pipeline import correlate, ranked_queries
 from mwinv.errors import MwinvError
 from mwinv.fmt import ms
@@ -124,8 +124,7 @@ def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: b
         examples = [q["example_id"] for q in queries]
         advice = derived.advice_of(db, examples)
         data.advice = [a for sid in examples for a in advice.get(sid, [])]
-        if db.has("statement_link"):
-            data.node_parts = {sid: parts for sid in examples if (parts := node_parts(db, sid))}
+        data.node_parts = derived.node_parts_of(db, examples)
     return data
 
 
