@@ -20,12 +20,8 @@ from typing import Callable
 
 import mwinv
 from mwinv.capture.tables import Capture, node_name
-from mwinv.engines import KernelSide
-from mwinv.engines.postgresql.capture import postmaster_of, server_settings, statement_drainer
+from mwinv.engines import Engine
 from mwinv.engines.postgresql.kernel import POSTGRESQL
-from mwinv.engines.postgresql.probes import LOST as PROBE_LOST
-from mwinv.engines.postgresql.probes import SOURCE as PROBE_SOURCE
-from mwinv.engines.postgresql.probes import statements_from_probes
 from mwinv.errors import MwinvError
 from mwinv.kernel_trace.parse import parse_trace
 from mwinv.kernel_trace.perf import perf_to_capture
@@ -77,9 +73,11 @@ class NodeCapture:
                  trace: bool | str = True, sample: bool = True, statements: bool = True,
                  page_faults: bool = False, progress: Callable[[str], None] | None = None,
                  data_dir: str | os.PathLike | None = None, duty: float = 1.0, window_s: float = 1.0,
-                 event_budget: float | None = None, engine: KernelSide = POSTGRESQL):
+                 event_budget: float | None = None, engine: Engine = POSTGRESQL):
         if postmaster_pid is None and not pids:
-            postmaster_pid = postmaster_of(conninfo=conninfo)
+            if engine.server_pid is None:
+                raise MwinvError(f"{engine.name}: give the server's pids")
+            postmaster_pid = engine.server_pid(conninfo)
         if postmaster_pid is not None and not pid_alive(postmaster_pid):
             raise MwinvError(f"pid {postmaster_pid}: no such process")
         self.capture = Capture(capture_dir)
@@ -111,13 +109,21 @@ class NodeCapture:
                 self.capture.update_manifest(cpus=len(os.sched_getaffinity(self.postmaster_pid)))
             except OSError:
                 pass
-        if not self.conninfo:
+        if not self.conninfo or self.engine.settings is None:
             return
-        settings, why = server_settings(self.conninfo)
+        settings, why = self.engine.settings(self.conninfo)
         if why:
             self.summary["skipped"]["settings"] = why
             return
         self.capture.update_manifest(settings=settings)
+
+    def _statement_reader(self, since_ns: int):
+        """The engine's statement reader, else (None, why)."""
+        if self.engine.statement_reader is None:
+            return None, f"{self.engine.name}: no statement reader in the node capture"
+        if not self.conninfo:
+            return None, "no conninfo"
+        return self.engine.statement_reader(self.conninfo, self.capture, self.node, since_ns=since_ns)
 
     def server_check(self) -> str | None:
         """Why the capture should end now (its server stopped for good), else None. With a data directory
@@ -196,8 +202,7 @@ class NodeCapture:
         self._started = True
         try:
             if self.statements:
-                self.drainer, why = statement_drainer(self.conninfo, self.capture, self.node,
-                                                       since_ns=node_info["start_ns"])
+                self.drainer, why = self._statement_reader(node_info["start_ns"])
                 if not self.drainer:
                     skipped["statements"] = why
             # the statements first: an event budget weighs how long they last (the recorder's first
@@ -209,8 +214,9 @@ class NodeCapture:
                     how = f"through SQL: {sql_only}" if sql_only else "from the server's ring, mapped"
                     self.progress(f"statements read {how}")
                     self._update_node({"statement_reader": how})
-            # without the extension, PostgreSQL's own query probes give the statements (degraded mode)
-            self.from_probes = bool(self.statements and self.trace and self.postmaster_pid and not self.drainer)
+            # without a reader, the engine's own query probes give the statements (degraded mode)
+            self.from_probes = bool(self.statements and self.trace and self.postmaster_pid and not self.drainer
+                                    and self.engine.statements_from_probes)
             if self.trace:
                 try:
                     if self.trace == "auto":
@@ -266,9 +272,9 @@ class NodeCapture:
         if self.recorder is not None and "recorder" in self.summary:
             self._parse()
             if self.from_probes:
-                self.summary["statements_from_probes"] = statements_from_probes(self.capture, self.node)
+                self.summary["statements_from_probes"] = self.engine.statements_from_probes(self.capture, self.node)
                 self.summary["skipped"].pop("statements", None)
-                self._update_node({"statements": PROBE_SOURCE, "statements_lost": PROBE_LOST})
+                self._update_node({"statements": self.engine.probe_source, "statements_lost": self.engine.probe_lost})
         self.summary["errors"] = errors
         rec = self.summary.get("recorder", {})
         self._update_node({

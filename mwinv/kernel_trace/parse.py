@@ -70,7 +70,7 @@ def open_trace(path: Path, node: str) -> tuple[DecodeState, Iterator[pa.RecordBa
 def process_rows(state: DecodeState, procs: dict[int, dict] | None,
                  role: Callable[[str, str], str | None] | None = None) -> pa.Table:
     """The `process` table: pids seen in the trace, with what the recorder read from /proc; role(cmdline,
-    parent's cmdline): the DBMS engine's (KernelSide.role), else no roles."""
+    parent's cmdline): the DBMS engine's (Engine.role), else no roles."""
     if procs:   # recorded here: the DBMS's processes and whatever they forked
         pids = set(procs)
         for child in sorted(state.forks, key=state.first_ts.get):
@@ -98,7 +98,7 @@ def parse_trace(path: str | os.PathLike, capture: Capture, node: str | None = No
                 role: Callable[[str, str], str | None] | None = None) -> ParseResult:
     """Parse `path` into `capture`. On a fault the parts written so far stay; the result names the
     fault (the caller decides whether it is fatal: the CLI exits non-zero). role: the DBMS engine's
-    role of a process (KernelSide.role)."""
+    role of a process (Engine.role)."""
     path = Path(path)
     node = node or node_name()
     state, batches, clock = open_trace(path, node)

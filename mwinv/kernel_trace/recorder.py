@@ -124,7 +124,7 @@ class RecorderConfig:
     follow_interval_s: float = 1.0       # full /proc scan for the DBMS's descendants
     children_interval_s: float = 0.05    # the postmaster's direct children (a short connection's backend)
     perf_freq_hz: int = 99
-    probes: tuple[ProbeSet, ...] = ()    # the DBMS's USDT probes to attach (its engine's KernelSide.probes)
+    probes: tuple[ProbeSet, ...] = ()    # the DBMS's USDT probes to attach (its engine's Engine.probes)
     duty: float = 1.0                    # share of the time traced: windows of window_s, events off between
     window_s: float = 1.0
     event_budget: float | None = None    # events/s per CPU over which fewer windows are traced (None: no limit)

@@ -41,10 +41,8 @@ def postmaster_of(data_dir: str | os.PathLike | None = None, conninfo: str | Non
     raise MwinvError("give the postmaster pid, a data directory or a conninfo")
 
 
-def statement_drainer(conninfo: str | None, capture: Capture, node: str, since_ns: int | None = None):
+def statement_drainer(conninfo: str, capture: Capture, node: str, since_ns: int | None = None):
     """The extension's drainer when the extension is there, else (None, why)."""
-    if not conninfo:
-        return None, "no conninfo"
     import psycopg
 
     from mwinv.engines.postgresql import reader as mod

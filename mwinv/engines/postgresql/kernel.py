@@ -1,10 +1,14 @@
-"""PostgreSQL's kernel side: the USDT probes the recorder attaches (the mwinv extension's statement
-probes, PostgreSQL's own query and lock-wait probes) and the role of each of its processes. The
-recorder and the trace parser know no DBMS: an engine hands them this (mwinv/engines/__init__.py)."""
+"""PostgreSQL as a node capture sees it: the USDT probes the recorder attaches (the mwinv extension's
+statement probes, PostgreSQL's own query and lock-wait probes), the role of each of its processes,
+and (from capture.py and probes.py) its postmaster, the extension's statement drainer, its settings
+and the statements made from its own probes. The node capture, the recorder and the trace parser
+know no DBMS: an engine hands them this (mwinv/engines/__init__.py)."""
 
 from __future__ import annotations
 
-from mwinv.engines import KernelSide
+from mwinv.engines import Engine
+from mwinv.engines.postgresql import probes as probe_statements
+from mwinv.engines.postgresql.capture import postmaster_of, server_settings, statement_drainer
 from mwinv.kernel_trace.usdt import ProbeSet
 
 # the extension's probes (dbplugins/postgresql/): a statement's start and end with its ids, in mwinv.so
@@ -61,4 +65,8 @@ def probes(statements: str | None) -> tuple[ProbeSet, ...]:
     return chosen + (LOCK_PROBES,)
 
 
-POSTGRESQL = KernelSide("postgresql", role=role, probes=probes)
+POSTGRESQL = Engine("postgresql", role=role, probes=probes,
+                    server_pid=lambda conninfo: postmaster_of(conninfo=conninfo),
+                    statement_reader=statement_drainer, settings=server_settings,
+                    statements_from_probes=probe_statements.statements_from_probes,
+                    probe_source=probe_statements.SOURCE, probe_lost=probe_statements.LOST)
