@@ -217,6 +217,31 @@ def test_fetch_array_whatif(capture):
     assert w[100].fetches > w[100].fetches_after and w[100].saved_ns > 0
 
 
+def test_a_given_round_trip_splits_the_client_waits(capture):
+    """With the client's round trip given (--rtt), each SQL*Net message from client is its round trip (at
+    most the wait) and the client's think time: the two sum to the waits, the round trip part is each
+    wait's min(ela, rtt) over the raw WAIT lines, and the fetch what-if gets its lower bound."""
+    rtt_ms = 0.2
+    waits = [int(m.group(1)) * 1000 for p in CLEAN for line in p.read_text(errors="replace").splitlines()
+             if (m := re.match(r"^WAIT #\d+: nam='SQL\*Net (?:vector )?message from client' ela= (\d+) ", line))]
+    assert len(waits) >= 30 and min(waits) < rtt_ms * 1e6 < max(waits)   # both sides of the split occur
+    whole = {r.group: r for r in profile.profile(profile.open_oracle(capture))[0]}
+    split = {r.group: r for r in profile.profile(profile.open_oracle(capture, rtt_ms=rtt_ms))[0]}
+    name = "SQL*Net message from client"
+    trip, think = split[f"{name}: round trip"], split[f"{name}: client think time"]
+    assert name not in split and trip.count == think.count == whole[name].count == len(waits)
+    assert trip.duration_ns + think.duration_ns == whole[name].duration_ns == sum(waits)
+    assert trip.duration_ns == sum(min(w, round(rtt_ms * 1e6)) for w in waits)
+    assert profile.profile(profile.open_oracle(capture, rtt_ms=rtt_ms))[1] == profile.profile(profile.open_oracle(capture))[1]
+    db = profile.open_oracle(capture, rtt_ms=rtt_ms)
+    qid = q(capture, "SELECT query_id FROM statement WHERE pid = 613102 GROUP BY query_id "
+                     "ORDER BY sum(rows) DESC LIMIT 1")[0][0]
+    w = profile.fetch_whatif(db, qid)[0]
+    assert w.saved_rtt_ns == (w.fetches - w.fetches_after) * min(w.trip_wait_ns, round(rtt_ms * 1e6)) <= w.saved_ns
+    with pytest.raises(MwinvError, match="--rtt -1"):
+        profile.open_oracle(capture, rtt_ms=-1)
+
+
 def test_report_and_advice_on_an_oracle_capture(capture, tmp_path):
     shutil.copytree(capture, tmp_path / "cap")
     r = run_cli(str(tmp_path / "cap"), "--report", str(tmp_path / "rep"), tool="mwinv-correlate")

@@ -72,7 +72,10 @@ def import_cmd(files, out, node, pid, clock_offset, lenient) -> None:
 @click.option("--where", default=None, help="SQL condition on the items, e.g. \"dur_ns > 1e6\" or \"kind = 'wait'\".")
 @click.option("--skew", is_flag=True, help="add each group's histogram of durations.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def profile_cmd(capture, group, where, skew, fmt) -> None:
+@click.option("--rtt", "rtt_ms", type=float, default=None, metavar="MS",
+              help="the client's network round trip (e.g. from ping): splits SQL*Net message from client into "
+                   "the round trip and the client's think time.")
+def profile_cmd(capture, group, where, skew, fmt, rtt_ms) -> None:
     """Response-time profile of the traced sessions: every microsecond once (the CPU of top-level calls,
     every wait, unaccounted-for time within and between calls, possibly negative), grouped and
     filtered by SQL expressions over the items (columns: node, pid, file, line, statement_id,
@@ -84,10 +87,11 @@ def profile_cmd(capture, group, where, skew, fmt) -> None:
       mwinv oracle profile out/ora --group file
       mwinv oracle profile out/ora --where "name = 'db file sequential read'" --group obj --skew
       mwinv oracle profile out/ora --group "query_id || ' ' || left(text, 40)" --format json
+      mwinv oracle profile out/ora --rtt 0.4
     """
     from mwinv.engines.oracle import profile as prof
 
-    db = prof.open_oracle(capture)
+    db = prof.open_oracle(capture, rtt_ms)
     rows, total = prof.profile(db, group=group, where=where)
     if fmt == "json":
         click.echo(json.dumps({"total_ns": total, "rows": [{
@@ -145,7 +149,9 @@ def unaccounted_cmd(capture, top) -> None:
 @click.argument("capture", type=click.Path(file_okay=False))
 @click.option("--query-id", type=int, default=None, help="one statement (its query id from the table).")
 @click.option("--top", type=int, default=10, show_default=True, help="statements to show, by elapsed time.")
-def tkprof_cmd(capture, query_id, top) -> None:
+@click.option("--rtt", "rtt_ms", type=float, default=None, metavar="MS",
+              help="the client's network round trip (e.g. from ping): the fetch what-if's lower bound.")
+def tkprof_cmd(capture, query_id, top, rtt_ms) -> None:
     """tkprof's tables — count, cpu, elapsed, disk, query, current, rows per Parse/Execute/Fetch and misses
     in library cache — with statements that differ only in literals under one query id, each
     statement's row source operations with the disk waits on their objects, the fetch array size
@@ -155,10 +161,11 @@ def tkprof_cmd(capture, query_id, top) -> None:
     Examples:
       mwinv oracle tkprof out/ora
       mwinv oracle tkprof out/ora --query-id 2744760496109356605
+      mwinv oracle tkprof out/ora --rtt 0.4
     """
     from mwinv.engines.oracle import profile as prof
 
-    db = prof.open_oracle(capture)
+    db = prof.open_oracle(capture, rtt_ms)
     rows = prof.tkprof_rows(db, query_id)
     console = _console()
     order = list(dict.fromkeys(r[0] for r in rows))[:top]
@@ -185,9 +192,13 @@ def tkprof_cmd(capture, query_id, top) -> None:
             console.print(t)
         for w in prof.fetch_whatif(db, qid):
             if w.saved_ns:
+                at_rtt = (f"; {ms(w.saved_rtt_ns, 3)} ms at the network round trip alone (the rest of a "
+                          "trip's wait is the client's own work, which the array does not save)"
+                          if w.saved_rtt_ns is not None else "")
                 console.print(f"what-if fetch array size {w.array_size}: {w.fetches} → {w.fetches_after} fetch calls "
-                              f"for {w.rows} rows in {w.executions} executions, {ms(w.saved_ns, 3)} ms of client round "
-                              f"trips saved (at {ms(w.trip_wait_ns, 3)} ms per trip)", highlight=False)
+                              f"for {w.rows} rows in {w.executions} executions, up to {ms(w.saved_ns, 3)} ms of "
+                              f"client round trips saved (at {ms(w.trip_wait_ns, 3)} ms per trip){at_rtt}",
+                              highlight=False)
     for recursive in (False, True):
         mine = [(None, None, r[0], *r[1:]) for r in prof.overall(db) if r[0] == recursive]
         if mine:

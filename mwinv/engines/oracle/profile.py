@@ -21,10 +21,16 @@ BUCKETS_NS = tuple(10 ** k for k in range(3, 11))
 BUCKET_LABELS = ("<1µs", "<10µs", "<100µs", "<1ms", "<10ms", "<100ms", "<1s", "<10s", "≥10s")
 
 
-def open_oracle(capture_dir: str | Path) -> CaptureDB:
+def open_oracle(capture_dir: str | Path, rtt_ms: float | None = None) -> CaptureDB:
+    """The capture's session with the profiles' tables; rtt_ms: the network round trip between the
+    client and the database host (e.g. from `ping`), which splits SQL*Net message from client into the
+    round trip and the client's think time: the server's trace and kernel cannot tell them apart."""
+    if rtt_ms is not None and rtt_ms < 0:
+        raise MwinvError(f"--rtt {rtt_ms:g}: a round trip of 0 ms or more")
     db = open_correlated(capture_dir)
     if not db.has("dbms_call") and not db.has("dbms_wait"):
         raise MwinvError(f"{capture_dir}: no Oracle trace in this capture (import one with `mwinv oracle import`)")
+    db.con.execute(f"SET VARIABLE client_rtt_ns = {round(rtt_ms * 1e6) if rtt_ms is not None else 'NULL'}")
     for name in ("response_item", "tkprof", "plan_waits", "fetch_trips"):
         db.con.execute((SQL_DIR / f"{name}.sql").read_text())
     return db
@@ -108,11 +114,15 @@ class FetchWhatIf:
     array_size: int
     fetches_after: int
     saved_ns: int
+    saved_rtt_ns: int | None = None   # the same trips at the client's network round trip (when known)
 
 
 def fetch_whatif(db: CaptureDB, query_id: int, array_sizes=(100, 500)) -> list[FetchWhatIf]:
     """Fetch calls a larger array size would need (each execution's rows / size, at least one) and
-    the client round trips saved, each at the trace's mean SQL*Net client wait per trip."""
+    the client round trips saved, each at the trace's mean SQL*Net client wait per trip: an upper bound,
+    since that wait holds the client's own work on the rows too, which a larger array does not save.
+    With a known round trip (open_oracle's client_rtt_ns) also the trips at it: the lower bound."""
+    rtt = db.sql("SELECT getvariable('client_rtt_ns')").fetchone()[0]
     row = db.sql(f"SELECT executions, fetches, rows, rows_per_execution, trip_wait_ns FROM fetch_trips "
                  f"WHERE query_id = {literal(query_id)}").fetchone()
     if not row:
@@ -121,5 +131,7 @@ def fetch_whatif(db: CaptureDB, query_id: int, array_sizes=(100, 500)) -> list[F
     out = []
     for size in array_sizes:
         after = sum(max(1, math.ceil((r or 0) / size)) for r in per_exec)
-        out.append(FetchWhatIf(query_id, execs, fetches, rows, trip, size, after, max(0, fetches - after) * trip))
+        saved = max(0, fetches - after)
+        out.append(FetchWhatIf(query_id, execs, fetches, rows, trip, size, after, saved * trip,
+                               saved * min(trip, rtt) if rtt is not None else None))
     return out

@@ -130,7 +130,9 @@ def fetch_size(e: Evidence) -> Advice | None:
     return e.advice("oracle.fetch_size", f"raise the client's fetch array size (to {d.get('fetch_size_to')}): "
                     "each fetch is a round trip", f"{trips:,} fetch calls for {d.get('rows', 0):,} rows; client "
                     f"round trips {_ms(e.ns.get('client_wait', 0))}", saved,
-                    "round trips saved x the trace's mean SQL*Net client wait per trip")
+                    "round trips saved x the trace's mean SQL*Net client wait per trip: an upper bound (that "
+                    "wait also holds the client's own work on the rows; `mwinv oracle tkprof --rtt` gives the "
+                    "lower bound at the network round trip)")
 
 
 def sleeps(e: Evidence) -> Advice | None:

@@ -3,7 +3,11 @@
 -- e= leave unexplained ("unaccounted-for within calls", possibly negative), and the gaps between
 -- top-level calls that no wait explains ("unaccounted-for between calls").
 --
--- inputs:  dbms_call, dbms_wait, statement, statement_text
+-- With the client's network round trip (the variable client_rtt_ns > 0, given: `--rtt`), each
+-- `SQL*Net message from client` is two items: the round trip (at most the wait) and the client's
+-- think time (the rest). The server's trace cannot tell them apart; the split is an estimate.
+--
+-- inputs:  dbms_call, dbms_wait, statement, statement_text; the variable client_rtt_ns
 -- columns: node, pid, file, line, statement_id (top-level execution), query_id, text, kind (cpu,
 --          wait, unaccounted), name, call, dep, dur_ns, obj
 CREATE OR REPLACE TABLE response_item AS
@@ -18,14 +22,24 @@ span AS (
     SELECT file, min(t0) AS t0, max(t1) AS t1 FROM (
         SELECT file, start_ns AS t0, end_ns AS t1 FROM top_call
         UNION ALL SELECT file, end_ns - ela_ns, end_ns FROM dbms_wait) GROUP BY file),
+client_wait AS (
+    SELECT *, getvariable('client_rtt_ns') AS rtt,
+           event IN ('SQL*Net message from client', 'SQL*Net vector message from client')
+           AND coalesce(getvariable('client_rtt_ns'), 0) > 0 AS split
+    FROM dbms_wait),
 items AS (
     SELECT node, pid, file, line, top_statement_id AS statement_id, 'cpu' AS kind, 'CPU: ' || call AS name,
            call, dep, c_ns AS dur_ns, CAST(NULL AS BIGINT) AS obj
     FROM top_call
     UNION ALL
-    SELECT w.node, w.pid, w.file, w.line, coalesce(w.top_statement_id, w.statement_id), 'wait', w.event,
-           CAST(NULL AS VARCHAR), w.call_dep, w.ela_ns, w.obj
-    FROM dbms_wait w
+    SELECT w.node, w.pid, w.file, w.line, coalesce(w.top_statement_id, w.statement_id), 'wait',
+           w.event || CASE WHEN split THEN ': round trip' ELSE '' END,
+           CAST(NULL AS VARCHAR), w.call_dep, CASE WHEN split THEN least(w.ela_ns, rtt) ELSE w.ela_ns END, w.obj
+    FROM client_wait w
+    UNION ALL
+    SELECT w.node, w.pid, w.file, w.line, coalesce(w.top_statement_id, w.statement_id), 'wait',
+           w.event || ': client think time', CAST(NULL AS VARCHAR), w.call_dep, w.ela_ns - least(w.ela_ns, rtt), w.obj
+    FROM client_wait w WHERE split
     UNION ALL
     SELECT c.node, c.pid, c.file, c.line, c.top_statement_id, 'unaccounted', 'unaccounted-for within calls',
            c.call, c.dep, c.e_ns - c.c_ns - coalesce(i.ns, 0), NULL
