@@ -145,6 +145,58 @@ def test_capture_tpch_with_kernel_tracing(mariadb_server, tmp_path):
     assert "mariadb.index" in text and "l_returnflag" in text and "max_parallel_workers" not in text
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/sys/kernel/tracing/instances").exists(),
+                    reason="needs root and tracefs (kernel tracing)")
+def test_the_thread_pool_worker_of_each_statement(tmp_path):
+    """With the thread pool a connection's statements run on whichever worker is free, and
+    performance_schema names only the worker a connection last ran on. Each statement is placed on the
+    worker that read its command from the connection's socket (the kernel's read on that fd): CPU-bound
+    statements run one at a time over four connections then have their CPU on their own thread, and
+    every worker named is one of the pool's."""
+    import threading
+
+    from mwinv.correlator.pipeline import correlate
+    from mwinv.engines.mariadb.capture import MariaDBCapture
+
+    server = MariaDBServer(settings={"thread_handling": "pool-of-threads", "thread_pool_size": "2"})
+    server.start()
+    try:
+        conns = [server.connect() for _ in range(4)]
+        sql = "SELECT BENCHMARK(400000, MD5('mwinv'))"
+        with MariaDBCapture(server, tmp_path / "cap", node="maria"):
+            for rnd in range(3):
+                for i, conn in enumerate(conns):
+                    cur = conn.cursor()
+                    cur.execute(sql)
+                    cur.fetchall()
+                # two at once: the pool's two groups' workers both serve
+                threads = [threading.Thread(target=lambda c=c: c.cursor().execute(sql)) for c in conns[:2]]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+        workers = {os_id for name, os_id in server.sql(
+            "SELECT NAME, THREAD_OS_ID FROM performance_schema.threads") if name == "thread/threadpool/worker_thread"}
+        for conn in conns:
+            conn.close()
+    finally:
+        server.stop()
+    db = correlate(tmp_path / "cap")
+    mapped = db.sql("SELECT count(*) FROM statement_thread").fetchone()[0]
+    rows = db.sql("""
+        SELECT s.statement_id, s.pid, t.pid AS polled, s.end_ns - s.start_ns AS wall,
+               sum(a.ns) FILTER (WHERE a.component IN ('cpu_user', 'cpu_sys', 'run_queue')) AS on_cpu
+        FROM statement_clean s JOIN statement_text x USING (query_text_hash)
+        JOIN statement t USING (node, statement_id) JOIN statement_attribution a USING (node, statement_id)
+        WHERE starts_with(x.text, 'SELECT BENCHMARK') GROUP BY ALL ORDER BY s.statement_id""").fetchall()
+    assert len(rows) == 18 and mapped >= 18
+    assert {pid for _, pid, *_ in rows} <= workers, (rows, workers)
+    # on its own thread a CPU-bound statement is on a CPU (or waiting for one) all the time
+    assert all(on_cpu >= 0.9 * wall for *_, wall, on_cpu in rows), rows
+    moved = sum(pid != polled for _, pid, polled, *_ in rows)
+    print(f"{moved} of {len(rows)} statements ran on another worker than performance_schema's last one")
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="MariaDB runs as mysql: only root can start it so")
 def test_statements_the_ring_overwrote_are_counted(tmp_path):
     """A 100-row history ring drained every 0.5 s under 3,000 quick statements: what was overwritten

@@ -31,6 +31,11 @@ class CaptureDB:
         return self.con.execute(query, params or [])
 
 
+# How far after a statement's start the read of its command may seem to lie: the error of a DBMS clock's
+# mapping to the trace's (MariaDB's marker statement: tens of µs), with room to spare
+THREAD_SLACK_NS = 1_000_000
+
+
 def literal(value: int | str) -> str:
     """An integer or a string as a SQL literal: binding query parameters makes DuckDB import pandas, which
     took seconds (29 s on a slow disk) in a command that needs none of it."""
@@ -191,13 +196,18 @@ def _check_coverage(db: CaptureDB) -> None:
 
 
 def _base_tables(db: CaptureDB) -> None:
-    """The derived tables every analysis starts from (sql/statement_clean.sql, sql/trace_range.sql,
-    sql/traced_statement.sql), each built by its own step; `statement_typed` gives the first every
+    """The derived tables every analysis starts from (sql/statement_thread.sql, sql/statement_clean.sql,
+    sql/trace_range.sql, sql/traced_statement.sql), each built by its own step; `statement_typed` gives the first every
     column of the contract (a capture from an older recorder lacks the newer ones: NULL)."""
     have = _columns(db, "statement")
     absent = "".join(f", CAST(NULL AS {duck_type(f.type)}) AS \"{f.name}\""
                      for f in SCHEMAS["statement"] if f.name not in have)
     db.con.execute(f"CREATE OR REPLACE VIEW statement_typed AS SELECT *{absent} FROM statement")
+    if db.has("kernel_event") and db.has("statement_stat"):
+        db.con.execute(f"SET VARIABLE thread_slack_ns = {THREAD_SLACK_NS}")
+        db.con.execute(sql_file("statement_thread"))
+    else:
+        db.con.execute("CREATE OR REPLACE TABLE statement_thread (node VARCHAR, statement_id BIGINT, pid INTEGER)")
     db.con.execute(sql_file("statement_clean"))
     if db.has("kernel_event"):
         db.con.execute(sql_file("trace_range"))

@@ -43,4 +43,5 @@ FROM c LEFT JOIN variants v USING (key) GROUP BY c.key;
 CREATE OR REPLACE TABLE dbms_stat_of AS
 SELECT m.key, s.name, sum(s.value) AS value
 FROM member m JOIN statement_stat s ON s.statement_id = m.statement_id
+WHERE s.name <> 'socket_fd'   -- the connection's socket, not a counter
 GROUP BY ALL;

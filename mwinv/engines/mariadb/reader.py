@@ -55,6 +55,10 @@ class PerfSchemaReader:
         self.connect, self.capture, self.node, self.interval_s = connect, capture, node, interval_s
         self.rows: list[dict] = []
         self.threads: dict[int, tuple[int | None, str | None]] = {}   # THREAD_ID -> (THREAD_OS_ID, user)
+        # THREAD_ID -> its connection's socket (the fd in mariadbd): with the thread pool, THREAD_OS_ID is only
+        # the worker a connection last ran on; the worker that read a statement's command on this fd ran it
+        # (the correlator's statement_thread step)
+        self.sockets: dict[int, int] = {}
         self.recent: dict[tuple[int, int], int] = {}   # (THREAD_ID, EVENT_ID) -> TIMER_END of recent rows
         self.last_end = 0
         self._stop = threading.Event()
@@ -138,6 +142,10 @@ class PerfSchemaReader:
         cur.execute("SELECT THREAD_ID, THREAD_OS_ID, PROCESSLIST_USER FROM performance_schema.threads")
         for tid, os_id, user in cur.fetchall():
             self.threads[tid] = (os_id, user)
+        cur.execute("SELECT THREAD_ID, SOCKET_ID FROM performance_schema.socket_instances "
+                    "WHERE THREAD_ID IS NOT NULL AND PORT IS NOT NULL AND STATE IS NOT NULL")
+        for tid, fd in cur.fetchall():
+            self.sockets[tid] = fd
 
     def _poll(self, cur) -> int:
         """Drain what ended since the last drain (less OVERLAP_PS); returns the rows new to it."""
@@ -233,6 +241,8 @@ class PerfSchemaReader:
             sid_r = sid[(r["THREAD_ID"], r["EVENT_ID"])]
             stats += [{"node": self.node, "statement_id": sid_r, "name": c.lower(), "value": int(r[c] or 0)}
                       for c in STAT_COLUMNS if r[c]]
+            if (fd := self.sockets.get(r["THREAD_ID"])) is not None:
+                stats.append({"node": self.node, "statement_id": sid_r, "name": "socket_fd", "value": int(fd)})
             if r["LOCK_TIME"]:
                 stats.append({"node": self.node, "statement_id": sid_r, "name": "lock_time_ns",
                               "value": int(r["LOCK_TIME"]) // 1000})
