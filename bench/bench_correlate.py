@@ -8,7 +8,7 @@ again); it fails, keeping the capture, when it holds fewer than --min-events ker
 --min-statements statements (a 2-vCPU VM recorded 25-35k kernel events/s under load, ~1 M/s when
 quiet: 30 s of pgbench -S gave 30 M events).
 
-`measure` runs each contender in its own child process (peak RSS = that child's ru_maxrss), killed
+`measure` runs each contender in its own child process (peak RSS = that child's VmHWM), killed
 at --timeout seconds or --memory-limit of resident memory:
   mwinv   correlate(capture): load + checks, attribution, kernel hot spots, writing the derived tables
   pandas  what a user writes first: read kernel_event and statement into DataFrames, on-CPU intervals
@@ -232,10 +232,11 @@ class Result:
     failure: str | None = None
 
 
-def _rss(pid: int) -> int:
+def _status(pid: int, key: str) -> int:
+    """A size from /proc/pid/status (VmRSS: resident now, VmHWM: its peak since exec), in bytes."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{key}:"):
                 return int(line.split()[1]) * 1024
     except OSError:
         pass
@@ -244,7 +245,9 @@ def _rss(pid: int) -> int:
 
 def run_contender(name: str, capture_dir: Path, cpu_out: Path, timeout_s: float, memory_limit: int,
                   steps: bool) -> Result:
-    """One contender in a child process: its seconds (measured inside), ru_maxrss, or why it was stopped."""
+    """One contender in a child process: its seconds (measured inside), its peak resident memory, or why it
+    was stopped. The peak is the child's VmHWM (as it printed it at its end, else polled): its ru_maxrss
+    starts from this process's resident size at the fork (exec keeps it), a floor under every figure."""
     result_file = cpu_out.with_suffix(".json")
     argv = [sys.executable, "-m", "bench.bench_correlate", "contender", name, str(capture_dir), str(cpu_out)]
     if steps:
@@ -252,14 +255,16 @@ def run_contender(name: str, capture_dir: Path, cpu_out: Path, timeout_s: float,
     proc = subprocess.Popen(argv, stdout=result_file.open("w"))
     started = time.monotonic()
     failure = None
+    peak = 0
     try:
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
+            peak = max(peak, _status(proc.pid, "VmHWM"))
             if time.monotonic() - started > timeout_s:
                 failure = f"timed out after {timeout_s:.0f} s"
-            elif _rss(proc.pid) > memory_limit:
+            elif _status(proc.pid, "VmRSS") > memory_limit:
                 failure = f"out of memory (resident > {memory_limit / 2**30:.1f} GiB)"
             if failure:
                 proc.send_signal(signal.SIGKILL)
@@ -271,8 +276,9 @@ def run_contender(name: str, capture_dir: Path, cpu_out: Path, timeout_s: float,
         proc.wait()
         raise
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-    max_rss = usage.ru_maxrss * 1024
     printed = result_file.read_text().strip()
+    peak = max([peak] + [json.loads(line)["peak_bytes"] for line in printed.splitlines() if '"peak_bytes"' in line])
+    max_rss = peak or usage.ru_maxrss * 1024
     if failure is None and proc.returncode != 0:
         failure = f"failed (exit status {proc.returncode})"
     if printed and (failure is None or failure.startswith("timed out")):
@@ -432,13 +438,15 @@ def measure_cmd(ctx: click.Context, capture_dir: Path | None, only: tuple[str, .
 @click.argument("cpu_out", type=click.Path(path_type=Path))
 @click.option("--steps", is_flag=True)
 def contender_cmd(name: str, capture_dir: Path, cpu_out: Path, steps: bool) -> None:
-    """Child process of `measure`: runs one contender, prints {"seconds": ...}."""
+    """Child process of `measure`: runs one contender, prints {"seconds": ...}, then {"peak_bytes": ...}
+    (its VmHWM at the end)."""
     if name == "mwinv":
         run_mwinv(capture_dir, cpu_out, steps)
     elif name == "report":
         run_report(capture_dir, cpu_out)
     else:
         run_pandas(capture_dir, cpu_out)
+    print(json.dumps({"peak_bytes": _status(os.getpid(), "VmHWM")}), flush=True)
 
 
 if __name__ == "__main__":
