@@ -146,13 +146,11 @@ class NodeCapture:
                 + "): the capture ended with everything recorded so far")
 
     def _new_postmaster(self) -> int | None:
-        if not self.data_dir:
+        """A new server of the same data directory (the engine's server_pid_of), if one runs."""
+        if not self.data_dir or self.engine.server_pid_of is None:
             return None
-        try:
-            pid = int((self.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
-        except (OSError, ValueError):
-            return None
-        return pid if pid != self.postmaster_pid and pid_alive(pid) else None
+        pid = self.engine.server_pid_of(self.data_dir)
+        return pid if pid and pid != self.postmaster_pid and pid_alive(pid) else None
 
     def _follow_postmaster(self, new: int, now: int) -> None:
         gap = {"postmaster_pid_before": self.postmaster_pid, "gone_ns": self._gone_since,

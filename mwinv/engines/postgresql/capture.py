@@ -17,11 +17,10 @@ RECORDED_SETTINGS = ("jit", "max_parallel_workers_per_gather", "max_parallel_wor
 def postmaster_of(data_dir: str | os.PathLike | None = None, conninfo: str | None = None) -> int:
     """The postmaster pid of a data directory (postmaster.pid) or of a server we can connect to."""
     if data_dir:
-        pidfile = Path(data_dir) / "postmaster.pid"
-        try:
-            return int(pidfile.read_text().split("\n", 1)[0])
-        except (OSError, ValueError):
-            raise MwinvError(f"{pidfile}: no running server (cannot read the postmaster pid)") from None
+        pid = running_postmaster(Path(data_dir))
+        if pid is None:
+            raise MwinvError(f"{Path(data_dir) / 'postmaster.pid'}: no running server (cannot read the postmaster pid)")
+        return pid
     if conninfo:
         import psycopg
 
@@ -39,6 +38,14 @@ def postmaster_of(data_dir: str | os.PathLike | None = None, conninfo: str | Non
             stat = Path(f"/proc/{backend}/stat").read_text()
             return int(stat.rsplit(")", 1)[1].split()[1])
     raise MwinvError("give the postmaster pid, a data directory or a conninfo")
+
+
+def running_postmaster(data_dir: Path) -> int | None:
+    """The postmaster pid in a data directory's postmaster.pid, None when it has none."""
+    try:
+        return int((Path(data_dir) / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return None
 
 
 def statement_drainer(conninfo: str, capture: Capture, node: str, since_ns: int | None = None):

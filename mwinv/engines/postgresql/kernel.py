@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from mwinv.engines import Engine
 from mwinv.engines.postgresql import probes as probe_statements
-from mwinv.engines.postgresql.capture import postmaster_of, server_settings, statement_drainer
+from mwinv.engines.postgresql.capture import (postmaster_of, running_postmaster, server_settings,
+                                              statement_drainer)
 from mwinv.kernel_trace.usdt import ProbeSet
 
 # the extension's probes (dbplugins/postgresql/): a statement's start and end with its ids, in mwinv.so
@@ -67,6 +68,7 @@ def probes(statements: str | None) -> tuple[ProbeSet, ...]:
 
 POSTGRESQL = Engine("postgresql", role=role, probes=probes,
                     server_pid=lambda conninfo: postmaster_of(conninfo=conninfo),
+                    server_pid_of=running_postmaster,
                     statement_reader=statement_drainer, settings=server_settings,
                     statements_from_probes=probe_statements.statements_from_probes,
                     probe_source=probe_statements.SOURCE, probe_lost=probe_statements.LOST)
