@@ -18,7 +18,7 @@ import pyarrow as pa
 from mwinv.capture.columns import empty_table
 from mwinv.capture.tables import SCHEMAS
 from mwinv.correlator.classify import class_shares, ranked_kernel_functions
-from mwinv.correlator.load import CaptureDB, create_empty, open_correlated, sql_file
+from mwinv.correlator.load import CaptureDB, create_empty, open_correlated, session_tables, sql_file
 from mwinv.correlator.model import (Platform, add_model_views, estimate_components, inputs_from, model_connection,
                                    model_total)
 from mwinv.correlator.nodes import node_parts
@@ -104,8 +104,7 @@ def advise_capture(capture: CaptureDB | str | os.PathLike, statement_ids: list[i
     when the caller has them already."""
     db = capture if isinstance(capture, CaptureDB) else open_correlated(capture)
     try:
-        have = {r[0] for r in db.sql("SELECT table_name FROM information_schema.tables "
-                                     "WHERE table_schema = 'main'").fetchall()}
+        have = session_tables(db)
         if not statement_ids or not db.has("statement") or "statement_attribution" not in have:
             return {}
         if parts is None:

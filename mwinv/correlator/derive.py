@@ -23,7 +23,7 @@ import pyarrow as pa
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS
 from mwinv.correlator.advice import Advice, advise_capture
 from mwinv.correlator.classify import classify
-from mwinv.correlator.load import CaptureDB, create_empty, literal
+from mwinv.correlator.load import CaptureDB, create_empty, literal, session_tables
 from mwinv.correlator.model import add_model_views, disk_wait_check, estimate, model_frames, predict
 from mwinv.correlator.nodes import NodePart, cluster_model_inputs, node_parts
 from mwinv.correlator.pipeline import ranked_queries
@@ -44,20 +44,15 @@ def in_model(db: CaptureDB):
         db.con.execute("SET schema = 'main'")
 
 
-def _session_tables(db: CaptureDB, schema: str = "main") -> set[str]:
-    return {r[0] for r in db.sql("SELECT table_name FROM information_schema.tables "
-                                 f"WHERE table_schema = {literal(schema)}").fetchall()}
-
-
 def model_inputs(db: CaptureDB) -> None:
     """The schema `model`: the statements, their attribution and I/O as the model, the classifier and the
     report read them. A cluster's data-node statements linked to a coordinator statement become its
     sub-statements (nodes.cluster_model_inputs); elsewhere these are views of statement_clean,
     statement_attribution and statement_io."""
-    if "statements" in _session_tables(db, MODEL_SCHEMA):
+    if "statements" in session_tables(db, MODEL_SCHEMA):
         return
     db.con.execute(f"CREATE SCHEMA IF NOT EXISTS {MODEL_SCHEMA}")
-    main = _session_tables(db)
+    main = session_tables(db)
     for name, table in (("statement_clean", "statement"), ("statement_attribution", "statement_attribution"),
                         ("statement_io", "statement_io")):
         if name not in main:   # a capture without statements, or not correlated: no rows
@@ -81,7 +76,7 @@ def derive(db: CaptureDB, tables: tuple[str, ...] = MODEL_TABLES + ADVICE_TABLES
     if not db.has("statement"):
         return
     model_inputs(db)
-    have = _session_tables(db)
+    have = session_tables(db)
     if any(t in MODEL_TABLES for t in tables) and "statement_class" not in have:
         derive_model(db, step, write)
     if any(t in ADVICE_TABLES for t in tables):
@@ -92,7 +87,7 @@ def derive_model(db: CaptureDB, step, write: bool) -> None:
     """statement_class; with a calibration statement_estimate, prediction and disk_wait_check."""
     calibration = db.capture.manifest().get("calibration")
     kernel_functions = db.sql("SELECT * FROM statement_kernel_function").to_arrow_table() \
-        if "statement_kernel_function" in _session_tables(db) else None
+        if "statement_kernel_function" in session_tables(db) else None
     n = db.sql(f"SELECT count(*) FROM {MODEL_SCHEMA}.statements").fetchone()[0]
     step(f"classifying {n:,} statements")
     with in_model(db) as con:
@@ -133,7 +128,7 @@ def derive_advice(db: CaptureDB, statement_ids: list[int], step, write: bool) ->
     """statement_advice for the report's top ADVISED_TOP queries' longest executions and `statement_ids`
     (with those advised before), unless all of them have been; advised_statement lists them."""
     wanted = {int(q["example_id"]) for q in ranked_queries(db)[:ADVISED_TOP]} | {int(i) for i in statement_ids}
-    have = _session_tables(db)
+    have = session_tables(db)
     done = {r[0] for r in db.sql("SELECT statement_id FROM advised_statement").fetchall()} \
         if "advised_statement" in have and "statement_advice" in have else set()
     if wanted <= done:
@@ -144,8 +139,8 @@ def derive_advice(db: CaptureDB, statement_ids: list[int], step, write: bool) ->
     advice = advise_capture(db, ids, parts)
     # literals, not Arrow: registering an Arrow table imports pandas, which the terminal does not need
     values = ", ".join(
-        f"({int(a.statement_id)}, {_lit(a.query_id)}, {literal(a.rule)}, {literal(a.advice)}, {literal(a.evidence)}, "
-        f"{_lit(a.expected_gain_ns)}, {literal(a.basis)})"
+        f"({int(a.statement_id)}, {literal(_int(a.query_id))}, {literal(a.rule)}, {literal(a.advice)}, "
+        f"{literal(a.evidence)}, {literal(_int(a.expected_gain_ns))}, {literal(a.basis)})"
         for sid in ids for a in advice.get(sid, []))
     create_empty(db.con, "statement_advice", "TABLE", name="advice_rows")
     if values:
@@ -166,13 +161,14 @@ def derive_advice(db: CaptureDB, statement_ids: list[int], step, write: bool) ->
     db.con.execute("DROP TABLE advice_rows; DROP TABLE advised_rows; DROP TABLE part_rows")
 
 
-def _lit(value: int | None) -> str:
-    return "NULL" if value is None else str(int(value))
+def _int(value) -> int | None:
+    """A number of the rules (a numpy or float gain) as the integer its column holds."""
+    return None if value is None else int(value)
 
 
 def advice_of(db: CaptureDB, statement_ids: list[int]) -> dict[int, list[Advice]]:
     """The derived advice of these statements (derive_advice), in the order the rules gave it."""
-    if not statement_ids or "statement_advice" not in _session_tables(db):
+    if not statement_ids or "statement_advice" not in session_tables(db):
         return {}
     out: dict[int, list[Advice]] = {}
     rows = db.sql(f"SELECT * FROM statement_advice WHERE statement_id IN ({', '.join(map(str, map(int, statement_ids)))})")
@@ -183,7 +179,7 @@ def advice_of(db: CaptureDB, statement_ids: list[int]) -> dict[int, list[Advice]
 
 def node_parts_of(db: CaptureDB, statement_ids: list[int]) -> dict[int, list[NodePart]]:
     """The derived parts on their data nodes of these statements (derive_advice), those that have some."""
-    if not statement_ids or "statement_node_part" not in _session_tables(db):
+    if not statement_ids or "statement_node_part" not in session_tables(db):
         return {}
     out: dict[int, list[NodePart]] = {}
     comps = ", ".join(f"{c}_ns" for c in ATTRIBUTION_COMPONENTS)

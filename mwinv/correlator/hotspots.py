@@ -5,7 +5,7 @@ kernel allows it) and the kernel paths it slept in (stacks recorded on sched_swi
 from __future__ import annotations
 
 from mwinv.correlator.attribution import attribute
-from mwinv.correlator.load import CaptureDB, create_empty, literal
+from mwinv.correlator.load import CaptureDB, create_empty, literal, session_tables
 
 # Scheduler frames say only "the task slept"; the function worth naming is the first one below them.
 SCHEDULER_FRAMES = ("__schedule", "schedule", "schedule_timeout", "schedule_hrtimeout_range_clock",
@@ -17,7 +17,7 @@ SCHEDULER_FRAMES = ("__schedule", "schedule", "schedule_timeout", "schedule_hrti
 def kernel_functions(db: CaptureDB) -> None:
     """The table statement_kernel_function, from `seg_off_stack` (built by attribution.attribute first
     when the session has none)."""
-    if not db.sql("SELECT count(*) FROM information_schema.tables WHERE table_name = 'seg_off_stack'").fetchone()[0]:
+    if "seg_off_stack" not in session_tables(db):
         attribute(db)
     parts = []
     if db.has("kernel_stack"):

@@ -36,9 +36,11 @@ class CaptureDB:
 THREAD_SLACK_NS = 1_000_000
 
 
-def literal(value: int | str) -> str:
-    """An integer or a string as a SQL literal: binding query parameters makes DuckDB import pandas, which
-    took seconds (29 s on a slow disk) in a command that needs none of it."""
+def literal(value: int | str | None) -> str:
+    """An integer, a string or None as a SQL literal: binding query parameters makes DuckDB import pandas,
+    which took seconds (29 s on a slow disk) in a command that needs none of it."""
+    if value is None:
+        return "NULL"
     if isinstance(value, int):
         return str(int(value))
     return "'" + str(value).replace("'", "''") + "'"
@@ -124,10 +126,16 @@ def open_capture(path: str | Path, threads: int | None = None, memory_limit: str
     return db
 
 
+def session_tables(db: CaptureDB, schema: str = "main") -> set[str]:
+    """The tables and views in `schema` of the session: the capture's and those built so far."""
+    return {r[0] for r in db.sql("SELECT table_name FROM information_schema.tables "
+                                 f"WHERE table_schema = {literal(schema)}").fetchall()}
+
+
 def open_correlated(path: str | Path) -> CaptureDB:
     """open_capture, with the derived tables a correlation wrote as views too."""
     db = open_capture(path)
-    built = {r[0] for r in db.sql("SELECT table_name FROM information_schema.tables").fetchall()}
+    built = session_tables(db)
     for table in DERIVED_TABLES:
         if db.capture.has(table) and table not in built:   # traced_statement: open_capture built it
             db.con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM read_parquet('{db.capture.glob(table)}')")

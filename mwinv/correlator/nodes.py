@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
 from mwinv.correlator.attribution import NET_TX_SYSCALLS, _in
-from mwinv.correlator.load import CaptureDB, literal
+from mwinv.correlator.load import CaptureDB, literal, session_tables
 
 
 @dataclass
@@ -32,7 +32,7 @@ class NodePart:
 def node_parts(db: CaptureDB, statement_id: int) -> list[NodePart]:
     """The per-node parts of a coordinator statement, the critical one marked; empty when nothing is
     linked to it."""
-    if not db.has("statement") or "statement_link" not in _tables(db):
+    if not db.has("statement") or "statement_link" not in session_tables(db):
         return []
     comps = ", ".join(f"coalesce(sum(a.ns) FILTER (WHERE a.component = {literal(c)}), 0) AS {c}"
                       for c in ATTRIBUTION_COMPONENTS)
@@ -70,10 +70,6 @@ def node_parts(db: CaptureDB, statement_id: int) -> list[NodePart]:
     if parts:
         max(parts, key=lambda p: p.last_end_ns).critical = True
     return parts
-
-
-def _tables(db: CaptureDB) -> set[str]:
-    return {r[0] for r in db.sql("SELECT table_name FROM information_schema.tables").fetchall()}
 
 
 def cluster_model_inputs(db: CaptureDB, schema: str) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
 from mwinv.correlator import attribution, hotspots, links
 from mwinv.correlator.load import (CaptureDB, create_empty, literal, open_capture, open_correlated, remove_stale,
-                                  sql_file)
+                                  session_tables, sql_file)
 from mwinv.errors import MwinvError
 
 # --by choices: a name and the components it adds up ("total" is the execution: the client's waits
@@ -119,7 +119,7 @@ def query_summaries(db: CaptureDB) -> list[dict]:
     keys of their own (ns): the one list the terminal and the report rank."""
     if not db.has("statement"):
         return []
-    have = {r[0] for r in db.sql("SELECT table_name FROM information_schema.tables").fetchall()}
+    have = session_tables(db)
     if "statement_link" not in have:   # a capture correlated before links were made: none
         create_empty(db.con, "statement_link", "TABLE")
     if "query_summary" not in have:
@@ -164,9 +164,7 @@ def _texts(db: CaptureDB) -> dict[int, str]:
 
 
 def _functions(db: CaptureDB, key: int, limit: int) -> list[tuple[str, float, str]]:
-    exists = db.sql("SELECT count(*) FROM information_schema.tables "
-                    "WHERE table_name = 'statement_kernel_function'").fetchone()[0]
-    if not exists:
+    if "statement_kernel_function" not in session_tables(db):
         return []
     return [(f, float(share or 0), src) for f, share, src in db.sql(f"""
         SELECT function, sum(k.ns) / nullif(any_value(t.total), 0) AS share, k.source

@@ -26,7 +26,7 @@ from mwinv.correlator import derive as derived
 from mwinv.correlator import svg
 from mwinv.correlator.advice import Advice
 from mwinv.correlator.classify import MIN_RANKED_SAMPLES, kernel_samples, thin_sources
-from mwinv.correlator.load import CaptureDB, literal, open_correlated
+from mwinv.correlator.load import CaptureDB, literal, open_correlated, session_tables
 from mwinv.correlator.model import MIN_TIMED_NS, WHAT_IFS, DiskWaitCheck, mean_abs_error
 from mwinv.correlator.nodes import NodePart
 from mwinv.correlator.pipeline import correlate, ranked_queries
@@ -130,8 +130,7 @@ def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: b
 
 def _present(db: CaptureDB, table: str) -> bool:
     schema, _, name = table.rpartition(".")
-    return db.sql(f"SELECT count(*) FROM information_schema.tables WHERE table_name = {literal(name)} "
-                  f"AND table_schema = {literal(schema or 'main')}").fetchone()[0] > 0
+    return name in session_tables(db, schema or "main")
 
 
 def _read(db: CaptureDB, table: str) -> pa.Table:

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
 from mwinv.cluster.harness import COORDINATOR
-from mwinv.correlator.load import CaptureDB, literal
+from mwinv.correlator.load import CaptureDB, literal, session_tables
 from mwinv.correlator.nodes import node_parts
 from mwinv.workloads import tpch
 
@@ -76,7 +76,7 @@ def _one(db: CaptureDB, sql: str):
 
 def cell_rows(db: CaptureDB, experiment: str, cell: str, levels: dict, runs: list) -> tuple[list[dict], list[dict]]:
     rows, node_rows = [], []
-    have = {t for (t,) in db.sql("SELECT table_name FROM information_schema.tables").fetchall()}
+    have = session_tables(db)
     for rep, run in runs:
         sid = _statement_of(db, run)
         row = {"experiment": experiment, "cell": cell, **levels, "query": run.query, "repetition": rep,
