@@ -19,19 +19,20 @@ pytestmark = pytest.mark.skipif(
     reason="needs root and tracefs (kernel tracing) for a real capture")
 
 QUERIES = (1, 6, 3, 12)
+RUNS = 4   # one cold, then warm ones: the fastest warm one is compared
 
 
 def _capture(server, out: Path) -> None:
-    """Each query twice on its own connection (the second warm: the one compared), serial plans."""
+    """Each query RUNS times, each on its own connection, serial plans."""
     with NodeCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo("tpch")):
         for q in QUERIES:
-            for _ in range(2):
+            for _ in range(RUNS):
                 with server.connect("tpch", options="-c max_parallel_workers_per_gather=0") as conn:
                     conn.execute(tpch.query_sql(q)).fetchall()
 
 
-def _cpu_by_query(out: Path) -> dict[int, tuple[int, int, int]]:
-    """query -> (CPU ns, wall ns, components' sum) of its last execution."""
+def _cpu_by_query(out: Path) -> dict[int, list[tuple[int, int, int]]]:
+    """query -> (CPU ns, wall ns, components' sum) of each execution, in order."""
     db = correlate(out)
     rows = db.sql("""
         SELECT t.text, s.statement_id, s.end_ns - s.start_ns AS wall,
@@ -45,7 +46,7 @@ def _cpu_by_query(out: Path) -> dict[int, tuple[int, int, int]]:
     out_ = {}
     for text, _, wall, cpu, total in rows:
         if (q := by_text.get(key(text))) is not None:
-            out_[q] = (int(cpu or 0), int(wall), int(total))
+            out_.setdefault(q, []).append((int(cpu or 0), int(wall), int(total)))
     return out_
 
 
@@ -67,22 +68,25 @@ def test_statements_come_from_the_query_probes(degraded):
     assert node["statements"] == "usdt" and "not loaded" in node["statements_lost"]
     got = _cpu_by_query(degraded)
     assert sorted(got) == sorted(QUERIES)
-    for q, (cpu, wall, total) in got.items():
-        assert total == wall, (q, cpu, wall, total)   # the breakdown sums to the wall time
-        assert 0 < cpu <= wall
+    for q, runs in got.items():
+        assert len(runs) == RUNS, (q, runs)
+        for cpu, wall, total in runs:
+            assert total == wall, (q, cpu, wall, total)   # the breakdown sums to the wall time
+            assert 0 < cpu <= wall
 
 
 def test_cpu_agrees_with_the_extension(degraded, tpch_pg, tmp_path):
     """The extension's capture of the same queries on a server that preloads it: per query, the CPU of the
-    warm execution within 30 % + 5 ms (two servers, two runs: the statements' own work differs that much
-    between runs on this shared VM; the windows differ by the extension's parse-to-end against the
-    probes' Query message)."""
+    fastest warm execution within 30 % + 5 ms (two servers, two runs: the windows differ by the
+    extension's parse-to-end against the probes' Query message). The fastest of three, because one
+    execution alone is at the mercy of the shared VM: a CI run had Q1 at 58 ms under the probes and
+    31 ms under the extension, where three local runs agreed within 1 ms at 33 ms."""
     with tpch_pg.connect("tpch") as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS mwinv")
     _capture(tpch_pg, tmp_path / "ext")
     ext, probes = _cpu_by_query(tmp_path / "ext"), _cpu_by_query(degraded)
     for q in QUERIES:
-        a, b = ext[q][0], probes[q][0]
+        a, b = (min(cpu for cpu, _, _ in runs[1:]) for runs in (ext[q], probes[q]))
         print(f"Q{q}: CPU extension {a / 1e6:.1f} ms, probes {b / 1e6:.1f} ms")
         assert abs(a - b) <= 0.3 * max(a, b) + 5e6, (q, a, b)
 
