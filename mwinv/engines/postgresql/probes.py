@@ -11,7 +11,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from mwinv.capture.tables import SCHEMAS, Capture, text_hash
-from mwinv.engines.postgresql.reader import DBMS
+from mwinv.engines.postgresql.records import DBMS
 
 SOURCE = "usdt"
 LOST = ("statements come from PostgreSQL's own query probes (the mwinv extension is not loaded): one per "

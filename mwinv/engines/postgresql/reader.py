@@ -21,20 +21,14 @@ from pathlib import Path
 import numpy as np
 import psycopg
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from mwinv.capture.columns import empty_table
-from mwinv.capture.tables import SCHEMAS, Capture, node_name, text_hash
+from mwinv.capture.columns import empty_table, numpy_ints
+from mwinv.capture.tables import SCHEMAS, Capture, node_name
+from mwinv.engines.postgresql.records import RecordConverter, record_dtype
 from mwinv.errors import MwinvError
 
-DBMS = "postgresql"
 DRAIN_BATCH = 50_000
 MAPPED_WAIT_S = 0.1   # the longest wait between two looks at a mapped ring
-
-# a raw record's fields -> their numpy type (the extension gives offsets and sizes: mwinv_record_layout())
-_FIELD_TYPES = {"pid": np.int32, "leader_pid": np.int32, "nesting_level": np.int32, "dbid": np.uint32,
-                "userid": np.uint32, "errored": np.bool_, "has_resources": np.bool_, "utility": np.bool_}
-_RESOURCES = ("cpu_user_ns", "cpu_sys_ns", "minflt", "majflt", "inblock", "oublock", "nvcsw", "nivcsw")
 
 
 def extension_available(conn: psycopg.Connection) -> bool:
@@ -167,16 +161,6 @@ def attach_ring(conn: psycopg.Connection, dtype: np.dtype) -> tuple[MappedRing |
         return None, str(exc)
 
 
-def _array(values: np.ndarray, type_: pa.DataType, valid: np.ndarray | None = None) -> pa.Array:
-    """An Arrow array over a (strided) numpy field: one contiguous copy, the validity as a bitmap. pa.array
-    on a strided field cost 58 ms per million values, this 4 ms."""
-    if not pa.types.is_integer(type_):
-        return pa.array(values, type=type_, mask=None if valid is None else ~valid)
-    data = np.ascontiguousarray(values, dtype=type_.to_pandas_dtype())
-    bitmap = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(type_, len(data), [bitmap, pa.py_buffer(data)])
-
-
 def remove_stale_rings(shm: Path = Path("/dev/shm")) -> list[str]:
     """Ring files of postmasters that are gone (killed with -9: a clean exit removes its own)."""
     removed = []
@@ -192,34 +176,34 @@ def remove_stale_rings(shm: Path = Path("/dev/shm")) -> list[str]:
     return removed
 
 
+_NAMES = {"database": "SELECT oid::bigint, datname FROM pg_database WHERE oid = ANY(%s::oid[])",
+          "username": "SELECT oid::bigint, rolname FROM pg_roles WHERE oid = ANY(%s::oid[])"}
+
+
 class _Reader:
-    """Fetches records and the texts of query ids this capture does not have yet; with since_ns, only
-    records of statements that ended after it (the ring also holds what ran before a capture began)."""
+    """Takes the records (from the mapped ring, else as raw bytes through SQL) and makes them rows, with
+    the texts of query ids this capture does not have yet; with since_ns, only records of statements
+    that ended after it (the ring also holds what ran before a capture began)."""
 
     def __init__(self, conn: psycopg.Connection, capture: Capture, node: str | None, since_ns: int | None = None):
         self.conn = conn
         self.ring: MappedRing | None = None
-        self.since_ns = since_ns
-        self.before = 0   # records of statements that ended before since_ns, left out
-        self.capture = capture
-        self.node = node or _server_node(conn)
-        self.hashes: dict[int, int | None] = {}
         try:
             layout = conn.execute('SELECT field, "offset", size FROM mwinv_record_layout()').fetchall()
         except psycopg.errors.UndefinedFunction:
             version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'mwinv'").fetchone()
             raise MwinvError(f"extension mwinv {version[0] if version else '?'} in this database is older than its "
                              "library: ALTER EXTENSION mwinv UPDATE") from None
-        fields = [(name, off, size) for name, off, size in layout if name]
-        self.dtype = np.dtype({"names": [n for n, _, _ in fields],
-                               "formats": [_FIELD_TYPES.get(n, np.int64) for n, _, _ in fields],
-                               "offsets": [off for _, off, _ in fields],
-                               "itemsize": next(size for name, _, size in layout if not name)})
-        self.names: dict[str, dict[int, str | None]] = {"database": {}, "username": {}}
+        self.dtype = record_dtype(layout)
+        self.records = RecordConverter(capture, node or _server_node(conn), self._texts, self._names, since_ns)
         self._empty = empty_table(SCHEMAS["statement"])
-        if capture.has("statement_text"):
-            t = capture.read("statement_text")
-            self.hashes = dict(zip(t.column("query_id").to_pylist(), t.column("query_text_hash").to_pylist()))
+
+    def _texts(self, query_ids: list[int]) -> dict[int, str]:
+        return dict(self.conn.execute("SELECT query_id, query FROM mwinv_texts WHERE query_id = ANY(%s) "
+                                      "AND query IS NOT NULL", [query_ids]).fetchall())
+
+    def _names(self, kind: str, oids: list[int]) -> dict[int, str]:
+        return dict(self.conn.execute(_NAMES[kind], [oids]).fetchall())
 
     def fetch(self) -> tuple[pa.Table, list[dict]]:
         """Everything in the ring now (as the `statement` table) and the texts of new query ids. The records
@@ -228,94 +212,18 @@ class _Reader:
         through Python alone."""
         if self.ring is not None and not self.ring.pending:   # an idle server: 10 looks a second cost 1 % of a core
             return self._empty, []
-        parts = []
+        tables, texts = [], []
         while True:
             if self.ring is not None:
                 recs = self.ring.take(DRAIN_BATCH)
             else:
                 raw = self.conn.execute("SELECT mwinv_drain_raw(%s)", [DRAIN_BATCH], binary=True).fetchone()[0]
                 recs = np.frombuffer(raw, self.dtype)
-            parts.append(self._table(recs))
+            table, new = self.records.convert(recs)
+            tables.append(table)
+            texts += new
             if len(recs) < DRAIN_BATCH:
-                break
-        records = pa.concat_tables(parts)
-        # (only when some record is older: filtering copies every column, 0.1 s per million records)
-        if self.since_ns is not None and records.num_rows and pc.min(records.column("end_ns")).as_py() < self.since_ns:
-            keep = pc.greater_equal(records.column("end_ns"), self.since_ns)
-            self.before += records.num_rows - pc.sum(keep).as_py()
-            records = records.filter(keep)
-        query_ids = records.column("query_id")
-        new_ids = {q for q in pc.unique(query_ids).to_pylist() if q is not None} - self.hashes.keys()
-        texts = []
-        if new_ids:
-            for query_id, text in self.conn.execute(
-                "SELECT query_id, query FROM mwinv_texts WHERE query_id = ANY(%s) AND query IS NOT NULL",
-                (list(new_ids),),
-            ):
-                h = text_hash(text)
-                self.hashes[query_id] = h
-                texts.append({"query_text_hash": h, "query_id": query_id, "text": text})
-        n = records.num_rows
-        known = pa.array(list(self.hashes), pa.int64())
-        hashes = pc.take(pa.array(list(self.hashes.values()), pa.int64()), pc.index_in(query_ids, known))
-        records = (records.append_column("node", pa.repeat(pa.scalar(self.node, pa.string()), n))
-                   .append_column("dbms", pa.repeat(pa.scalar(DBMS, pa.string()), n))
-                   .append_column("query_text_hash", hashes))
-        return records, texts
-
-    def _table(self, r: np.ndarray) -> pa.Table:
-        """Raw records as the `statement` table's columns (without node, dbms, text hash): NULL where the
-        extension's record says 'none' (0 ids, negative times, no resources measured)."""
-        schema = SCHEMAS["statement"]
-        res = r["has_resources"]
-        io_read = res & (r["read_bytes"] >= 0)
-
-        def col(name, values, valid=None):
-            return _array(values, schema.field(name).type, valid)
-
-        cols = {
-            "statement_id": col("statement_id", r["statement_id"]),
-            "parent_statement_id": col("parent_statement_id", r["parent_statement_id"], r["parent_statement_id"] != 0),
-            "query_id": col("query_id", r["query_id"], r["query_id"] != 0),
-            "pid": col("pid", r["pid"]),
-            "leader_pid": col("leader_pid", r["leader_pid"], r["leader_pid"] != 0),
-            "database": self._names("database", r["dbid"]),
-            "username": self._names("username", r["userid"]),
-            **{c: col(c, r[c]) for c in ("start_ns", "end_ns", "start_wall_ns", "client_wait_ns", "rows")},
-            "plan_ns": col("plan_ns", r["plan_ns"], r["plan_ns"] >= 0),
-            "parse_ns": col("parse_ns", r["parse_ns"], r["parse_ns"] >= 0),
-            **{c: col(c, r[c], res) for c in _RESOURCES},
-            "read_bytes": col("read_bytes", r["read_bytes"], io_read),
-            "write_bytes": col("write_bytes", r["write_bytes"], io_read),
-            "nesting_level": col("nesting_level", r["nesting_level"]),
-            "errored": col("errored", r["errored"]),
-        }
-        return pa.table(cols)
-
-    def _names(self, kind: str, oids: np.ndarray) -> pa.Array:
-        """Database or role names of the records' oids (looked up once per oid and capture)."""
-        known = self.names[kind]
-        uniq = oids[:1] if len(oids) and (oids == oids[0]).all() else np.unique(oids)   # one sort less, usually
-        if new := [int(o) for o in uniq if int(o) not in known]:
-            sql = ("SELECT oid::bigint, datname FROM pg_database WHERE oid = ANY(%s::oid[])" if kind == "database"
-                   else "SELECT oid::bigint, rolname FROM pg_roles WHERE oid = ANY(%s::oid[])")
-            found = dict(self.conn.execute(sql, [new]).fetchall())
-            known.update({o: found.get(o) for o in new})
-        if not len(oids):
-            return pa.array([], pa.string())
-        values = pa.array([known[int(o)] for o in uniq], pa.string())
-        if len(uniq) == 1:   # the usual drain: one database, one role
-            return pa.repeat(values[0], len(oids))
-        return pc.take(values, pa.array(np.searchsorted(uniq, oids)))
-
-    def write(self, records: pa.Table | list[pa.Table], texts: list[dict]) -> int:
-        if texts:
-            self.capture.write_part("statement_text", texts, node=self.node)
-        tables = records if isinstance(records, list) else [records]
-        tables = [t for t in tables if t.num_rows]
-        if tables:
-            self.capture.write_part("statement", pa.concat_tables(tables), node=self.node)
-        return sum(t.num_rows for t in tables)
+                return (tables[0] if len(tables) == 1 else pa.concat_tables(tables)), texts
 
 
 def drain(conn: psycopg.Connection, capture: Capture, node: str | None = None) -> int:
@@ -323,7 +231,7 @@ def drain(conn: psycopg.Connection, capture: Capture, node: str | None = None) -
     `node` defaults to the server's mwinv.node_name, else this host's node name."""
     try:
         reader = _Reader(conn, capture, node)
-        return reader.write(*reader.fetch())
+        return reader.records.write(*reader.fetch())
     except psycopg.errors.UndefinedFunction:
         raise MwinvError("extension mwinv is not created in this database (CREATE EXTENSION mwinv)") from None
     except psycopg.errors.ObjectNotInPrerequisiteState as exc:
@@ -362,9 +270,10 @@ class StatementDrainer:
         self.sql_only = ""   # why records come through SQL and not from the mapped ring ("": mapped)
 
     def start(self) -> "StatementDrainer":
-        # pyarrow loads pandas (where installed) on its first conversion of Python values: 0.35 s under
-        # pgbench -S, while a full ring dropped records; here, before the ring is taken
-        pa.array([0])
+        # this process's Arrow buffers from the system allocator from now on: with mimalloc's (pyarrow's
+        # default) each drain faulted in and zeroed fresh 2 MB huge pages, and the drain thread took
+        # 0.46 s of CPU per 10 s of pgbench -S, 0.29 s without
+        pa.set_memory_pool(pa.system_memory_pool())
         self._conn = connect_untracked(self.conninfo)
         if not extension_available(self._conn):
             self._conn.close()
@@ -380,9 +289,9 @@ class StatementDrainer:
             # dropped may have ended after since_ns. Free it (its records ended before now), read the
             # counter, and begin the statements after that: a record dropped from then on is counted.
             # (Counter first, then the drain: ~1,000 records dropped between the two, uncounted.)
-            self._reader.before += len(ring.take(ring.nslots))
+            self._reader.records.before += len(ring.take(ring.nslots))
             self._dropped_at_start = ring.dropped
-            self.since_ns = self._reader.since_ns = max(self.since_ns or 0, time.monotonic_ns())
+            self.since_ns = self._reader.records.since_ns = max(self.since_ns or 0, time.monotonic_ns())
             self.began_full = True
         else:
             self._dropped_at_start = self._dropped()
@@ -443,7 +352,7 @@ class StatementDrainer:
                 texts += item[1]
             if done or time.monotonic() - last_flush >= self.flush_s:
                 try:
-                    self.rows_written += self._reader.write(records, texts)
+                    self.rows_written += self._reader.records.write(records, texts)
                 except BaseException as exc:  # reported by stop(); what follows is still written
                     self._error = self._error or exc
                 records, texts, last_flush = [], [], time.monotonic()
@@ -483,12 +392,12 @@ class StatementDrainer:
         r = self._last
         if r is None:
             return None
-        return int(np.median(pc.subtract(r.column("end_ns"), r.column("start_ns")).to_numpy(zero_copy_only=False)))
+        return int(np.median(numpy_ints(r.column("end_ns")) - numpy_ints(r.column("start_ns"))))
 
     @property
     def before_capture(self) -> int:
         """Records left out: their statements ended before since_ns."""
-        return self._reader.before if self._reader else 0
+        return self._reader.records.before if self._reader else 0
 
     def _attach(self) -> None:
         self._reader.ring, self.sql_only = attach_ring(self._conn, self._reader.dtype)
