@@ -56,7 +56,7 @@ _NULLS: dict[pa.DataType, pa.Array] = {}
 def _nulls(type_: pa.DataType, n: int) -> pa.Array:
     """n nulls: a slice of one array kept per type (pa.nulls zeroes fresh memory each time, and the
     kernel faulted it in: a fifth of the drain thread's page faults under pgbench -S)."""
-    if len(_NULLS.get(type_, ())) < n:
+    if type_ not in _NULLS or len(_NULLS[type_]) < n:
         _NULLS[type_] = pa.nulls(max(n, 2**16), type_)
     return _NULLS[type_].slice(0, n)
 
