@@ -300,6 +300,9 @@ class NodeCapture:
         res = parse_trace(kdir / "trace.dat", self.capture, self.node, procs_file=kdir / "procs.json",
                           role=self.engine.role)
         self.summary["parse"] = res.__dict__
+        if (kdir / "unfiltered.dat").exists():   # block completions, from every task's context
+            done = parse_trace(kdir / "unfiltered.dat", self.capture, self.node, processes=False)
+            self.summary["parse_unfiltered"] = done.__dict__
         windows = self.summary["recorder"].get("windows") or []
         if windows:
             self.capture.write_part("trace_window", [{"node": self.node, "lo": lo, "hi": hi} for lo, hi in windows],

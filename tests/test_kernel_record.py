@@ -67,7 +67,8 @@ def test_capture_of_tpch_queries(tpch_pg, tmp_path):
         runs = runner.run_queries(tpch_pg, [1, 6])
         time.sleep(0.6)   # warm queries can take < 0.2 s: at least three sampling intervals
     t1 = time.monotonic_ns()
-    assert len(inside) == len(before) + 1 and our_instances() == before     # ours, and removed
+    # ours (the pid-filtered events', and the block completions' without the filter), and removed
+    assert len(inside) == len(before) + 2 and our_instances() == before
     assert not [u for pid, u in our_uprobes(TRACEFS_CANDIDATES[0]) if pid == os.getpid()]
     c = Capture(tmp_path / "cap")
     m = c.manifest()["nodes"]["db1"]

@@ -95,10 +95,11 @@ def process_rows(state: DecodeState, procs: dict[int, dict] | None,
 def parse_trace(path: str | os.PathLike, capture: Capture, node: str | None = None,
                 procs_file: str | os.PathLike | None = None,
                 progress: Callable[[int], None] | None = None,
-                role: Callable[[str, str], str | None] | None = None) -> ParseResult:
+                role: Callable[[str, str], str | None] | None = None, processes: bool = True) -> ParseResult:
     """Parse `path` into `capture`. On a fault the parts written so far stay; the result names the
     fault (the caller decides whether it is fatal: the CLI exits non-zero). role: the DBMS engine's
-    role of a process (Engine.role)."""
+    role of a process (Engine.role). processes=False: the events only, no `process` rows (a trace
+    without the pid filter, whose events ran in any task's context)."""
     path = Path(path)
     node = node or node_name()
     state, batches, clock = open_trace(path, node)
@@ -130,10 +131,11 @@ def parse_trace(path: str | os.PathLike, capture: Capture, node: str | None = No
         procs = {int(k): v for k, v in json.loads(Path(procs_file).read_text()).items()}
     if state.stacks:
         capture.write_part("kernel_stack", state.stack_frames(), node=node)
-    proc_table = process_rows(state, procs, role)
-    if proc_table.num_rows:
+    proc_table = process_rows(state, procs, role) if processes else None
+    if proc_table is not None and proc_table.num_rows:
         capture.write_part("process", proc_table, node=node)
-    return ParseResult(state.events, len(state.stacks), proc_table.num_rows, state.lost, clock, fault)
+    return ParseResult(state.events, len(state.stacks), proc_table.num_rows if processes else 0, state.lost, clock,
+                       fault)
 
 
 def count_events(path: str | os.PathLike) -> int:
