@@ -197,6 +197,65 @@ def test_the_thread_pool_worker_of_each_statement(tmp_path):
     print(f"{moved} of {len(rows)} statements ran on another worker than performance_schema's last one")
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/sys/kernel/tracing/instances").exists(),
+                    reason="needs root and tracefs (kernel tracing) for a real capture")
+def test_reads_that_io_threads_complete_are_disk_waits(tmp_path):
+    """A cold scan through a buffer pool smaller than the table, O_DIRECT: the query thread submits its
+    reads and sleeps on a futex until InnoDB has reaped the completion and released the page. Those
+    sleeps are disk waits, not lock waits: the block completions (recorded without the pid filter) give
+    the thread's requests their end, and its sleeps with its own requests in flight are the disk's.
+    Checked by another reading of the trace: the sleeps during which one of the thread's own requests
+    completed, and which ended after it, are at least 80 % in the disk components."""
+    from mwinv.correlator.pipeline import correlate
+    from mwinv.engines.mariadb.capture import MariaDBCapture
+
+    settings = {"innodb_buffer_pool_size": "6M", "innodb_flush_method": "O_DIRECT",
+                "innodb_buffer_pool_load_at_startup": "OFF", "innodb_buffer_pool_dump_at_shutdown": "OFF"}
+    with MariaDBServer(name="cold", settings=settings) as server:
+        with server.connect() as conn, conn.cursor() as cur:
+            cur.execute("CREATE DATABASE scan")
+            cur.execute("USE scan")
+            cur.execute("CREATE TABLE t (id INT PRIMARY KEY, pad CHAR(200)) ENGINE=InnoDB")
+            cur.execute("INSERT INTO t SELECT seq, repeat('x', 200) FROM seq_1_to_120000")   # ~30 MB
+            conn.commit()
+        with server.connect() as conn, conn.cursor() as cur:
+            cur.execute("SELECT THREAD_OS_ID FROM performance_schema.threads WHERE PROCESSLIST_ID = CONNECTION_ID()")
+            tid = cur.fetchone()[0]
+            with MariaDBCapture(server, tmp_path / "cap", node="maria"):
+                cur.execute("SELECT count(*), sum(length(pad)) FROM scan.t")
+                assert cur.fetchall()[0][0] == 120000
+    db = correlate(tmp_path / "cap")
+    (sid, wall), = db.sql(f"SELECT s.statement_id, s.end_ns - s.start_ns FROM statement_clean s JOIN statement_text x "
+                          f"USING (query_text_hash) WHERE s.pid = {tid} AND starts_with(x.text, 'SELECT count')"
+                          ).fetchall()
+    parts = dict(db.sql(f"SELECT component, ns FROM statement_attribution WHERE statement_id = {sid}").fetchall())
+    assert sum(parts.values()) == wall
+    timed, reqs = db.sql(f"SELECT count(complete_ns), count(*) FROM disk_request WHERE pid = {tid}").fetchone()
+    assert reqs > 100 and timed >= 0.95 * reqs, (timed, reqs)   # pid-filtered, 4 % of them were
+    # each sleep of the thread (switched out in S) until its waking; those an own completion ended
+    io, other, tails = db.sql(f"""
+        WITH sw AS (SELECT ts_ns, prev_pid = {tid} AND prev_state LIKE 'S%' AS sleeps FROM kernel_event
+                    WHERE event = 'sched_switch' AND (prev_pid = {tid} OR next_pid = {tid})),
+             waking AS (SELECT ts_ns FROM kernel_event WHERE event = 'sched_waking' AND target_pid = {tid}),
+             done AS (SELECT complete_ns FROM disk_request WHERE pid = {tid} AND complete_ns IS NOT NULL),
+             slept AS (SELECT o.ts_ns AS off_ns, w.ts_ns AS wake_ns FROM sw o ASOF JOIN waking w ON w.ts_ns >= o.ts_ns
+                       WHERE o.sleeps),
+             ended AS (SELECT s.*, d.complete_ns, d.complete_ns >= s.off_ns AS by_io FROM slept s
+                       ASOF LEFT JOIN done d ON d.complete_ns <= s.wake_ns)
+        SELECT coalesce(sum(wake_ns - off_ns) FILTER (WHERE by_io), 0),
+               coalesce(sum(wake_ns - off_ns) FILTER (WHERE NOT coalesce(by_io, false)), 0),
+               coalesce(sum(wake_ns - complete_ns) FILTER (WHERE by_io), 0)
+        FROM ended e JOIN statement_clean s ON s.statement_id = {sid} AND e.off_ns BETWEEN s.start_ns AND s.end_ns
+        """).fetchone()
+    disk = parts.get("disk_seq", 0) + parts.get("disk_random", 0) + parts.get("disk_unknown", 0)
+    print(f"wall {wall / 1e6:.1f} ms: { {k: round(v / 1e6, 1) for k, v in parts.items() if v} }; sleeps an own "
+          f"completion ended {io / 1e6:.1f} ms (from the completions to the wakings {tails / 1e6:.1f} ms), "
+          f"others {other / 1e6:.1f} ms")
+    assert io > 0.1 * wall, (io, wall)
+    assert disk >= 0.8 * (io - tails), (disk, io, tails)
+    assert parts.get("lock_wait", 0) <= other + tails + 0.25 * io, (parts, io, other, tails)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="MariaDB runs as mysql: only root can start it so")
 def test_statements_the_ring_overwrote_are_counted(tmp_path):
     """A 100-row history ring drained every 0.5 s under 3,000 quick statements: what was overwritten

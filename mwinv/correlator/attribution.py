@@ -68,25 +68,26 @@ def build_disk_requests(db: CaptureDB) -> None:
     Reads come from the pages the task added to the page cache inside a read syscall (its own context,
     also for readahead and when blk-throttle dispatches the bios from a kworker), grouped into runs of
     adjacent pages; the stride between runs of one file decides sequential or random. Writes, and the
-    reads of tasks that add no pages (O_DIRECT, as InnoDB does), come from block_bio_queue (the
-    submitting task's context) or else block_rq_issue; block_rq_issue can run in a kworker and
-    completions in interrupts, so issue/complete pairs only serve to time requests."""
+    reads of tasks that read mostly past the page cache (O_DIRECT, as InnoDB does), come from
+    block_bio_queue (the submitting task's context) or else block_rq_issue; block_rq_issue can run in a
+    kworker and completions in interrupts (recorded without the pid filter), so issue/complete pairs
+    only serve to time requests."""
     has_bio = db.sql("SELECT count(*) FROM kernel_event WHERE event = 'block_bio_queue'").fetchone()[0] > 0
     source = "block_bio_queue" if has_bio else "block_rq_issue"
+    # A request completes at the sector it was issued at: the first completion there after the issue,
+    # unless the sector was issued again first (then it is the later one's; a bio merged behind
+    # another has no completion of its own and stays untimed).
     db.con.execute(f"""
         CREATE OR REPLACE TABLE block_request AS
         WITH issue AS (
             SELECT node, ts_ns, pid, dev, sector, nr_bytes, rwbs,
-                   row_number() OVER (PARTITION BY node, dev, sector ORDER BY ts_ns) AS k
+                   lead(ts_ns) OVER (PARTITION BY node, dev, sector ORDER BY ts_ns) AS next_issue_ns
             FROM kernel_event WHERE event = '{source}' AND nr_bytes > 0),
-        done AS (
-            SELECT node, ts_ns, dev, sector,
-                   row_number() OVER (PARTITION BY node, dev, sector ORDER BY ts_ns) AS k
-            FROM kernel_event WHERE event = 'block_rq_complete' AND NOT {has_bio})
+        done AS (SELECT node, ts_ns, dev, sector FROM kernel_event WHERE event = 'block_rq_complete')
         SELECT i.node, i.pid, i.dev, NULL::BIGINT AS ino, i.sector, i.nr_bytes, i.rwbs, i.ts_ns AS issue_ns,
-               d.ts_ns AS complete_ns
-        FROM issue i LEFT JOIN done d ON d.node = i.node AND d.dev = i.dev AND d.sector = i.sector
-             AND d.k = i.k AND d.ts_ns >= i.ts_ns""")
+               CASE WHEN d.ts_ns < coalesce(i.next_issue_ns, d.ts_ns + 1) THEN d.ts_ns END AS complete_ns
+        FROM issue i ASOF LEFT JOIN done d ON d.node = i.node AND d.dev = i.dev AND d.sector = i.sector
+             AND d.ts_ns >= i.ts_ns""")
     db.con.execute(rf"""
         CREATE OR REPLACE TABLE page_read AS
         WITH added AS (
@@ -113,12 +114,15 @@ def build_disk_requests(db: CaptureDB) -> None:
         FROM runs GROUP BY node, pid, dev, ino, run""")
     db.con.execute(f"""
         CREATE OR REPLACE TABLE disk_request AS
-        WITH requests AS (
+        -- a task's reads are its page-cache adds, unless it reads mostly past the page cache (O_DIRECT):
+        -- an InnoDB thread's one buffered read of a small file had hidden its 93 MB of direct reads
+        WITH cached AS (SELECT node, pid, sum(nr_bytes) AS bytes FROM page_read GROUP BY ALL),
+        direct AS (SELECT node, pid, sum(nr_bytes) AS bytes FROM block_request WHERE rwbs LIKE '%R%' GROUP BY ALL),
+        requests AS (
             SELECT * FROM page_read
             UNION ALL
-            SELECT b.* FROM block_request b
-            WHERE b.rwbs NOT LIKE '%R%' OR NOT EXISTS (
-                SELECT 1 FROM page_read p WHERE p.node = b.node AND p.pid = b.pid)),
+            SELECT b.* FROM block_request b LEFT JOIN cached c USING (node, pid) LEFT JOIN direct d USING (node, pid)
+            WHERE b.rwbs NOT LIKE '%R%' OR coalesce(c.bytes, 0) * 2 < d.bytes),
         strided AS (
             SELECT *, sector - lag(sector + nr_bytes // 512) OVER w AS stride_sectors
             FROM requests WINDOW w AS (PARTITION BY node, pid, dev, ino ORDER BY issue_ns))
