@@ -1,6 +1,5 @@
 """The extension's raw statement records (numpy, in its own layout: mwinv_record_layout()) as the
-capture tables `statement` and `statement_text`. Used where the records are taken (a one-shot drain)
-and by the spool's converter (spool.py), which turns a capture's spooled records into tables later."""
+capture tables `statement` and `statement_text`, built from buffers (reader.py takes the records)."""
 
 from __future__ import annotations
 
