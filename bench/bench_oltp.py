@@ -11,8 +11,8 @@ and the capture's own CPU while pgbench runs (this process's threads; the parse 
 counted; bpftrace's is its own process's, not shown) as a share of one core.
 
 Duty-cycled captures (`mwinv-trace capture --duty`: events on one window in N, statements always)
-and the default capture's event budget (every event until the rate is over it, then one window in N)
-run beside them; with --shares, one more full and one duty-cycled capture are correlated and the
+and the default capture's event budget (every event until the rate is over it, then one window in N;
+also with stacks, as `mwinv-trace capture --stacks` does) run beside them; with --shares, one more full and one duty-cycled capture are correlated and the
 pgbench statement's component shares over the statements each traced are printed side by side.
 
     python -m bench.bench_oltp [--rounds 3] [--seconds 10] [--clients 2] [--scale 10]
@@ -46,9 +46,10 @@ from mwinv.pgserver import PgServer, pg_bindir
 FAMILIES = {"sched + block": SCHED_EVENTS + BLOCK_EVENTS, "syscalls": None, "net": NET_EVENTS}
 # duty-cycled: events on for 1 s of every N (the rest of the time disabled), statements always
 DUTY = {"events 1 s in 5": 0.2, "events 1 s in 10": 0.1, "stacks 1 s in 10": 0.1}
-# what `mwinv-trace capture` does by default: every event until the rate is over the budget
+# what `mwinv-trace capture` (and `... --stacks`) does by default: every event until the rate is over the budget
 BUDGETED = "default events within budget"
-CONFIGS = ("none", "none again", "statements only", "default events", BUDGETED, *DUTY, "stacks",
+BUDGETED_STACKS = "stacks within budget"
+CONFIGS = ("none", "none again", "statements only", "default events", BUDGETED, *DUTY, "stacks", BUDGETED_STACKS,
            *(f"only {f}" for f in FAMILIES), "trace-cmd record", "bpftrace")
 TPS_RE = re.compile(r"tps = ([\d.]+)")
 
@@ -81,7 +82,8 @@ def run_config(server: PgServer, config: str, args, out: Path) -> dict:
     cpu0 = _self_cpu_s()
     if config.startswith("none"):
         text = pgbench(server, *bench)
-    elif config in ("statements only", "default events", BUDGETED, "stacks", *DUTY) or config.startswith("only "):
+    elif config in ("statements only", "default events", BUDGETED, "stacks", BUDGETED_STACKS, *DUTY) \
+            or config.startswith("only "):
         family = config.removeprefix("only ")
         events = None
         if family in FAMILIES:
@@ -89,7 +91,7 @@ def run_config(server: PgServer, config: str, args, out: Path) -> dict:
         cap = NodeCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo(), node="bench",
                           trace=config != "statements only", stacks=config.startswith("stacks"), events=events,
                           duty=DUTY.get(config, 1.0),
-                          event_budget=DEFAULT_EVENT_BUDGET if config == BUDGETED else None).start()
+                          event_budget=DEFAULT_EVENT_BUDGET if config in (BUDGETED, BUDGETED_STACKS) else None).start()
         cpu0 = _self_cpu_s()   # the capture's threads while pgbench runs; its parse afterwards is not load
         try:
             text = pgbench(server, *bench)
