@@ -1,11 +1,12 @@
 """What correlating a cluster capture costs as nodes are added: for 1..N data nodes, a cluster (2-part,
-TPC-H, 0.5 CPU per node) runs the 22 queries under a capture of every node; then the capture is
+TPC-H, 0.5 CPU per node) runs the 22 queries (or --queries) under a capture of every node; then the capture is
 correlated whole in a child process, and again node by node (`mwinv-correlate --node`, each in a
 child, as it could run on that node) and merged (`--merge`), with the time and peak resident memory
 of each, beside the kernel events and statements read. The ratios are against the one-node capture
 of the same run.
 
     python -m bench.bench_cluster [--nodes 4] [--scale 0.01]
+    python -m bench.bench_cluster --nodes 3 --scale 1 --queries 1,3,6,12   # SF 1: four queries
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--scale", type=float, default=0.01)
+    ap.add_argument("--queries", default="all", help="e.g. 1,3,6,12 (default: all 22)")
     args = ap.parse_args()
+    queries = tpch.parse_query_list(args.queries)
     console = Console(width=200)   # thirteen columns
     work = Path(tempfile.mkdtemp(prefix="mwinv-bench-cluster-"))
     rows = []
@@ -69,7 +72,7 @@ def main() -> None:
             capture = work / f"n{n}"
             with Cluster(nodes=n, scale=args.scale) as cluster:
                 with ClusterCapture(cluster, capture):
-                    runner.run_queries(cluster.coordinator, list(tpch.QUERY_NUMBERS))
+                    runner.run_queries(cluster.coordinator, queries)
             db = open_capture(capture)
             events = db.sql("SELECT count(*) FROM kernel_event").fetchone()[0]
             statements = db.sql("SELECT count(*) FROM statement").fetchone()[0]
@@ -85,7 +88,7 @@ def main() -> None:
             shutil.rmtree(capture, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    t = Table(title=f"correlating a cluster capture, TPC-H SF {args.scale:g}, 22 queries")
+    t = Table(title=f"correlating a cluster capture, TPC-H SF {args.scale:g}, {len(queries)} queries")
     for col in ("data nodes", "kernel events", "statements", "whole s", "x 1 node", "events/s", "peak MiB",
                 "x 1 node", "nodes' sum s", "largest node s", "largest node MiB", "merge s", "merge MiB"):
         t.add_column(col, justify="right")
