@@ -169,7 +169,7 @@ class KernelRecorder:
         self._gone: set[int] = set()
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
-        self._cpu_files: list[Path] = []
+        self._reading = False   # the per-CPU readers were started: there are pages to assemble
         self._errors: list[str] = []
         self.windows: list[list[int | None]] = []   # [on, off] on the trace's clock: when events were all on
         self.off: list[list[int | None]] = []       # [off, on]: when they were all off (switching takes time)
@@ -216,7 +216,7 @@ class KernelRecorder:
             self._stacks(inst)
         self._event_formats(root, self.enabled, self.out)
         ncpu = os.cpu_count() or 1
-        self._cpu_files = [self.out / f"cpu{c}.raw" for c in range(ncpu)]
+        self._reading = True
         sources = [(inst, self.out)]
         if unfiltered:
             self.unfiltered = Instance.create(root)
@@ -560,7 +560,7 @@ class KernelRecorder:
         finally:
             self._teardown()
         trace = self.out / "trace.dat"
-        if self._cpu_files:
+        if self._reading:
             assemble(self.out, trace)
         if self.unfiltered is not None:
             assemble(self.out / "unfiltered", self.out / "unfiltered.dat")

@@ -17,7 +17,7 @@ DBMS = "postgresql"
 # a raw record's fields -> their numpy type (the extension gives offsets and sizes: mwinv_record_layout())
 _FIELD_TYPES = {"pid": np.int32, "leader_pid": np.int32, "nesting_level": np.int32, "dbid": np.uint32,
                 "userid": np.uint32, "errored": np.bool_, "has_resources": np.bool_, "utility": np.bool_}
-TRANSPOSE_BLOCK = 4096   # records per block of the transpose (~750 KB of them: in L2)
+TRANSPOSE_BLOCK = 4096   # records per block of the transpose (~790 KB of slots; 34 ns a record measured at it)
 _RESOURCES = ("cpu_user_ns", "cpu_sys_ns", "minflt", "majflt", "inblock", "oublock", "nvcsw", "nivcsw")
 
 
@@ -84,7 +84,6 @@ class RecordConverter:
         self.capture, self.node, self.since_ns = capture, node, since_ns
         self._texts, self._lookup = texts, names
         self.before = 0
-        self.rows_written = 0
         self.names: dict[str, dict[int, str | None]] = {"database": {}, "username": {}}
         self.hashes: dict[int, int] = {}
         if capture.has("statement_text"):
@@ -169,6 +168,4 @@ class RecordConverter:
         tables = [t for t in (records if isinstance(records, list) else [records]) if t.num_rows]
         if tables:
             self.capture.write_part("statement", pa.concat_tables(tables), node=self.node)
-        n = sum(t.num_rows for t in tables)
-        self.rows_written += n
-        return n
+        return sum(t.num_rows for t in tables)
