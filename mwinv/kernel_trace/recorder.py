@@ -457,6 +457,8 @@ class KernelRecorder:
                             self._add_event_pid(pid)
                 for ev in self.enabled:
                     self.instance.write(f"events/{ev.replace(':', '/')}/enable", on)
+                if self.unfiltered is not None:   # the whole machine's completions: off with the rest
+                    self.unfiltered.write("tracing_on", on)
                 # an event with a trigger is only soft-disabled: its tracepoint stays on for the trigger
                 # (stacks 1 s in 10 cost 22 % of pgbench -S with the triggers kept)
                 for trig, text in self.triggers.items():
