@@ -4,6 +4,7 @@ each checked against sums computed here from the raw lines, independently of the
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -53,7 +54,8 @@ def capture(tmp_path_factory) -> Path:
 
 def q(capture: Path, sql: str):
     con = duckdb.connect()
-    for t in ("statement", "statement_attribution", "dbms_call", "dbms_wait", "plan_operation", "statement_text"):
+    for t in ("statement", "statement_attribution", "dbms_call", "dbms_wait", "plan_operation", "statement_text",
+              "tcp_sample"):
         if (capture / t).is_dir():
             con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{capture}/{t}/*.parquet', union_by_name=true)")
     return con.execute(sql).fetchall()
@@ -320,24 +322,37 @@ def test_kernel_side_of_the_traced_host(tmp_path):
     runs here, so a process replays the 12.2 session's timeline (tests/oracle_replay.py: c= busy, waits
     and unaccounted-for time asleep) under a real kernel capture; the real trace is imported into that
     capture, its statements land on the kernel's clock and are attributed from the kernel's events, and
-    Oracle's unaccounted-for time is set against what the kernel saw."""
+    Oracle's unaccounted-for time is set against what the kernel saw. The time between calls is a real
+    client's over TCP, so SQL*Net message from client is split at the round trip the kernel measured
+    on the session's connection (checked against `ss` and the client's own echo times)."""
     from mwinv.node_capture import NodeCapture, wall_minus_mono
 
     trace = JK[1]
-    replay = subprocess.Popen([sys.executable, str(Path(__file__).parent / "oracle_replay.py"), str(trace), "3"],
+    script = str(Path(__file__).parent / "oracle_replay.py")
+    replay = subprocess.Popen([sys.executable, script, str(trace), "3", "--client"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    client = None
     try:
+        port = int(replay.stdout.readline())
+        client = subprocess.Popen([sys.executable, script, "--client", str(port)], stdout=subprocess.PIPE, text=True)
+        echo_ns = int(client.stdout.readline())
         start_mono, first_us = map(int, replay.stdout.readline().split())
         cap = NodeCapture(tmp_path / "host", pids=[replay.pid], node="orahost", statements=False).start()
         try:
             replay.stdin.write("go\n")
             replay.stdin.flush()
-            assert replay.wait(timeout=60) == 0
+            assert replay.stdout.readline() == "done\n"
+            ss = subprocess.run(["ss", "-tinH", f"( sport = :{port} )"],
+                                capture_output=True, text=True).stdout
+            replay.stdin.write("bye\n")
+            replay.stdin.flush()
+            assert replay.wait(timeout=60) == 0 and client.wait(timeout=10) == 0
         finally:
             cap.stop()
     finally:
-        if replay.poll() is None:
-            replay.kill()
+        for proc in (replay, client):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
     tf = parse(trace)
     trace_wall_first = (first_us + tf.wall_offset_us()[0]) * 1000
     offset_s = (trace_wall_first - (start_mono + wall_minus_mono()["offset_ns"])) / 1e9
@@ -366,5 +381,24 @@ def test_kernel_side_of_the_traced_host(tmp_path):
     assert split["kernel_cpu_ns"] == comps["cpu_user"] + comps["cpu_sys"]
     r = run_cli("oracle", "unaccounted", str(tmp_path / "host"))
     assert r.returncode == 0 and "split by the kernel" in r.stdout
+    # the session's connection as the kernel accounts it: the replay's side was accepted on its port
+    tcp = q(tmp_path / "host", f"SELECT min(min_rtt_ns), count(*) FROM tcp_sample WHERE pid = {replay.pid} "
+                               f"AND accepted AND local LIKE '%:{port}'")[0]
+    rtt, samples = tcp
+    assert samples >= 3, tcp
+    ss_rtt = round(float(re.search(r"minrtt:([0-9.]+)", ss).group(1)) * 1e6)   # ms, as ss prints it
+    assert 0 < ss_rtt <= rtt <= echo_ns, (ss_rtt, rtt, echo_ns, ss)
+    r = run_cli("oracle", "profile", str(tmp_path / "host"), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["client_rtt"] == [{"node": "orahost", "pid": replay.pid, "rtt_ns": rtt, "source": "kernel"}]
+    waits = [w for w in parse(trace).waits if w.name == "SQL*Net message from client"]
+    rows = {row["group"]: row for row in out["rows"]}
+    trip = rows["SQL*Net message from client: round trip"]
+    assert trip["count"] == len(waits) and trip["duration_ns"] == sum(min(w.ela * 1000, rtt) for w in waits)
+    think = rows["SQL*Net message from client: client think time"]
+    assert think["duration_ns"] + trip["duration_ns"] == sum(w.ela * 1000 for w in waits)
+    r = run_cli("oracle", "profile", str(tmp_path / "host"), "--rtt", "0.4")
+    assert r.returncode == 0 and "split at a round trip of 400.0 µs: given (--rtt)" in r.stdout, r.stdout
     r = run_cli("capture", str(tmp_path / "x"), "--pids", "9854,x", tool="mwinv-trace")
     assert r.returncode == 2 and "--pids '9854,x': a comma-separated list of process ids" in r.stderr

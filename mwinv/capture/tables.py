@@ -105,6 +105,11 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("node", s), ("pid", i32), ("ts_ns", i64), ("interval_ns", i64), ("utime_ns", i64), ("stime_ns", i64),
         ("read_bytes", i64), ("write_bytes", i64), ("run_ns", i64), ("runqueue_wait_ns", i64),
     ]),
+    "tcp_sample": pa.schema([
+        ("node", s), ("pid", i32), ("ts_ns", i64), ("local", s), ("peer", s), ("accepted", b),
+        ("srtt_ns", i64), ("rttvar_ns", i64), ("min_rtt_ns", i64), ("bytes_acked", i64), ("bytes_received", i64),
+        ("segs_out", i64), ("segs_in", i64), ("retrans", i64),
+    ]),
     # Derived by the correlator
     "statement_attribution": pa.schema([
         ("node", s), ("statement_id", i64), ("query_id", i64), ("component", s), ("ns", i64),

@@ -74,7 +74,8 @@ def import_cmd(files, out, node, pid, clock_offset, lenient) -> None:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--rtt", "rtt_ms", type=float, default=None, metavar="MS",
               help="the client's network round trip (e.g. from ping): splits SQL*Net message from client into "
-                   "the round trip and the client's think time.")
+                   "the round trip and the client's think time; without it, the round trip the host's kernel "
+                   "measured on each session's connection, where a kernel capture of the host has one.")
 def profile_cmd(capture, group, where, skew, fmt, rtt_ms) -> None:
     """Response-time profile of the traced sessions: every microsecond once (the CPU of top-level calls,
     every wait, unaccounted-for time within and between calls, possibly negative), grouped and
@@ -93,8 +94,10 @@ def profile_cmd(capture, group, where, skew, fmt, rtt_ms) -> None:
 
     db = prof.open_oracle(capture, rtt_ms)
     rows, total = prof.profile(db, group=group, where=where)
+    rtts = db.sql("SELECT node, pid, rtt_ns, source FROM client_rtt WHERE rtt_ns IS NOT NULL ORDER BY ALL").fetchall()
     if fmt == "json":
-        click.echo(json.dumps({"total_ns": total, "rows": [{
+        click.echo(json.dumps({"total_ns": total, "client_rtt": [
+            {"node": n, "pid": p, "rtt_ns": r, "source": src} for n, p, r, src in rtts], "rows": [{
             "group": r.group, "duration_ns": r.duration_ns, "share": r.share, "count": r.count, "mean_ns": r.mean_ns,
             "min_ns": r.min_ns, "max_ns": r.max_ns,
             "histogram": [{"bucket": b, "count": c, "ns": s} for b, (c, s) in zip(prof.BUCKET_LABELS, r.histogram)]}
@@ -115,6 +118,10 @@ def profile_cmd(capture, group, where, skew, fmt, rtt_ms) -> None:
         t.add_row(*cells)
     t.add_row("total", ms(total, 3), "100.0", f"{sum(r.count for r in rows):,}", "", "", "")
     _console().print(t)
+    for node, pid, rtt, source in rtts:
+        how = "given (--rtt)" if source == "given" else "the least the host's kernel measured on its connection"
+        _console().print(f"SQL*Net message from client of {node} pid {pid} split at a round trip of "
+                         f"{rtt / 1e3:,.1f} µs: {how}")
 
 
 @oracle_cli.command("unaccounted")

@@ -10,7 +10,11 @@
 - `net_iface` set: that interface's bytes and packets.
 `process_sample`: utime/stime (/proc/pid/stat), read/write bytes (/proc/pid/io), on-CPU and
 run-queue wait time (/proc/pid/schedstat) of every DBMS pid, as deltas over the interval (a pid that
-appears during the capture counts from its start)."""
+appears during the capture counts from its start).
+`tcp_sample`: each TCP connection of a DBMS pid as the kernel accounts it (sock_diag, as `ss -ti`):
+round trips (the least it measured, the smoothed one) and cumulative bytes and segments; `accepted`
+where the local port is one the host listens on (the server's side of a client's connection). In
+the sampler's own network namespace only."""
 
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import pyarrow.compute as pc
 
 from mwinv.capture.columns import empty_table, table_from_rows
 from mwinv.capture.tables import SCHEMAS, Capture
+from mwinv.kernel_trace.tcp import socket_inodes, sockets
 
 TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 MIN_INTERVAL_S = 0.01
@@ -130,6 +135,7 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._node_rows: list[dict] = []
         self._proc_rows: list[dict] = []
+        self._tcp_rows: list[dict] = []
         self.error: BaseException | None = None
 
     def start(self) -> "Sampler":
@@ -203,6 +209,8 @@ class Sampler:
                 self._proc_rows.append({"node": self.node, "pid": pid, "ts_ns": now, "interval_ns": dt,
                                         "utime_ns": ut, "stime_ns": stime, "read_bytes": rb, "write_bytes": wb,
                                         "run_ns": run, "runqueue_wait_ns": wait})
+            if self.net_pid is None and cur_pid:
+                self._sample_tcp(now, cur_pid)
             prev_t, prev_cpu, prev_disk, prev_net, prev_pid = now, cpu, disk, net, cur_pid
             self.stats.samples += 1
             if time.monotonic() - last_flush >= self.flush_s:
@@ -213,6 +221,23 @@ class Sampler:
         self.stats.cpu_s = time.thread_time() - cpu0
         self.stats.wall_s = time.monotonic() - wall0
 
+    def _sample_tcp(self, now: int, pids) -> None:
+        try:
+            socks = sockets()
+        except OSError:   # sock_diag refused (a kernel without it): no tcp_sample
+            return
+        listening = {s.local_port for s in socks.values() if s.listening}
+        for pid in pids:
+            for inode in socket_inodes(pid):
+                s = socks.get(inode)
+                if s is None or s.listening:
+                    continue
+                self._tcp_rows.append({
+                    "node": self.node, "pid": pid, "ts_ns": now, "local": s.local, "peer": s.peer,
+                    "accepted": s.local_port in listening, "srtt_ns": s.srtt_ns, "rttvar_ns": s.rttvar_ns,
+                    "min_rtt_ns": s.min_rtt_ns, "bytes_acked": s.bytes_acked, "bytes_received": s.bytes_received,
+                    "segs_out": s.segs_out, "segs_in": s.segs_in, "retrans": s.retrans})
+
     def _flush(self) -> None:
         if self._node_rows:
             self.capture.write_part("node_sample", self._node_rows, node=self.node)
@@ -220,6 +245,9 @@ class Sampler:
         if self._proc_rows:
             self.capture.write_part("process_sample", self._proc_rows, node=self.node)
             self._proc_rows = []
+        if self._tcp_rows:
+            self.capture.write_part("tcp_sample", self._tcp_rows, node=self.node)
+            self._tcp_rows = []
 
 
 def block_sequentiality(kernel_event: pa.Table, node: str, interval_ns: int) -> pa.Table:

@@ -22,16 +22,17 @@ BUCKET_LABELS = ("<1µs", "<10µs", "<100µs", "<1ms", "<10ms", "<100ms", "<1s",
 
 
 def open_oracle(capture_dir: str | Path, rtt_ms: float | None = None) -> CaptureDB:
-    """The capture's session with the profiles' tables; rtt_ms: the network round trip between the
-    client and the database host (e.g. from `ping`), which splits SQL*Net message from client into the
-    round trip and the client's think time: the server's trace and kernel cannot tell them apart."""
+    """The capture's session with the profiles' tables. SQL*Net message from client is split into the
+    network round trip and the client's think time by the round trip of each session's connection
+    that the host's kernel measured (a kernel capture of the host holds its tcp_sample), else by rtt_ms
+    (e.g. from `ping`), which also overrides the measured one: the trace alone cannot tell them apart."""
     if rtt_ms is not None and rtt_ms < 0:
         raise MwinvError(f"--rtt {rtt_ms:g}: a round trip of 0 ms or more")
     db = open_correlated(capture_dir)
     if not db.has("dbms_call") and not db.has("dbms_wait"):
         raise MwinvError(f"{capture_dir}: no Oracle trace in this capture (import one with `mwinv oracle import`)")
     db.con.execute(f"SET VARIABLE client_rtt_ns = {round(rtt_ms * 1e6) if rtt_ms is not None else 'NULL'}")
-    for name in ("response_item", "tkprof", "plan_waits", "fetch_trips"):
+    for name in ("client_rtt", "response_item", "tkprof", "plan_waits", "fetch_trips"):
         db.con.execute((SQL_DIR / f"{name}.sql").read_text())
     return db
 
@@ -121,13 +122,12 @@ def fetch_whatif(db: CaptureDB, query_id: int, array_sizes=(100, 500)) -> list[F
     """Fetch calls a larger array size would need (each execution's rows / size, at least one) and
     the client round trips saved, each at the trace's mean SQL*Net client wait per trip: an upper bound,
     since that wait holds the client's own work on the rows too, which a larger array does not save.
-    With a known round trip (open_oracle's client_rtt_ns) also the trips at it: the lower bound."""
-    rtt = db.sql("SELECT getvariable('client_rtt_ns')").fetchone()[0]
-    row = db.sql(f"SELECT executions, fetches, rows, rows_per_execution, trip_wait_ns FROM fetch_trips "
+    With a known round trip (client_rtt: measured or given) also the trips at it: the lower bound."""
+    row = db.sql(f"SELECT executions, fetches, rows, rows_per_execution, trip_wait_ns, rtt_ns FROM fetch_trips "
                  f"WHERE query_id = {literal(query_id)}").fetchone()
     if not row:
         return []
-    execs, fetches, rows, per_exec, trip = row
+    execs, fetches, rows, per_exec, trip, rtt = row
     out = []
     for size in array_sizes:
         after = sum(max(1, math.ceil((r or 0) / size)) for r in per_exec)

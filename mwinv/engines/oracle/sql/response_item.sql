@@ -3,11 +3,11 @@
 -- e= leave unexplained ("unaccounted-for within calls", possibly negative), and the gaps between
 -- top-level calls that no wait explains ("unaccounted-for between calls").
 --
--- With the client's network round trip (the variable client_rtt_ns > 0, given: `--rtt`), each
+-- With the session's network round trip (client_rtt: measured by the host's kernel, or given), each
 -- `SQL*Net message from client` is two items: the round trip (at most the wait) and the client's
--- think time (the rest). The server's trace cannot tell them apart; the split is an estimate.
+-- think time (the rest). The server's trace alone cannot tell them apart.
 --
--- inputs:  dbms_call, dbms_wait, statement, statement_text; the variable client_rtt_ns
+-- inputs:  dbms_call, dbms_wait, statement, statement_text, client_rtt
 -- columns: node, pid, file, line, statement_id (top-level execution), query_id, text, kind (cpu,
 --          wait, unaccounted), name, call, dep, dur_ns, obj
 CREATE OR REPLACE TABLE response_item AS
@@ -23,10 +23,10 @@ span AS (
         SELECT file, start_ns AS t0, end_ns AS t1 FROM top_call
         UNION ALL SELECT file, end_ns - ela_ns, end_ns FROM dbms_wait) GROUP BY file),
 client_wait AS (
-    SELECT *, getvariable('client_rtt_ns') AS rtt,
-           event IN ('SQL*Net message from client', 'SQL*Net vector message from client')
-           AND coalesce(getvariable('client_rtt_ns'), 0) > 0 AS split
-    FROM dbms_wait),
+    SELECT w.*, r.rtt_ns AS rtt,
+           w.event IN ('SQL*Net message from client', 'SQL*Net vector message from client')
+           AND coalesce(r.rtt_ns, 0) > 0 AS split
+    FROM dbms_wait w LEFT JOIN client_rtt r USING (node, pid)),
 items AS (
     SELECT node, pid, file, line, top_statement_id AS statement_id, 'cpu' AS kind, 'CPU: ' || call AS name,
            call, dep, c_ns AS dur_ns, CAST(NULL AS BIGINT) AS obj
