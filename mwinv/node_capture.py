@@ -210,6 +210,8 @@ class NodeCapture:
                 sql_only = getattr(self.drainer, "sql_only", None)   # PostgreSQL's drainer says how it reads
                 if sql_only is not None:
                     how = f"through SQL: {sql_only}" if sql_only else "from the server's ring, mapped"
+                    if getattr(self.drainer, "spooling", False):
+                        how += ", spooled raw and converted when the capture ends"
                     self.progress(f"statements read {how}")
                     self._update_node({"statement_reader": how})
             # without a reader, the engine's own query probes give the statements (degraded mode)
@@ -250,6 +252,8 @@ class NodeCapture:
             if part is None:
                 continue
             try:
+                if what == "statements" and getattr(part, "spooling", False):
+                    self.progress("converting the statement records spooled during the capture")
                 result = part.stop()
                 if what == "statements":
                     self.summary["statements_before_capture"] = part.before_capture

@@ -152,6 +152,36 @@ def test_tiny_ring_loses_nothing_silently(installed, tmp_path):
     assert set(statements.column("query_text_hash").to_pylist()) == {texts[0]["query_text_hash"]}
 
 
+def test_spooled_records_are_converted_file_by_file(installed, tmp_path):
+    """A capture spools the ring's raw records and converts them when it stops, or as soon as a file
+    reaches the limit: every statement once, with its text, and no spool file left behind."""
+    per_client, clients = 5000, 4
+    with PgServer(name="ext-spool", shared_preload_libraries=["mwinv"], gucs=GUCS) as srv:
+        srv.psql("CREATE EXTENSION mwinv")
+        with connect_untracked(srv.conninfo()) as conn:
+            since = conn.execute("SELECT mwinv_clock_ns()").fetchone()[0]
+        capture = Capture(tmp_path / "cap").create(name="spool")
+        drainer = StatementDrainer(srv.conninfo(), capture, node="n1", since_ns=since, spool_mb=1,
+                                   flush_s=0.2).start()
+        assert drainer.spooling
+        script = tmp_path / "one.sql"
+        script.write_text("\\set i random(1, 1000)\nSELECT :i::int AS spooled;\n")
+        subprocess.run([str(pg_bindir() / "pgbench"), "-n", "-M", "prepared", "-c", str(clients), "-t",
+                        str(per_client), "-f", str(script), "-h", str(srv.socket_dir), "-p", str(srv.port),
+                        "-U", "postgres", "postgres"], check=True, capture_output=True)
+        time.sleep(1)
+        converted_during = drainer.rows_written   # the full files, converted while the capture ran
+        written = drainer.stop()
+    # 20,000 records of 192-byte slots: three or four 1 MiB files (a file is full when a drain finds it so)
+    assert 10_000 <= converted_during <= written == per_client * clients and drainer.dropped == 0
+    assert not list(capture.path.glob("*.spool")) and not list(capture.path.glob(".*.spool"))
+    statements = capture.read("statement")
+    assert statements.num_rows == written and len(set(statements.column("statement_id").to_pylist())) == written
+    texts = capture.read("statement_text").to_pylist()
+    assert [t["text"] for t in texts] == ["SELECT $1::int AS spooled"]
+    assert set(statements.column("query_text_hash").to_pylist()) == {texts[0]["query_text_hash"]}
+
+
 def test_a_full_ring_is_drained_before_the_capture(installed, tmp_path):
     """A ring left full (a bulk load through postgres_fdw fills a data node's) drops every new record
     until drained: the drainer empties it when it starts, so statements run right after are kept."""

@@ -29,6 +29,10 @@ from mwinv.errors import MwinvError
 
 DRAIN_BATCH = 50_000
 MAPPED_WAIT_S = 0.1   # the longest wait between two looks at a mapped ring
+SPOOL_MB = 1024   # raw records spooled before they are converted during a capture: 5.5 million
+SPOOL_PART_ROWS = 1_000_000   # rows of a part written from a spooled file
+MEDIAN_OF = 10_000   # the last records of a spool whose median duration an event budget asks
+REMEMBER_S = 0.5   # how often a spooling drainer asks for new query texts (~0.3 ms of CPU a look)
 
 
 def extension_available(conn: psycopg.Connection) -> bool:
@@ -90,36 +94,62 @@ class MappedRing:
         if slot_size - record_offset < dtype.itemsize or self._mm.size() < header_size + nslots * slot_size:
             self.close()
             raise OSError(f"{path}: ring slots of {slot_size} bytes do not hold the {dtype.itemsize}-byte record")
-        self.path, self.nslots = path, nslots
+        self.path, self.nslots, self.header_size, self.slot_size = path, nslots, header_size, slot_size
         self._words = np.ndarray((header_size // 8,), np.uint64, self._mm)
         self._seq = np.ndarray((nslots,), np.uint64, self._mm, header_size, (slot_size,))
         # a slot seen as a record whose fields sit record_offset further: runs of slots copy as one block
         slot = np.dtype({"names": list(dtype.names), "formats": [dtype.fields[n][0] for n in dtype.names],
                          "offsets": [dtype.fields[n][1] + record_offset for n in dtype.names], "itemsize": slot_size})
-        self._slot = slot
+        self.slot = slot
         self._slots = np.ndarray((nslots,), np.dtype((np.void, slot_size)), self._mm, header_size)
         self._pos = int(self._words[self.TAIL])
 
-    def take(self, max_records: int) -> np.ndarray:
-        """Up to max_records records in ring order (a copy, slot by slot); their slots are free again."""
+    def _ready(self, max_records: int) -> int:
+        """How many records from the tail on are written (a record still being written ends the run)."""
         pos = self._pos
         k = min(int(self._words[self.HEAD]) - pos, max_records, self.nslots)
         if k <= 0:
-            return self._slots[:0].copy().view(self._slot)
+            return 0
         i = np.arange(k, dtype=np.uint64)
-        idx = (pos + i) % self.nslots
-        filled = self._seq[idx] == pos + 1 + i
-        n = k if filled.all() else int(np.argmin(filled))   # a record still being written ends the run
-        a = pos % self.nslots
+        filled = self._seq[(pos + i) % self.nslots] == pos + 1 + i
+        return k if filled.all() else int(np.argmin(filled))
+
+    def _blocks(self, n: int) -> list[slice]:
+        """The slots of the next n records: at most two runs (the ring wraps)."""
+        a = self._pos % self.nslots
         first = min(n, self.nslots - a)
-        # whole slots in at most two blocks (the ring wraps), as bytes: a memory copy (6 ns a record),
-        # where copying each record's fields out of its slot cost 0.2 s of the reader's CPU per million
-        # records, and concatenating slot-typed arrays, which packs their fields, 69 ns a record
-        out = np.concatenate([self._slots[a:a + first], self._slots[:n - first]]).view(self._slot)
-        self._seq[idx[:n]] = pos + self.nslots + i[:n]
+        return [slice(a, a + first), slice(0, n - first)]
+
+    def _free(self, n: int) -> None:
+        """The next n slots are free again for the backends."""
+        pos = self._pos
+        i = np.arange(n, dtype=np.uint64)
+        self._seq[(pos + i) % self.nslots] = pos + self.nslots + i
         self._pos = pos + n
         self._words[self.TAIL] = self._pos
+
+    def take(self, max_records: int) -> np.ndarray:
+        """Up to max_records records in ring order (a copy, slot by slot); their slots are free again."""
+        n = self._ready(max_records)
+        # whole slots in at most two blocks, as bytes: a memory copy (6 ns a record), where copying each
+        # record's fields out of its slot cost 0.2 s of the reader's CPU per million records, and
+        # concatenating slot-typed arrays, which packs their fields, 69 ns a record
+        out = np.concatenate([self._slots[b] for b in self._blocks(n)]).view(self.slot)
+        self._free(n)
         return out
+
+    def spool(self, fd: int, max_records: int) -> int:
+        """Appends up to max_records whole slots to the file fd, straight from the mapping (one copy by
+        the kernel), and frees them; returns how many. The file holds records of dtype `slot`."""
+        n = self._ready(max_records)
+        view = memoryview(self._mm)
+        for b in self._blocks(n):
+            chunk = view[self.header_size + b.start * self.slot_size:self.header_size + b.stop * self.slot_size]
+            while chunk:
+                chunk = chunk[os.write(fd, chunk):]
+        view.release()
+        self._free(n)
+        return n
 
     @property
     def pending(self) -> int:
@@ -176,8 +206,8 @@ def remove_stale_rings(shm: Path = Path("/dev/shm")) -> list[str]:
     return removed
 
 
-_NAMES = {"database": "SELECT oid::bigint, datname FROM pg_database WHERE oid = ANY(%s::oid[])",
-          "username": "SELECT oid::bigint, rolname FROM pg_roles WHERE oid = ANY(%s::oid[])"}
+_NAMES = {"database": "SELECT oid::bigint, datname FROM pg_database",
+          "username": "SELECT oid::bigint, rolname FROM pg_roles"}
 
 
 class _Reader:
@@ -197,13 +227,44 @@ class _Reader:
         self.dtype = record_dtype(layout)
         self.records = RecordConverter(capture, node or _server_node(conn), self._texts, self._names, since_ns)
         self._empty = empty_table(SCHEMAS["statement"])
+        self.known_texts: dict[int, str] = {}
+        self.known_names: dict[str, dict[int, str]] = {kind: {} for kind in _NAMES}
+        self._texts_seen = -1
 
     def _texts(self, query_ids: list[int]) -> dict[int, str]:
-        return dict(self.conn.execute("SELECT query_id, query FROM mwinv_texts WHERE query_id = ANY(%s) "
-                                      "AND query IS NOT NULL", [query_ids]).fetchall())
+        missing = [q for q in query_ids if q not in self.known_texts]
+        if missing:
+            self._ask(self.known_texts, "SELECT query_id, query FROM mwinv_texts WHERE query_id = ANY(%s) "
+                      "AND query IS NOT NULL", missing)
+        return {q: self.known_texts[q] for q in query_ids if q in self.known_texts}
 
     def _names(self, kind: str, oids: list[int]) -> dict[int, str]:
-        return dict(self.conn.execute(_NAMES[kind], [oids]).fetchall())
+        known = self.known_names[kind]
+        missing = [o for o in oids if o not in known]
+        if missing:
+            self._ask(known, _NAMES[kind] + " WHERE oid = ANY(%s::oid[])", missing)
+        return {o: known[o] for o in oids if o in known}
+
+    def _ask(self, into: dict, sql: str, keys: list[int]) -> None:
+        """What the server knows of keys, into `into`; nothing from a server that is gone (records
+        converted after it stopped keep the texts and names remember() saw)."""
+        try:
+            into.update(self.conn.execute(sql, [keys]).fetchall())
+        except psycopg.OperationalError:
+            pass
+
+    def remember(self) -> None:
+        """The query texts the server kept since the last look, and its databases' and roles' names
+        (one short statement when it kept none): records spooled now are converted later, perhaps
+        after the server stopped."""
+        texts = self.conn.execute("SELECT texts FROM mwinv_info()").fetchone()[0]
+        if texts != self._texts_seen:
+            self.known_texts.update(self.conn.execute(
+                "SELECT query_id, query FROM mwinv_texts WHERE query IS NOT NULL AND query_id <> ALL(%s)",
+                [list(self.known_texts)]).fetchall())
+            for kind, sql in _NAMES.items():
+                self.known_names[kind].update(self.conn.execute(sql).fetchall())
+            self._texts_seen = texts
 
     def fetch(self) -> tuple[pa.Table, list[dict]]:
         """Everything in the ring now (as the `statement` table) and the texts of new query ids. The records
@@ -238,6 +299,65 @@ def drain(conn: psycopg.Connection, capture: Capture, node: str | None = None) -
         raise MwinvError(f"mwinv: {exc.diag.message_primary}") from None
 
 
+class Spool:
+    """Raw records of a mapped ring in files of the capture directory, converted to rows after the
+    capture (or when a file reaches `limit_bytes`): while the capture runs the reader only copies
+    slots, ~190 bytes a record, and the cores stay with the workload. Converting live cost the drain
+    thread ~200 ns a record under pgbench -S, and its writer ~110 ns more (docs/overhead.md)."""
+
+    def __init__(self, directory: Path, node: str, limit_bytes: int):
+        self.directory, self.node, self.limit_bytes = directory, node, limit_bytes
+        self.slot: np.dtype | None = None
+        self._fd: int | None = None
+        self._path: Path | None = None
+        self._n = 0   # files begun
+
+    def write(self, ring: MappedRing) -> int:
+        """Everything in the ring now, appended to the current file; returns the records taken."""
+        if self._fd is None:
+            self.slot = ring.slot
+            self._path = self.directory / f".statement-{self.node}-{os.getpid()}-{self._n}.spool"
+            self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            self._n += 1
+        total = 0
+        while True:
+            n = ring.spool(self._fd, DRAIN_BATCH)
+            total += n
+            if n < DRAIN_BATCH:
+                return total
+
+    @property
+    def full(self) -> bool:
+        return self._fd is not None and os.fstat(self._fd).st_size >= self.limit_bytes
+
+    def close(self) -> Path | None:
+        """The current file, finished (None: nothing spooled since the last one)."""
+        if self._fd is None:
+            return None
+        os.close(self._fd)
+        self._fd, path = None, self._path
+        return path
+
+    def last(self, count: int) -> np.ndarray | None:
+        """The last `count` records of the current file (None: none); asked from another thread."""
+        path = self._path
+        try:
+            n = os.stat(path).st_size // self.slot.itemsize if path is not None else 0
+            return np.fromfile(path, self.slot, min(count, n), offset=max(n - count, 0) * self.slot.itemsize) if n else None
+        except FileNotFoundError:   # converted meanwhile
+            return None
+
+    def records(self, path: Path, batch: int):
+        """The records of a finished file, `batch` at a time; the file is removed at the end."""
+        with open(path, "rb") as f:
+            while True:
+                recs = np.fromfile(f, self.slot, batch)
+                if not len(recs):
+                    break
+                yield recs
+        path.unlink()
+
+
 class StatementDrainer:
     """Drains the ring every `interval_s` in a thread while a capture runs (at once again while a
     drain finds the ring a quarter full or more); a second thread writes a part at most every `flush_s`
@@ -247,8 +367,10 @@ class StatementDrainer:
     is kept, and the drainer connects again when the server is back (`disconnects`)."""
 
     def __init__(self, conninfo: str, capture: Capture, node: str | None = None, interval_s: float = 0.5,
-                 flush_s: float = 5.0, since_ns: int | None = None):
+                 flush_s: float = 5.0, since_ns: int | None = None, spool_mb: int = SPOOL_MB):
         self.conninfo = conninfo
+        self.spool_mb = spool_mb
+        self._spool: Spool | None = None
         self.since_ns = since_ns
         self.began_full = False   # the ring was full when this drainer began: since_ns moved to then
         self._last: pa.Table | None = None   # the last drain that took records
@@ -280,6 +402,9 @@ class StatementDrainer:
             raise MwinvError("mwinv is not in shared_preload_libraries of the server or not installed")
         self._reader = _Reader(self._conn, self.capture, self.node, self.since_ns)
         self._attach()
+        if self._reader.ring is not None and self.spool_mb > 0:
+            self._spool = Spool(self.capture.path, self._reader.records.node, self.spool_mb << 20)
+            self._reader.remember()
         self._capacity = int(self._conn.execute("SHOW mwinv.buffer_size").fetchone()[0])
         # a ring left full (a bulk load's statements: 75,000 postgres_fdw inserts on one data node) drops
         # every new record until drained: drain it before the capture's first statement, not 0.5 s later
@@ -304,19 +429,33 @@ class StatementDrainer:
 
     def _run(self) -> None:
         wait, last = self._longest_wait(), time.monotonic()
+        remembered = last
         try:
             while not self._stop.wait(wait):
                 if self._conn is None and not self._reconnect():
                     continue
                 began = time.monotonic()
-                try:
-                    r, t = self._reader.fetch()
-                except psycopg.OperationalError:   # the server stopped (or was restarted)
-                    self._lost_connection()
-                    continue
-                self._fetched.put((r, t))
-                if r.num_rows:
-                    self._last = r
+                if self._spool is not None and self._reader.ring is not None:
+                    taken = self._spool.write(self._reader.ring)
+                    if self._spool.full:
+                        self._hand_over()
+                    if began - remembered >= REMEMBER_S:
+                        try:
+                            self._reader.remember()
+                        except psycopg.OperationalError:
+                            self._lost_connection()
+                            continue
+                        remembered = began
+                else:
+                    try:
+                        r, t = self._reader.fetch()
+                    except psycopg.OperationalError:   # the server stopped (or was restarted)
+                        self._lost_connection()
+                        continue
+                    self._fetched.put((r, t))
+                    if r.num_rows:
+                        self._last = r
+                    taken = r.num_rows
                 if self._reader.ring is not None and not self._reader.ring.server_alive():
                     self._lost_connection()
                     continue
@@ -325,7 +464,7 @@ class StatementDrainer:
                 # 65,536 slots now and then (11 % dropped). A mapped ring is looked at every 0.1 s at least
                 # (a look at an empty one costs no backend anything): from idle to 120,000 records/s, a
                 # 0.5 s wait computed at the idle rate filled the ring (2,000 of 5 million dropped)
-                rate = r.num_rows / max(began - last, 1e-3)
+                rate = taken / max(began - last, 1e-3)
                 took = time.monotonic() - began
                 wait = max(0.0, min(self._longest_wait(), self._capacity / 4 / max(rate, 1.0) - took))
                 last = began
@@ -336,7 +475,8 @@ class StatementDrainer:
         return self.interval_s if self._reader.ring is None else min(self.interval_s, MAPPED_WAIT_S)
 
     def _write_loop(self) -> None:
-        """Parts of what the drain thread fetched, every flush_s and at the end (None)."""
+        """Parts of what the drain thread fetched, every flush_s and at the end (None); spooled files
+        converted as they come (full, or the last one at stop)."""
         records: list[pa.Table] = []
         texts: list[dict] = []
         last_flush, done = time.monotonic(), False
@@ -345,17 +485,33 @@ class StatementDrainer:
                 item = self._fetched.get(timeout=self.flush_s)
             except queue.Empty:
                 item = ()
-            if item is None:
-                done = True
-            elif item:
-                records.append(item[0])
-                texts += item[1]
-            if done or time.monotonic() - last_flush >= self.flush_s:
-                try:
+            try:
+                if item is None:
+                    done = True
+                elif isinstance(item, Path):
+                    self._convert(item)
+                elif item:
+                    records.append(item[0])
+                    texts += item[1]
+                if done or time.monotonic() - last_flush >= self.flush_s:
                     self.rows_written += self._reader.records.write(records, texts)
-                except BaseException as exc:  # reported by stop(); what follows is still written
-                    self._error = self._error or exc
-                records, texts, last_flush = [], [], time.monotonic()
+                    records, texts, last_flush = [], [], time.monotonic()
+            except BaseException as exc:  # reported by stop(); what follows is still written
+                self._error = self._error or exc
+                records, texts = [], []
+
+    def _convert(self, path: Path) -> None:
+        """A spooled file's records as parts of `statement` (a million rows a part)."""
+        records, texts, n = [], [], 0
+        for recs in self._spool.records(path, DRAIN_BATCH):
+            table, new = self._reader.records.convert(recs)
+            records.append(table)
+            texts += new
+            n += table.num_rows
+            if n >= SPOOL_PART_ROWS:
+                self.rows_written += self._reader.records.write(records, texts)
+                records, texts, n = [], [], 0
+        self.rows_written += self._reader.records.write(records, texts)
 
     def stop(self) -> int:
         """Stop the thread, drain one last time; returns all rows written by this drainer."""
@@ -366,7 +522,10 @@ class StatementDrainer:
         self._thread = None
         try:
             if self._error is None and self._conn is not None:
-                self._fetched.put(self._reader.fetch())
+                if self._spool is not None and self._reader.ring is not None:
+                    self._spool.write(self._reader.ring)
+                else:
+                    self._fetched.put(self._reader.fetch())
                 end = self._dropped()
                 # a restart resets the counter: then what it dropped is unknown, not negative
                 self.dropped = end - self._dropped_at_start if end >= self._dropped_at_start else None
@@ -374,6 +533,7 @@ class StatementDrainer:
         except psycopg.OperationalError:   # the server went away meanwhile: what was drained is written
             self._lost_connection()
         finally:
+            self._hand_over()
             self._fetched.put(None)
             self._writer.join()
             if self._conn is not None:
@@ -382,6 +542,10 @@ class StatementDrainer:
             raise MwinvError(f"mwinv statement drainer failed: {self._error}") from self._error
         return self.rows_written
 
+    @property
+    def spooling(self) -> bool:
+        return self._spool is not None
+
     def _dropped(self) -> int:
         return int(self._conn.execute("SELECT dropped FROM mwinv_info()").fetchone()[0])
 
@@ -389,6 +553,9 @@ class StatementDrainer:
     def median_wall_ns(self) -> int | None:
         """The median duration of the statements the last drain took (None: none yet); computed when an
         event budget asks, once a window, not on every drain."""
+        if self._spool is not None:
+            recs = self._spool.last(MEDIAN_OF)
+            return None if recs is None else int(np.median(recs["end_ns"] - recs["start_ns"]))
         r = self._last
         if r is None:
             return None
@@ -408,8 +575,15 @@ class StatementDrainer:
             self._reader.ring.close()
             self._reader.ring = None
 
+    def _hand_over(self) -> None:
+        """The spool's current file to the writer thread, to be converted."""
+        path = self._spool.close() if self._spool is not None else None
+        if path is not None:
+            self._fetched.put(path)
+
     def _lost_connection(self) -> None:
         self.disconnects += 1
+        self._hand_over()   # what the stopped server recorded is converted now
         if self._reader.ring is not None:   # a restarted server maps a new ring
             self._reader.ring.close()
             self._reader.ring = None

@@ -3,6 +3,7 @@ capture tables `statement` and `statement_text`, built from buffers (reader.py t
 
 from __future__ import annotations
 
+import threading
 from typing import Callable
 
 import numpy as np
@@ -84,6 +85,7 @@ class RecordConverter:
         self.capture, self.node, self.since_ns = capture, node, since_ns
         self._texts, self._lookup = texts, names
         self.before = 0
+        self._lock = threading.Lock()
         self.names: dict[str, dict[int, str | None]] = {"database": {}, "username": {}}
         self.hashes: dict[int, int] = {}
         if capture.has("statement_text"):
@@ -91,6 +93,12 @@ class RecordConverter:
             self.hashes = dict(zip(t.column("query_id").to_pylist(), t.column("query_text_hash").to_pylist()))
 
     def convert(self, recs: np.ndarray) -> tuple[pa.Table, list[dict]]:
+        # one batch at a time: a spool's files are converted in the writer thread while the drain thread
+        # may convert what a restarted server's ring gives through SQL (a new query id's text once)
+        with self._lock:
+            return self._convert(recs)
+
+    def _convert(self, recs: np.ndarray) -> tuple[pa.Table, list[dict]]:
         # (only when some record is older: filtering copies every field)
         if self.since_ns is not None and len(recs) and recs["end_ns"].min() < self.since_ns:
             keep = recs["end_ns"] >= self.since_ns
