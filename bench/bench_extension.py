@@ -1,8 +1,8 @@
 """Overhead of the mwinv extension on pgbench -S (select-only, prepared protocol).
 
-Five servers up at once -- no extension, pg_stat_statements, pg_stat_statements + pg_stat_kcache,
+Six servers up at once -- no extension, pg_stat_statements, pg_stat_statements + pg_stat_kcache,
 pg_wait_sampling (a sampling peer: its collector reads every backend's wait event every 10 ms, and
-its profile is what a DBA keeps instead of per-execution records), mwinv -- each with a pgbench
+its profile is what a DBA keeps instead of per-execution records), mwinv twice -- each with a pgbench
 database; rounds interleave the servers (rotating order) and the
 result is the median over rounds of each server's TPS divided by the "none" TPS of that round.
 Because TPS on a shared 2-core machine moves with everybody else's load, the server-side CPU time
@@ -10,9 +10,11 @@ per transaction (all of the server's processes, exited backends included through
 postmaster's cutime/cstime) is reported too, as a ratio against "none"; and the CPU cost of
 recording one statement measured inside one backend: a DO loop of nested statements with
 mwinv.track = all vs none, alternating, best wall time of each -- the figure least moved by load.
-mwinv runs with its reader, as a capture does: the StatementDrainer of mwinv-trace capture drains the
-ring every 0.5 s and writes Parquet parts; its CPU (this process's, during mwinv's rounds) is shown
-as a share of one core, and the records written and dropped are counted.
+mwinv runs with its reader, as a capture does: the StatementDrainer of mwinv-trace capture takes the
+records from the mapped ring and spools them raw, converting them into Parquet when it stops; the
+second mwinv server's reader converts them while the capture runs (spool_mb=0, the reader before the
+spool). Each reader's CPU during its server's rounds (this process's) is shown as a share of one
+core, the spooling one's conversion at its stop apart, and the records written and dropped.
 
 Usage:
     python -m bench.bench_extension                    # 5 rounds x 10 s, scale 10, 2 clients
@@ -36,7 +38,7 @@ from rich.table import Table
 
 from mwinv.cli.common import run_main
 from mwinv.capture.tables import Capture
-from mwinv.engines.postgresql.reader import StatementDrainer, connect_untracked
+from mwinv.engines.postgresql.reader import SPOOL_MB as DEFAULT_SPOOL_MB, StatementDrainer, connect_untracked
 from mwinv.errors import MwinvError
 from mwinv.pgserver import PgServer, pg_bindir
 
@@ -46,7 +48,9 @@ CONFIGS = {
     "pgss + pg_stat_kcache": ["pg_stat_statements", "pg_stat_kcache"],
     "pg_wait_sampling": ["pg_wait_sampling"],
     "mwinv": ["mwinv"],
+    "mwinv, converting live": ["mwinv"],
 }
+SPOOL_MB = {"mwinv": DEFAULT_SPOOL_MB, "mwinv, converting live": 0}
 TPS_RE = re.compile(r"tps = ([0-9.]+) \(without initial connection time\)")
 TXN_RE = re.compile(r"number of transactions actually processed: (\d+)")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -108,11 +112,11 @@ def hook_cost_ns(server: PgServer, repeats: int) -> tuple[float, float]:
     return best["none"], best["all"]
 
 
-def reader_for(server: PgServer, capture_dir: Path) -> StatementDrainer:
-    """The capture's own reader of the ring (raw drains every 0.5 s, Parquet parts into capture_dir)."""
+def reader_for(server: PgServer, capture_dir: Path, spool_mb: int) -> StatementDrainer:
+    """The capture's own reader of the ring (spooled or converted into Parquet parts in capture_dir)."""
     with connect_untracked(server.conninfo()) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS mwinv")
-    return StatementDrainer(server.conninfo(), Capture(capture_dir).create(), node="bench").start()
+    return StatementDrainer(server.conninfo(), Capture(capture_dir).create(), node="bench", spool_mb=spool_mb).start()
 
 
 @click.command(epilog=__doc__.split("Usage:")[1], context_settings={"max_content_width": 110})
@@ -135,8 +139,10 @@ def main(rounds: int, seconds: int, clients: int, scale: int) -> None:
                 pgbench(srv, "-i", "-q", "-s", str(scale))
                 srv.psql("VACUUM ANALYZE")
             servers[name] = srv
-        drainer = reader_for(servers["mwinv"], Path(stack.enter_context(tempfile.TemporaryDirectory())) / "cap")
-        reader_cpu = reader_wall = 0.0
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        drainers = {name: reader_for(servers[name], tmp / str(i), mb) for i, (name, mb) in enumerate(SPOOL_MB.items())}
+        reader_cpu = {name: 0.0 for name in drainers}
+        reader_wall = {name: 0.0 for name in drainers}
         names = list(CONFIGS)
         for r in range(rounds):
             order = names[r % len(names):] + names[:r % len(names)]
@@ -144,16 +150,21 @@ def main(rounds: int, seconds: int, clients: int, scale: int) -> None:
                 with console.status(f"round {r + 1}/{rounds}: {name}"):
                     cpu0, wall0 = time.process_time(), time.monotonic()
                     t, c = run_select_only(servers[name], clients, seconds)
-                    if name == "mwinv":   # the reader thread is what runs in this process meanwhile
-                        reader_cpu += time.process_time() - cpu0
-                        reader_wall += time.monotonic() - wall0
+                    if name in drainers:   # its reader's threads are what runs in this process meanwhile
+                        reader_cpu[name] += time.process_time() - cpu0
+                        reader_wall[name] += time.monotonic() - wall0
                 tps[name].append(t)
                 cpu_per_txn[name].append(c)
             console.print(f"round {r + 1} TPS: " + ", ".join(f"{n} {tps[n][-1]:.0f}" for n in names))
         # the pgbench rounds' records (the DO loops below record a million statements a second on purpose)
-        written = drainer.stop()
-        with connect_untracked(servers["mwinv"].conninfo()) as conn:
-            dropped = conn.execute("SELECT dropped FROM mwinv_info").fetchone()[0]
+        written, dropped, stop_cpu, stop_wall = {}, {}, {}, {}
+        for name, drainer in drainers.items():
+            with console.status(f"{name}: the reader stops (and converts what it spooled)"):
+                cpu0, wall0 = time.process_time(), time.monotonic()
+                written[name] = drainer.stop()
+                stop_cpu[name], stop_wall[name] = time.process_time() - cpu0, time.monotonic() - wall0
+            with connect_untracked(servers[name].conninfo()) as conn:
+                dropped[name] = conn.execute("SELECT dropped FROM mwinv_info").fetchone()[0]
         with console.status("mwinv hook cost inside one backend"):
             base_ns, all_ns = hook_cost_ns(servers["mwinv"], 2 * rounds)
 
@@ -170,8 +181,11 @@ def main(rounds: int, seconds: int, clients: int, scale: int) -> None:
         table.add_row(name, f"{statistics.median(tps[name]):.0f}", f"{ratio:.4f}", f"{(1 - ratio) * 100:+.2f} %",
                       f"{statistics.median(cpu_per_txn[name]) / 1000:.2f}", f"{cpu_ratio:.4f}")
     console.print(table)
-    console.print(f"mwinv records written by the reader: {written:,}, dropped: {dropped:,}; the reader's CPU during "
-                  f"mwinv's rounds: {100 * reader_cpu / max(reader_wall, 1e-9):.2f} % of one core")
+    for name in drainers:
+        console.print(f"{name}: records written by the reader {written[name]:,}, dropped {dropped[name]:,}; the "
+                      f"reader's CPU during its rounds {100 * reader_cpu[name] / max(reader_wall[name], 1e-9):.2f} % "
+                      f"of one core; at its stop {stop_cpu[name]:.2f} s of CPU in {stop_wall[name]:.2f} s "
+                      f"({1e9 * stop_cpu[name] / max(written[name], 1):.0f} ns a record)")
     console.print(f"mwinv per nested statement in one backend ({HOOK_LOOP} x PERFORM, best of {2 * rounds}): "
                   f"track = none {base_ns:.0f} ns, track = all {all_ns:.0f} ns, "
                   f"difference {all_ns - base_ns:+.0f} ns per recorded statement")
