@@ -69,6 +69,25 @@ def test_a_server_that_stops_ends_the_capture(server, tmp_path):
     assert Capture(out).has("kernel_event")
 
 
+def test_a_killed_capture_keeps_its_spooled_statements(server, tmp_path):
+    """A capture spools the raw records and converts them when it stops: one killed with SIGKILL never
+    stops, and the correlation converts what it left (the texts were written as they came)."""
+    from mwinv.correlator.pipeline import correlate
+
+    out = tmp_path / "killed"
+    proc = _capture(out, server, "--no-trace")
+    with server.connect() as conn:
+        for i in range(50):
+            conn.execute("SELECT 'before the kill', %s::int", [i])
+    time.sleep(1.5)   # spooled (every 0.1 s), and the text remembered (every 0.5 s)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert list(out.glob(".statement-*.spool")) and not Capture(out).has("statement")
+    correlate(out).con.close()
+    assert not list(out.glob(".statement-*"))
+    assert len(_texts(out)["SELECT 'before the kill', $1::int"]) == 50
+
+
 def test_a_restart_is_followed_with_the_data_directory(server, tmp_path):
     out = tmp_path / "capture"
     proc = _capture(out, server, "--data-dir", str(server.data_dir), "--duration", "12")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
+from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, Capture
 from mwinv.correlator import attribution, hotspots, links
 from mwinv.correlator.load import (CaptureDB, create_empty, literal, open_capture, open_correlated, remove_stale,
                                   session_tables, sql_file)
@@ -51,6 +51,9 @@ def correlate(capture_dir: str | Path, write: bool = True, progress=None, node: 
     """Attribute, find kernel hot spots and write the derived tables. node: that node's tables only (it
     could run on the node where they were captured), written as its own parts; merge() then makes the
     cluster view from every node's."""
+    from mwinv.engines.postgresql.reader import recover_spooled
+
+    recover_spooled(Capture(capture_dir), progress)   # statements a killed capture left unconverted
     db = open_capture(capture_dir, nodes=[node] if node else None)
     if not db.has("statement"):
         return db

@@ -9,6 +9,7 @@ ring's file and takes the records itself (MappedRing); elsewhere it drains throu
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
 import platform
@@ -253,18 +254,21 @@ class _Reader:
         except psycopg.OperationalError:
             pass
 
-    def remember(self) -> None:
-        """The query texts the server kept since the last look, and its databases' and roles' names
-        (one short statement when it kept none): records spooled now are converted later, perhaps
-        after the server stopped."""
+    def remember(self) -> dict[int, str] | None:
+        """The query texts the server kept since the last look, and its databases' and roles' names (one
+        short statement when it kept no new text): records spooled now are converted later, perhaps
+        after the server stopped. The new texts, or None when there were none."""
         texts = self.conn.execute("SELECT texts FROM mwinv_info()").fetchone()[0]
-        if texts != self._texts_seen:
-            self.known_texts.update(self.conn.execute(
-                "SELECT query_id, query FROM mwinv_texts WHERE query IS NOT NULL AND query_id <> ALL(%s)",
-                [list(self.known_texts)]).fetchall())
-            for kind, sql in _NAMES.items():
-                self.known_names[kind].update(self.conn.execute(sql).fetchall())
-            self._texts_seen = texts
+        if texts == self._texts_seen:
+            return None
+        new = dict(self.conn.execute(
+            "SELECT query_id, query FROM mwinv_texts WHERE query IS NOT NULL AND query_id <> ALL(%s)",
+            [list(self.known_texts)]).fetchall())
+        self.known_texts.update(new)
+        for kind, sql in _NAMES.items():
+            self.known_names[kind].update(self.conn.execute(sql).fetchall())
+        self._texts_seen = texts
+        return new
 
     def fetch(self) -> tuple[pa.Table, list[dict]]:
         """Everything in the ring now (as the `statement` table) and the texts of new query ids. The records
@@ -311,12 +315,16 @@ class Spool:
         self._fd: int | None = None
         self._path: Path | None = None
         self._n = 0   # files begun
+        self._prefix = f".statement-{node}-{os.getpid()}"
+        self.meta = directory / f"{self._prefix}.json"
+        self.texts = directory / f"{self._prefix}.texts"
+        self.described = False
 
     def write(self, ring: MappedRing) -> int:
         """Everything in the ring now, appended to the current file; returns the records taken."""
         if self._fd is None:
             self.slot = ring.slot
-            self._path = self.directory / f".statement-{self.node}-{os.getpid()}-{self._n}.spool"
+            self._path = self.directory / f"{self._prefix}-{self._n}.spool"
             self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             self._n += 1
         total = 0
@@ -347,15 +355,71 @@ class Spool:
         except FileNotFoundError:   # converted meanwhile
             return None
 
+    def describe(self, names: dict, since_ns: int | None, texts: dict[int, str]) -> None:
+        """What converting the files needs, for recover_spooled() after a process that could not stop
+        (killed): the slot layout, the node, since_ns, the names known (rewritten), the new texts
+        (appended to a file of their own)."""
+        if self.slot is None:
+            return
+        self.described = True
+        if texts:
+            with open(self.texts, "a") as f:
+                f.writelines(json.dumps([q, t]) + "\n" for q, t in texts.items())
+        tmp = self.meta.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"node": self.node, "since_ns": since_ns,
+                                   "slot": np.lib.format.dtype_to_descr(self.slot),
+                                   "names": {kind: {str(k): v for k, v in d.items()} for kind, d in names.items()}}))
+        os.replace(tmp, self.meta)
+
     def records(self, path: Path, batch: int):
         """The records of a finished file, `batch` at a time; the file is removed at the end."""
-        with open(path, "rb") as f:
-            while True:
-                recs = np.fromfile(f, self.slot, batch)
-                if not len(recs):
-                    break
-                yield recs
+        yield from _spooled(path, self.slot, batch)
         path.unlink()
+
+
+def _spooled(path: Path, slot: np.dtype, batch: int):
+    """A spool file's whole records, `batch` at a time (a record cut short by a kill is left out)."""
+    n = path.stat().st_size // slot.itemsize
+    with open(path, "rb") as f:
+        for first in range(0, n, batch):
+            yield np.fromfile(f, slot, min(batch, n - first))
+
+
+def recover_spooled(capture: Capture, progress=None) -> int:
+    """Converts what a capture killed before it could stop left spooled in its directory (raw records,
+    their description, the texts as they came); returns the records converted. Files of a capture
+    still running (its process alive) are left alone."""
+    total = 0
+    for meta in sorted(capture.path.glob(".statement-*.json")):
+        prefix = meta.name[:-len(".json")]
+        try:
+            pid = int(prefix.rsplit("-", 1)[1])
+            os.kill(pid, 0)
+            continue   # still capturing
+        except ProcessLookupError:
+            pass
+        except (ValueError, PermissionError):
+            continue
+        try:
+            m = json.loads(meta.read_text())
+            slot = np.lib.format.descr_to_dtype(m["slot"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise MwinvError(f"{meta}: not a statement spool description ({exc})") from None
+        names = {kind: {int(k): v for k, v in d.items()} for kind, d in m["names"].items()}
+        texts_file = capture.path / f"{prefix}.texts"
+        texts = dict(json.loads(line) for line in texts_file.read_text().splitlines()) if texts_file.exists() else {}
+        conv = RecordConverter(capture, m["node"], lambda ids: {q: texts[q] for q in ids if q in texts},
+                               lambda kind, oids: {o: names.get(kind, {}).get(o) for o in oids}, m["since_ns"])
+        files = sorted(capture.path.glob(f"{prefix}-*.spool"), key=lambda f: int(f.stem.rsplit("-", 1)[1]))
+        for path in files:
+            if progress:
+                progress(f"converting {path.name}, left by a capture that did not stop")
+            for recs in _spooled(path, slot, SPOOL_PART_ROWS):
+                total += conv.write(*conv.convert(recs))
+            path.unlink()
+        texts_file.unlink(missing_ok=True)
+        meta.unlink()
+    return total
 
 
 class StatementDrainer:
@@ -439,9 +503,11 @@ class StatementDrainer:
                     taken = self._spool.write(self._reader.ring)
                     if self._spool.full:
                         self._hand_over()
-                    if began - remembered >= REMEMBER_S:
+                    if began - remembered >= REMEMBER_S or not self._spool.described:
                         try:
-                            self._reader.remember()
+                            new = self._reader.remember()
+                            if new is not None or not self._spool.described:
+                                self._spool.describe(self._reader.known_names, self.since_ns, new or {})
                         except psycopg.OperationalError:
                             self._lost_connection()
                             continue
@@ -536,6 +602,9 @@ class StatementDrainer:
             self._hand_over()
             self._fetched.put(None)
             self._writer.join()
+            if self._spool is not None and self._error is None:   # every file converted
+                self._spool.meta.unlink(missing_ok=True)
+                self._spool.texts.unlink(missing_ok=True)
             if self._conn is not None:
                 self._conn.close()
         if self._error is not None:
