@@ -75,6 +75,8 @@ def test_a_killed_capture_keeps_its_spooled_statements(server, tmp_path):
     from mwinv.correlator.pipeline import correlate
 
     out = tmp_path / "killed"
+    with server.connect() as conn:   # its text is kept before the capture begins
+        conn.execute("SELECT 'before the kill', %s::int", [-1])
     proc = _capture(out, server, "--no-trace")
     with server.connect() as conn:
         for i in range(50):

@@ -30,7 +30,7 @@ from mwinv.errors import MwinvError
 
 DRAIN_BATCH = 50_000
 MAPPED_WAIT_S = 0.1   # the longest wait between two looks at a mapped ring
-SPOOL_MB = 1024   # raw records spooled before they are converted during a capture: 5.5 million
+SPOOL_MB = 1024   # raw records spooled before they are converted during a capture: 5.6 million
 SPOOL_PART_ROWS = 1_000_000   # rows of a part written from a spooled file
 MEDIAN_OF = 10_000   # the last records of a spool whose median duration an event budget asks
 REMEMBER_S = 0.5   # how often a spooling drainer asks for new query texts (~0.3 ms of CPU a look)
@@ -506,8 +506,9 @@ class StatementDrainer:
                     if began - remembered >= REMEMBER_S or not self._spool.described:
                         try:
                             new = self._reader.remember()
-                            if new is not None or not self._spool.described:
-                                self._spool.describe(self._reader.known_names, self.since_ns, new or {})
+                            if new is not None or not self._spool.described:   # (at first, every text known)
+                                self._spool.describe(self._reader.known_names, self.since_ns,
+                                                     (new or {}) if self._spool.described else self._reader.known_texts)
                         except psycopg.OperationalError:
                             self._lost_connection()
                             continue
