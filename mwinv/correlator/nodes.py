@@ -92,13 +92,21 @@ def cluster_model_inputs(db: CaptureDB, schema: str) -> None:
             SELECT s.node, s.statement_id, s.pid, s.start_ns,
                    coalesce(lead(s.start_ns) OVER (PARTITION BY s.node, s.pid ORDER BY s.start_ns), s.end_ns) AS until
             FROM main.statement_clean s JOIN main.statement_link l USING (node, statement_id)),
+        -- each send or receive to the remote statement begun last before it on its pid (they do not
+        -- overlap): an ASOF join, where a range join on the pid compared every statement with every
+        -- event of its backend (a data node's thousands of FETCHes at SF 1: over ten minutes a cell)
+        io AS (
+            SELECT r.node, r.statement_id, k.syscall_nr, k.syscall_ret
+            FROM (SELECT node, pid, ts_ns, syscall_nr, syscall_ret FROM main.kernel_event
+                  WHERE starts_with(event, 'sys_exit') AND syscall_ret > 0
+                    AND syscall_nr IN {_in(NET_TX_SYSCALLS + NET_RX_SYSCALLS)}) k
+            ASOF JOIN remote r ON k.node = r.node AND k.pid = r.pid AND k.ts_ns >= r.start_ns
+            WHERE k.ts_ns < r.until),
         sent AS (
             SELECT r.node, r.statement_id,
                    coalesce(sum(k.syscall_ret) FILTER (WHERE k.syscall_nr IN {_in(NET_TX_SYSCALLS)}), 0) AS tx,
                    coalesce(sum(k.syscall_ret) FILTER (WHERE k.syscall_nr IN {_in(NET_RX_SYSCALLS)}), 0) AS rx
-            FROM remote r LEFT JOIN main.kernel_event k ON k.node = r.node AND k.pid = r.pid
-                 AND k.ts_ns >= r.start_ns AND k.ts_ns < r.until AND starts_with(k.event, 'sys_exit')
-                 AND k.syscall_ret > 0
+            FROM remote r LEFT JOIN io k USING (node, statement_id)
             GROUP BY ALL),
         parents AS (SELECT DISTINCT parent_node AS node, parent_statement_id AS statement_id FROM main.statement_link)
         SELECT i.* REPLACE (
