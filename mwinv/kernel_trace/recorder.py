@@ -217,7 +217,7 @@ class KernelRecorder:
         self._event_formats(root, self.enabled, self.out)
         ncpu = os.cpu_count() or 1
         self._reading = True
-        sources = [(inst, self.out)]
+        sources = [(inst, self.out, "trace")]
         if unfiltered:
             self.unfiltered = Instance.create(root)
             self.unfiltered.write("tracing_on", "0")
@@ -227,11 +227,11 @@ class KernelRecorder:
             (self.out / "unfiltered").mkdir(exist_ok=True)
             self._event_formats(root, events, self.out / "unfiltered")
             self.unfiltered.write("tracing_on", "1")
-            sources.append((self.unfiltered, self.out / "unfiltered"))
+            sources.append((self.unfiltered, self.out / "unfiltered", "unfiltered"))
         for c in range(ncpu):
-            for instance, out in sources:
+            for instance, out, label in sources:
                 t = threading.Thread(target=self._read_cpu, args=(instance, c, out / f"cpu{c}.raw"),
-                                     name=f"mwinv-trace-cpu{c}", daemon=True)
+                                     name=f"mwinv-{label}-cpu{c}", daemon=True)
                 t.start()
                 self._threads.append(t)
         f = threading.Thread(target=self._follow_loop, name="mwinv-trace-follow", daemon=True)
