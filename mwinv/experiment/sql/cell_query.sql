@@ -1,12 +1,18 @@
 -- cell_query: one row per cell and query: the median wall time over its runs (repetitions and
--- streams), the components' means, bytes shipped, the model's estimate, and whether it timed out or
--- failed (then its time is not a measurement).
+-- streams), the components' means, bytes shipped, the model's estimate, the critical data node's
+-- execution (the median over the runs of the longest node's), and whether it timed out or failed
+-- (then its time is not a measurement).
 --
--- inputs:  results (RESULT_SCHEMA, every cell's part)
+-- inputs:  results (RESULT_SCHEMA, every cell's part), results_node (NODE_SCHEMA)
 -- columns: the factor levels, cell, query, runs, wall_ns, timed_out, failed, error, estimated_ns,
---          net_bytes, plan_shipped_bytes, limit, c_<component> (mean ns); and cell_level, cell_others
---          (below)
+--          net_bytes, plan_shipped_bytes, limit, c_<component> (mean ns), node_work_ns; and cell_level,
+--          cell_others (below)
 CREATE OR REPLACE TABLE cell_query AS
+WITH node_work AS (
+    SELECT cell, query, CAST(median(ns) AS BIGINT) AS node_work_ns
+    FROM (SELECT cell, query, repetition, stream, max(execution_ns) AS ns FROM results_node GROUP BY ALL)
+    GROUP BY ALL),
+q AS (
 SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, link_latency_ms, parallel_workers,
        streams, cold, query, count(*) AS runs,
        CAST(median(wall_ns) FILTER (WHERE error IS NULL) AS BIGINT) AS wall_ns,
@@ -18,7 +24,8 @@ SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit,
        CAST(avg(COLUMNS('^c_(.*)')) AS BIGINT) AS "c_\1"
 FROM results
 GROUP BY cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, link_latency_ms, parallel_workers,
-         streams, cold, query;
+         streams, cold, query)
+SELECT q.*, w.node_work_ns FROM q LEFT JOIN node_work w USING (cell, query);
 
 -- cell_level: each cell's level of every factor, as text (for grouping cells that differ in one).
 CREATE OR REPLACE TABLE cell_level AS
