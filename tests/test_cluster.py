@@ -67,6 +67,10 @@ def test_nodes_are_capped_and_linked(cluster):
                         Path(f"/proc/{pid}/cgroup").read_text().splitlines()) if "cpu" in ctrls.split(","))
         quota = int(Path(f"/sys/fs/cgroup/cpu{cpu_path}/cpu.cfs_quota_us").read_text())
         assert quota == 50_000, cpu_path
+        # the memory cap, set once the node was loaded (the cap is for the queries, not the load)
+        mem_path = next(path for _, ctrls, path in (line.split(":", 2) for line in
+                        Path(f"/proc/{pid}/cgroup").read_text().splitlines()) if ctrls == "memory")
+        assert int(Path(f"/sys/fs/cgroup/memory{mem_path}/memory.limit_in_bytes").read_text()) == 384 * 2**20
         link = cluster.net.links[node]
         qdisc = subprocess.run(["tc", "qdisc", "show", "dev", link.host_if], capture_output=True, text=True).stdout
         assert "tbf" in qdisc and "200Mbit" in qdisc, qdisc

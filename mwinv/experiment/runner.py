@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -54,10 +55,12 @@ def run_plan(plan: Plan, out: str | Path, progress: Callable[[str], None] | None
         t0 = time.monotonic()
         try:
             rows, node_rows = run_cell(plan, cell, out, say, keep_captures)
-        except MwinvError as exc:
-            # a cell that cannot run (a cap too small, a scheme the nodes refuse) is a result, not a crash
-            summary["failed"].append(f"{cell.label()}: {exc}")
-            rows = [_failed_row(plan, cell, q, r, str(exc)) for r in range(plan.repetitions) for q in plan.queries]
+        except (MwinvError, psycopg.Error) as exc:
+            # a cell that cannot run (a cap too small, a scheme the nodes refuse, a server that died under
+            # its cap) is a result, not a crash
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            summary["failed"].append(f"{cell.label()}: {why}")
+            rows = [_failed_row(plan, cell, q, r, why) for r in range(plan.repetitions) for q in plan.queries]
             node_rows = []
         _write(out, "results_node", cell, node_rows, NODE_SCHEMA)
         _write(out, "results", cell, rows, RESULT_SCHEMA)
