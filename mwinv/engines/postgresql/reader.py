@@ -307,7 +307,7 @@ class Spool:
     """Raw records of a mapped ring in files of the capture directory, converted to rows after the
     capture (or when a file reaches `limit_bytes`): while the capture runs the reader only copies
     slots, ~190 bytes a record, and the cores stay with the workload. Converting live cost the drain
-    thread ~200 ns a record under pgbench -S, and its writer ~110 ns more (docs/overhead.md)."""
+    thread ~200 ns a record under pgbench -S, and its writer ~110 ns more (dbplugins/postgresql/README.md)."""
 
     def __init__(self, directory: Path, node: str, limit_bytes: int):
         self.directory, self.node, self.limit_bytes = directory, node, limit_bytes
@@ -371,18 +371,22 @@ class Spool:
                                    "names": {kind: {str(k): v for k, v in d.items()} for kind, d in names.items()}}))
         os.replace(tmp, self.meta)
 
-    def records(self, path: Path, batch: int):
-        """The records of a finished file, `batch` at a time; the file is removed at the end."""
-        yield from _spooled(path, self.slot, batch)
-        path.unlink()
 
-
-def _spooled(path: Path, slot: np.dtype, batch: int):
-    """A spool file's whole records, `batch` at a time (a record cut short by a kill is left out)."""
+def convert_spooled(conv: RecordConverter, path: Path, slot: np.dtype) -> int:
+    """A finished spool file's records as parts of `statement` (a million rows a part; a record cut
+    short by a kill is left out), then the file is removed; returns the rows written."""
     n = path.stat().st_size // slot.itemsize
+    written, tables, texts = 0, [], []
     with open(path, "rb") as f:
-        for first in range(0, n, batch):
-            yield np.fromfile(f, slot, min(batch, n - first))
+        for first in range(0, n, DRAIN_BATCH):
+            table, new = conv.convert(np.fromfile(f, slot, min(DRAIN_BATCH, n - first)))
+            tables.append(table)
+            texts += new
+            if first + DRAIN_BATCH >= n or sum(t.num_rows for t in tables) >= SPOOL_PART_ROWS:
+                written += conv.write(tables, texts)
+                tables, texts = [], []
+    path.unlink()
+    return written
 
 
 def recover_spooled(capture: Capture, progress=None) -> int:
@@ -414,9 +418,7 @@ def recover_spooled(capture: Capture, progress=None) -> int:
         for path in files:
             if progress:
                 progress(f"converting {path.name}, left by a capture that did not stop")
-            for recs in _spooled(path, slot, SPOOL_PART_ROWS):
-                total += conv.write(*conv.convert(recs))
-            path.unlink()
+            total += convert_spooled(conv, path, slot)
         texts_file.unlink(missing_ok=True)
         meta.unlink()
     return total
@@ -556,7 +558,7 @@ class StatementDrainer:
                 if item is None:
                     done = True
                 elif isinstance(item, Path):
-                    self._convert(item)
+                    self.rows_written += convert_spooled(self._reader.records, item, self._spool.slot)
                 elif item:
                     records.append(item[0])
                     texts += item[1]
@@ -566,19 +568,6 @@ class StatementDrainer:
             except BaseException as exc:  # reported by stop(); what follows is still written
                 self._error = self._error or exc
                 records, texts = [], []
-
-    def _convert(self, path: Path) -> None:
-        """A spooled file's records as parts of `statement` (a million rows a part)."""
-        records, texts, n = [], [], 0
-        for recs in self._spool.records(path, DRAIN_BATCH):
-            table, new = self._reader.records.convert(recs)
-            records.append(table)
-            texts += new
-            n += table.num_rows
-            if n >= SPOOL_PART_ROWS:
-                self.rows_written += self._reader.records.write(records, texts)
-                records, texts, n = [], [], 0
-        self.rows_written += self._reader.records.write(records, texts)
 
     def stop(self) -> int:
         """Stop the thread, drain one last time; returns all rows written by this drainer."""
