@@ -33,6 +33,7 @@ class Cgroup:
     read_bps: dict[str, int] | None = None  # device 'maj:min' -> bytes/s
     write_bps: dict[str, int] | None = None
     read_iops: dict[str, int] | None = None  # device 'maj:min' -> read requests/s (a slow random-access disk)
+    uncapped: tuple[str, ...] = ()  # controllers joined without a limit yet (set later: limit_*)
 
     def __post_init__(self) -> None:
         self.name = f"{self.name}-{uuid.uuid4().hex[:8]}"
@@ -46,7 +47,7 @@ class Cgroup:
             c.append("cpu")
         if self.read_bps or self.write_bps or self.read_iops:
             c.append("blkio")
-        return c
+        return c + [u for u in self.uncapped if u not in c]
 
     def path(self, controller: str) -> Path:
         return CGROUP_V1_ROOT / controller / "mwinv" / self.name
@@ -88,6 +89,36 @@ class Cgroup:
         yet): the kernel reclaims page cache down to it; a cap below what the processes hold fails."""
         self.memory_bytes = memory_bytes
         self._write("memory", "memory.limit_in_bytes", str(memory_bytes))
+
+    def limit_cpu(self, fraction: float | None) -> None:
+        """Set (or change, or lift with None) the CPU quota of a group made with a cpu controller."""
+        self.cpu_fraction = fraction
+        period = 100_000
+        self._write("cpu", "cpu.cfs_period_us", str(period))
+        self._write("cpu", "cpu.cfs_quota_us", str(max(1000, int(period * fraction))) if fraction else "-1")
+
+    def limit_read(self, dev: str, bps: int | None) -> None:
+        """Set (or change, or lift with None) the read rate on one device of a group with blkio."""
+        self.read_bps = {**(self.read_bps or {}), dev: bps} if bps else {k: v for k, v in (self.read_bps or {}).items()
+                                                                          if k != dev}
+        self._write("blkio", "blkio.throttle.read_bps_device", f"{dev} {bps or 0}")   # 0 removes the rule
+
+    def limits(self) -> dict:
+        """The limits as the kernel holds them (what a run really had): CPUs, memory bytes, read bytes/s per
+        device; None where there is none."""
+        out: dict = {}
+        ctl = self.controllers()
+        if "cpu" in ctl:
+            quota = int((self.path("cpu") / "cpu.cfs_quota_us").read_text())
+            period = int((self.path("cpu") / "cpu.cfs_period_us").read_text())
+            out["cpu"] = quota / period if quota > 0 else None
+        if "memory" in ctl:
+            mem = int((self.path("memory") / "memory.limit_in_bytes").read_text())
+            out["memory_bytes"] = mem if mem < 2**62 else None
+        if "blkio" in ctl:
+            rules = (self.path("blkio") / "blkio.throttle.read_bps_device").read_text().split("\n")
+            out["read_bps"] = {dev: int(bps) for dev, bps in (r.split() for r in rules if r.strip())} or None
+        return out
 
     def exec_prefix(self) -> list[str]:
         """argv prefix that moves the shell into this cgroup, then execs the rest."""

@@ -113,6 +113,29 @@ def test_an_interrupted_run_resumes(experiment):
     assert len(list((out / "results").glob("*.parquet"))) == 4 and (out / "report" / "report.md").exists()
 
 
+def test_cells_that_differ_in_caps_share_one_cluster(tmp_path):
+    """Two CPU quotas on one data node: one load, the second cell on the same cluster resized; each
+    cell's capture holds the caps its node had, read back from the kernel."""
+    (tmp_path / "plan.toml").write_text('name = "caps"\nscale = 0.01\nqueries = [1, 6]\n[factors]\nnodes = [1]\n'
+                                        'node_cpu = [0.25, 1.0]\nnode_read_mbps = [20]\nlink_mbit = [50]\n')
+    out = tmp_path / "out"
+    r = subprocess.run([MWINV, "experiment", "run", str(tmp_path / "plan.toml"), "-o", str(out)], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stderr.count("TPC-H SF 0.01") == 1 and r.stderr.count("same cluster, resized") == 1, r.stderr
+    caps = {}
+    for cell in (out / "cells").iterdir():
+        m = Capture(cell / "capture").manifest()
+        caps[m["nodes"]["d1"]["caps"]["cpu"]] = m["nodes"]["d1"]["caps"]
+    assert sorted(caps) == [0.25, 1.0]
+    for c in caps.values():
+        assert c["memory_bytes"] == 512 * 2**20 and list(c["read_bps"].values()) == [20_000_000]
+        assert c["link_mbit"] == 50
+    rows = q(out, "SELECT node_cpu, query, wall_ns, error FROM results ORDER BY query, node_cpu")
+    assert [(cpu, qq) for cpu, qq, *_ in rows] == [(0.25, 1), (1.0, 1), (0.25, 6), (1.0, 6)]
+    assert all(err is None and wall > 0 for *_, wall, err in rows)
+
+
 def test_plan_and_scheme_errors(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[factors]\nnode = [1, 2]\n")

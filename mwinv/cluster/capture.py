@@ -130,6 +130,8 @@ class ClusterCapture:
             for node in self.nodes:
                 server = self.cluster.servers[node]
                 self.progress(f"capture of node {node}")
+                self.capture.update_manifest(nodes={node: {**self.capture.manifest()["nodes"].get(node, {}),
+                                                           "caps": self.cluster.caps_in_force(node)}})
                 self.captures[node] = NodeCapture(self.capture.path, postmaster_pid=server.postmaster_pid(),
                                                   conninfo=server.conninfo(), node=node, stacks=self.stacks).start()
                 self.pollers[node] = SessionPoller(server.conninfo(), node, server.log_file).start()

@@ -124,6 +124,33 @@ class Cluster:
         if self.node_caps.memory_mb:
             self._say(f"memory cap {self.node_caps.memory_mb} MB a data node")
 
+    def resize(self, caps: NodeCaps) -> None:
+        """Give the data nodes other caps without a reload (an experiment's cells that differ only in
+        caps share one cluster): CPU quota, memory (the kernel reclaims down to it; a cap below what the
+        server holds fails), disk read rate, link rate. The added link latency is the cluster's own (its
+        relays): another latency needs another cluster."""
+        if caps.link_latency_ms != self.node_caps.link_latency_ms:
+            raise MwinvError(f"link latency {caps.link_latency_ms} ms: the cluster was built with "
+                             f"{self.node_caps.link_latency_ms} ms (its relays); start another cluster")
+        dev = block_device_of("/tmp")
+        for node in self.data_nodes:
+            cgroup = self.servers[node].cgroup
+            cgroup.limit_cpu(caps.cpu)
+            cgroup.limit_memory(caps.memory_mb * 2**20 if caps.memory_mb else -1)
+            cgroup.limit_read(dev, int(caps.read_mbps * 1e6) if caps.read_mbps else None)
+            if caps.link_mbit:
+                self.net.shape(node, caps.link_mbit)
+            else:
+                self.net.unshape(node)
+        self.node_caps = caps
+
+    def caps_in_force(self, node: str) -> dict:
+        """A node's caps as the kernel holds them (its cgroup) and its link rate."""
+        caps = self.coordinator_caps if node == COORDINATOR else self.node_caps
+        cgroup = self.servers[node].cgroup
+        return {**(cgroup.limits() if cgroup else {}), "link_mbit": caps.link_mbit,
+                "link_latency_ms": caps.link_latency_ms}
+
     def _link_created(self, link) -> None:
         self._state["netns"].append(link.netns)
         self._state["links"].append(link.host_if)
@@ -133,12 +160,14 @@ class Cluster:
         caps = self.coordinator_caps if node == COORDINATOR else self.node_caps
         name = f"cl-{self.tag}-{node}"
         cgroup = None
-        if caps.cpu or caps.memory_mb or caps.read_mbps:
+        if node != COORDINATOR or caps.cpu or caps.memory_mb or caps.read_mbps:
             dev = block_device_of("/tmp") if caps.read_mbps else None
             # the memory group now, its cap after the load (_cap_memory): building lineitem's keys on a
-            # 128 MB data node at SF 1 had the OOM killer end the server
+            # 128 MB data node at SF 1 had the OOM killer end the server. A data node joins all three
+            # controllers, so that resize() can set any cap later.
             cgroup = Cgroup(name, memory_bytes=-1 if caps.memory_mb else None,
-                            cpu_fraction=caps.cpu, read_bps={dev: int(caps.read_mbps * 1e6)} if dev else None)
+                            cpu_fraction=caps.cpu, read_bps={dev: int(caps.read_mbps * 1e6)} if dev else None,
+                            uncapped=() if node == COORDINATOR else ("cpu", "memory", "blkio"))
             cgroup.create()
             self._state["cgroups"] += [str(cgroup.path(c)) for c in cgroup.controllers()]
             self._save()

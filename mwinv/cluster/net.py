@@ -97,6 +97,14 @@ class ClusterNet:
         tc("qdisc", "replace", "dev", link.host_if, *args)
         tc("-n", link.netns, "qdisc", "replace", "dev", link.node_if, *args)
 
+    def unshape(self, node: str) -> None:
+        """Lift the node's link cap (back to the veth's default queue)."""
+        link = self.links[node]
+        for prefix, dev in (((), link.host_if), (("-n", link.netns), link.node_if)):
+            if "tbf" in subprocess.run(["tc", *prefix, "qdisc", "show", "dev", dev], capture_output=True,
+                                       text=True).stdout:
+                tc(*prefix, "qdisc", "del", "dev", dev, "root")
+
     def remove(self) -> None:
         """Delete the links, the bridge and the namespaces (a veth goes with either of its ends)."""
         for link in self.links.values():
