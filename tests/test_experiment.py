@@ -134,6 +134,11 @@ def test_cells_that_differ_in_caps_share_one_cluster(tmp_path):
     rows = q(out, "SELECT node_cpu, query, wall_ns, error FROM results ORDER BY query, node_cpu")
     assert [(cpu, qq) for cpu, qq, *_ in rows] == [(0.25, 1), (1.0, 1), (0.25, 6), (1.0, 6)]
     assert all(err is None and wall > 0 for *_, wall, err in rows)
+    # the sweep in the report: per query its best level, and a chart of the times against the best's
+    md = (out / "report" / "report.md").read_text()
+    assert re.search(r"\| node_cpu \| .* \| Q1 \| (0\.25|1\.0) \|", md) and "| Q6 |" in md, md
+    html = (out / "report" / "report.html").read_text()
+    assert "node_cpu, " in html and html.count("<polyline") >= 2
 
 
 def test_plan_and_scheme_errors(tmp_path):

@@ -52,7 +52,7 @@ def line_chart(series: dict[str, list[tuple[float, float]]], title: str, unit: s
     pts = [p for s in series.values() for p in s]
     if not pts:
         return ""
-    left, right, top, bottom = 50, 10, 20, 24
+    left, right, top, bottom = 50, 30, 20, 24
     x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
     peak = max(p[1] for p in pts)
     y1 = peak * 1.05 if peak > 0 else 1.0  # all zero: a 0..1 axis, the lines on the floor

@@ -26,6 +26,8 @@ SQL_DIR = Path(__file__).parent / "sql"
 KNEE_GAIN = 0.10      # a level is worth its step while it cuts the time by a tenth or more
 SHARE_GROWS = 0.05    # a component "grows with nodes" when its share rises by 5 points or more
 BETTER_SCHEME = 0.10  # a scheme is advised when it is a tenth faster
+LEVEL_UNITS = {"node_cpu": "CPUs", "node_memory_mb": "MB", "node_read_mbps": "MB/s", "link_mbit": "Mbit/s",
+               "link_latency_ms": "ms", "parallel_workers": "workers", "streams": "streams"}
 
 
 class _Checked:
@@ -159,9 +161,11 @@ def growing(shares: list[dict]) -> dict[str, list[str]]:
 
 def sweep_findings(con) -> list[dict]:
     """Per factor, group and query: the best level and the knee (the last level that still cut the time
-    by KNEE_GAIN against the one before it)."""
+    by KNEE_GAIN against the one before it), and the levels above the best that were slower, with the
+    component that grew (sweep_past_best)."""
     out = []
     rows = _rows(con, "SELECT * FROM sweep")
+    past_best = _rows(con, "SELECT * FROM sweep_past_best")
     keys = dict.fromkeys((r["factor"], r["others"], r["query"]) for r in rows)
     for factor, others, query in keys:
         series = [r for r in rows if (r["factor"], r["others"], r["query"]) == (factor, others, query)]
@@ -173,8 +177,10 @@ def sweep_findings(con) -> list[dict]:
         for prev, cur in zip(series, series[1:]):
             if prev["wall_ns"] and cur["wall_ns"] and (prev["wall_ns"] - cur["wall_ns"]) / prev["wall_ns"] >= KNEE_GAIN:
                 knee = cur["level"]
+        past = [{"level": r["level"], "slower": r["wall_ns"] / r["best_ns"] - 1, "grew": r["grew"],
+                 "grew_ns": r["grew_ns"]} for r in past_best if (r["factor"], r["others"], r["query"]) == (factor, others, query)]
         out.append({"factor": factor, "others": others, "query": query, "best": best["level"], "knee": knee,
-                    "levels": [(r["level"], r["wall_ns"], r["timed_out"]) for r in series]})
+                    "levels": [(r["level"], r["wall_ns"], r["timed_out"]) for r in series], "past_best": past})
     return out
 
 
@@ -235,6 +241,25 @@ def _abs_errors(preds: list[_Checked]) -> dict[str, float] | None:
     wrong many times over: the mean alone would say little)."""
     errs = [abs(p.error) for p in preds if p.error is not None]
     return {"mean": sum(errs) / len(errs), "median": statistics.median(errs)} if errs else None
+
+
+def _sweep_charts(sweeps: list[dict]) -> list[str]:
+    """Per factor and group with numeric levels: each query's time against its best level's."""
+    charts = []
+    for factor, others in dict.fromkeys((f["factor"], f["others"]) for f in sweeps):
+        series = {}
+        for f in sweeps:
+            if (f["factor"], f["others"]) != (factor, others):
+                continue
+            best = min(w for _, w, _ in f["levels"] if w)
+            try:
+                series[f"Q{f['query']}"] = [(float(lv), w / best) for lv, w, _ in f["levels"] if w]
+            except ValueError:   # levels that are not numbers (cold = true / false): the table says it
+                break
+        else:
+            charts.append(svg.line_chart(series, f"{factor}, {others}", "time / best level's",
+                                         x_format="{:g} " + LEVEL_UNITS.get(factor, "")))
+    return charts
 
 
 def _predictions_md(title: str, rule: str, error: dict | None, head: list[str], rows: list[list],
@@ -335,12 +360,17 @@ def render(out: str | Path) -> tuple[Path, Path]:
     if s["scheme_advice"]:
         md += ["## Partitioning advice (measured)", ""] + [f"- {a}" for a in s["scheme_advice"]] + [""]
     if s["sweeps"]:
-        md += ["## One-factor sweeps", "", "| factor | others | query | best level | knee | levels (ms) |",
-               "|---|---|---|---|---|---|"]
+        md += ["## One-factor sweeps", "", "Past the best level: the levels above it that took a tenth longer or "
+               "more, and the component that grew the most from the best level (for CPUs: contention).", "",
+               "| factor | others | query | best level | knee | past the best level | levels (ms) |",
+               "|---|---|---|---|---|---|---|"]
         for f in s["sweeps"]:
             levels = ", ".join(f"{lv}: {'⏱' if to else ms(w)}" for lv, w, to in f["levels"])
-            md.append(f"| {f['factor']} | {f['others']} | Q{f['query']} | {f['best']} | {f['knee']} | {levels} |")
+            past = "; ".join(f"{p['level']}: +{p['slower']:.0%}, {p['grew']} +{ms(p['grew_ns'])} ms"
+                             for p in f["past_best"]) or "-"
+            md.append(f"| {f['factor']} | {f['others']} | Q{f['query']} | {f['best']} | {f['knee']} | {past} | {levels} |")
         md.append("")
+        html += _sweep_charts(s["sweeps"])
     if s["predictions"]:
         md += _predictions_md(
             "Node counts predicted, then run", "From each group's smallest node count: the coordinator's own time "

@@ -5,12 +5,16 @@
 --
 -- inputs:  results (RESULT_SCHEMA, every cell's part), results_node (NODE_SCHEMA)
 -- columns: the factor levels, cell, query, runs, wall_ns, timed_out, failed, error, estimated_ns,
---          net_bytes, plan_shipped_bytes, limit, c_<component> (mean ns), node_work_ns; and cell_level,
---          cell_others (below)
+--          net_bytes, plan_shipped_bytes, limit, c_<component> (the coordinator's, mean ns), node_work_ns,
+--          n_<component> (the data nodes' summed, mean ns); and cell_level, cell_others (below)
 CREATE OR REPLACE TABLE cell_query AS
 WITH node_work AS (
     SELECT cell, query, CAST(median(ns) AS BIGINT) AS node_work_ns
     FROM (SELECT cell, query, repetition, stream, max(execution_ns) AS ns FROM results_node GROUP BY ALL)
+    GROUP BY ALL),
+node_comp AS (
+    SELECT cell, query, CAST(avg(COLUMNS('^c_(.*)')) AS BIGINT) AS "n_\1"
+    FROM (SELECT cell, query, repetition, stream, sum(COLUMNS('^c_(.*)')) AS "c_\1" FROM results_node GROUP BY ALL)
     GROUP BY ALL),
 q AS (
 SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, link_latency_ms, parallel_workers,
@@ -25,7 +29,8 @@ SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit,
 FROM results
 GROUP BY cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, link_latency_ms, parallel_workers,
          streams, cold, query)
-SELECT q.*, w.node_work_ns FROM q LEFT JOIN node_work w USING (cell, query);
+SELECT q.*, w.node_work_ns, n.* EXCLUDE (cell, query)
+FROM q LEFT JOIN node_work w USING (cell, query) LEFT JOIN node_comp n USING (cell, query);
 
 -- cell_level: each cell's level of every factor, as text (for grouping cells that differ in one).
 CREATE OR REPLACE TABLE cell_level AS
