@@ -16,6 +16,7 @@ import duckdb
 import pytest
 
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, Capture
+from mwinv.workloads import tpch
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="clusters need root (namespaces, cgroups)")
 MWINV = str(Path(sys.executable).parent / "mwinv")
@@ -139,6 +140,21 @@ def test_cells_that_differ_in_caps_share_one_cluster(tmp_path):
     assert re.search(r"\| node_cpu \| .* \| Q1 \| (0\.25|1\.0) \|", md) and "| Q6 |" in md, md
     html = (out / "report" / "report.html").read_text()
     assert "node_cpu, " in html and html.count("<polyline") >= 2
+
+
+def test_advice_names_the_tables_a_scheme_moves():
+    """The partitioning advice says what to change, table by table, and only for the tables a query reads."""
+    from mwinv.cluster.distribute import resolve_scheme
+    from mwinv.experiment.report import _moved_tables, _scheme_change
+
+    one, two = (resolve_scheme(n).describe() for n in ("1-part", "2-part"))
+    own = resolve_scheme(str(Path(__file__).parents[1] / "examples/schemes/partsupp-too.toml")).describe()
+    assert _scheme_change(one, two) == "partition orders on o_orderkey, as lineitem on l_orderkey"
+    assert _scheme_change(two, one) == "replicate orders on every node"
+    assert _scheme_change(two, own) == "partition partsupp on ps_partkey; 4 parts per table"
+    assert _moved_tables(one, two) == {"orders"} and _moved_tables(two, own) == set(tpch.TABLES) - {
+        "region", "nation", "part", "supplier", "customer"}
+    assert tpch.query_tables(3) == {"customer", "orders", "lineitem"} and "orders" not in tpch.query_tables(2)
 
 
 def test_plan_and_scheme_errors(tmp_path):

@@ -67,6 +67,11 @@ class Plan:
             out.append(Cell(levels))
         return out
 
+    def schemes(self) -> dict[str, dict]:
+        """The definitions of the plan's schemes by name (the report's advice says what differs)."""
+        return {d["name"]: d for d in (resolve_scheme(spec).describe()
+                                       for spec in self.factors.get("scheme", [DEFAULTS["scheme"]]))}
+
     def varied(self) -> list[str]:
         """The factors with more than one level."""
         return [n for n, v in self.factors.items() if len(v) > 1]

@@ -16,11 +16,13 @@ from pathlib import Path
 import duckdb
 
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
+from mwinv.cluster.distribute import resolve_scheme
 from mwinv.correlator import svg
 from mwinv.correlator.load import connect, duck_type
 from mwinv.errors import MwinvError
 from mwinv.experiment.results import NODE_SCHEMA, RESULT_SCHEMA
 from mwinv.fmt import ms
+from mwinv.workloads import tpch
 
 SQL_DIR = Path(__file__).parent / "sql"
 KNEE_GAIN = 0.10      # a level is worth its step while it cuts the time by a tenth or more
@@ -109,17 +111,23 @@ class SchemePrediction(_Checked):
     scheme: str
     predicted_ns: int
     measured_ns: int
+    bytes_only_ns: int      # the same without the plans' costs (only their bytes)
 
 
 def scheme_predictions(con) -> list[SchemePrediction]:
-    """From a query's run under one scheme, its time under the other at the same levels: the
-    coordinator's own time stays, and of its wait for the data nodes the critical node's own execution
-    stays too, while the rest (the rows crossing the links, the fetch round trips) scales with the
-    bytes the other scheme's plan expects them to ship over what this scheme's plan expects (both the
-    planner's estimates: a bias they share cancels). Checked against the other scheme's run. Scaling
-    the whole wait by the bytes took the nodes' scans for transfer: Q10 at SF 1, whose wait under
-    2-part is the nodes' join (17.5 of 17.6 s), was predicted at 500 s for 2.2 s measured under 1-part
-    (all 22 queries on 1-4 nodes: mean error 29,601 %, median 31 %; so: 210 % and 28 %)."""
+    """From a query's run under one scheme, its time under the other at the same levels. The run's time
+    has three parts: the coordinator's own (its wall less its wait for the data nodes), the critical
+    node's execution, and the rest of that wait (the rows crossing the links, the fetch round trips).
+    Each scales by what the two schemes' plans (EXPLAIN, not run) expect of it: the coordinator's own
+    operators by their cost, the nodes' work by the foreign scans' cost (which the nodes' own EXPLAIN
+    gives), the transfer by the bytes to ship; a bias both plans share cancels in each ratio.
+    Checked against the other scheme's run.
+
+    A scheme moves work: under 1-part Q3's coordinator joins lineitem's rows itself (2.0 s of its own
+    time at SF 1 on 4 nodes), under 2-part the nodes join (0.2 s), so its own time cannot stay. Results
+    without the costs (an older runner) scale the transfer only: bytes_only_ns, which every prediction
+    also carries so that the report shows both rules' errors. Scaling the whole wait by the bytes took
+    the nodes' scans for transfer (Q10 at SF 1 predicted at 500 s for 2.2 s measured)."""
     out = []
     for r in _rows(con, "SELECT * FROM scheme_diff WHERE wall_a IS NOT NULL AND wall_b IS NOT NULL"):
         for x, y in (("a", "b"), ("b", "a")):
@@ -127,9 +135,15 @@ def scheme_predictions(con) -> list[SchemePrediction]:
                 continue
             remote = r[f"remote_{x}"] or 0
             work = min(r[f"work_{x}"] or 0, remote)
-            pred = r[f"wall_{x}"] - remote + work + (remote - work) * r[f"plan_{y}"] / r[f"plan_{x}"]
+            own, transfer = r[f"wall_{x}"] - remote, (remote - work) * r[f"plan_{y}"] / r[f"plan_{x}"]
+            bytes_only = own + work + transfer
+            pred = bytes_only
+            if r[f"local_cost_{x}"] and r[f"remote_cost_{x}"] and r[f"local_cost_{y}"] is not None \
+                    and r[f"remote_cost_{y}"] is not None:
+                pred = (own * r[f"local_cost_{y}"] / r[f"local_cost_{x}"]
+                        + work * r[f"remote_cost_{y}"] / r[f"remote_cost_{x}"] + transfer)
             out.append(SchemePrediction(r["nodes"], r["query"], r[f"scheme_{x}"], r[f"scheme_{y}"], int(pred),
-                                        r[f"wall_{y}"]))
+                                        r[f"wall_{y}"], int(bytes_only)))
     return out
 
 
@@ -184,24 +198,92 @@ def sweep_findings(con) -> list[dict]:
     return out
 
 
-def scheme_advice(con) -> list[str]:
-    """Which scheme to use per query, from what both shipped and how long both took (measured), with the
-    model's expected difference where both cells had estimates."""
+def scheme_advice(con, schemes: dict[str, dict], predicted: list[SchemePrediction]) -> list[str]:
+    """Per query, the partitioning that ran it a tenth faster or more (measured): what to change in the
+    slower scheme's tables (which to partition on which key, which to replicate), the bytes its data
+    nodes shipped and over the busiest link, and what the model, from the slower scheme's run alone,
+    expected the change to gain."""
     out = []
+    links = {(r["cell"], r["query"]): r for r in _rows(con, """
+        SELECT cell, query, arg_max(node, b) AS node, max(b) AS bytes
+        FROM (SELECT cell, query, node, avg(sent_bytes) AS b FROM results_node GROUP BY ALL) GROUP BY ALL""")}
+    expect = {(p.nodes, p.query, p.from_scheme, p.scheme): p.predicted_ns for p in predicted}
     for r in _rows(con, "SELECT * FROM scheme_diff WHERE wall_a IS NOT NULL AND wall_b IS NOT NULL"):
         fast, slow = ("b", "a") if r["wall_b"] < r["wall_a"] else ("a", "b")
-        gain = (r[f"wall_{slow}"] - r[f"wall_{fast}"]) / r[f"wall_{slow}"]
+        wall_fast, wall_slow = r[f"wall_{fast}"], r[f"wall_{slow}"]
+        gain = (wall_slow - wall_fast) / wall_slow
         if gain < BETTER_SCHEME:
             continue
-        est = ""
-        if r["est_a"] and r["est_b"]:
-            d = (r[f"est_{slow}"] - r[f"est_{fast}"]) / 1e6
-            est = f"; the model expected {abs(d):.1f} ms {'less' if d >= 0 else 'more'}"
-        out.append(f"Q{r['query']} on {r['nodes']} data node{'s' if r['nodes'] > 1 else ''}: use {r[f'scheme_{fast}']} — "
-                   f"{r[f'wall_{slow}'] / 1e6:.1f} → {r[f'wall_{fast}'] / 1e6:.1f} ms measured ({gain:.0%} less), "
-                   f"data nodes shipped {(r[f'net_{slow}'] or 0) / 1e3:,.0f} → {(r[f'net_{fast}'] or 0) / 1e3:,.0f} kB; "
-                   f"the component that moved most: {r['moved']} ({(r['moved_ns'] or 0) / 1e6:+.1f} ms b−a){est}")
+        name_fast, name_slow = r[f"scheme_{fast}"], r[f"scheme_{slow}"]
+        frm, to = schemes.get(name_slow), schemes.get(name_fast)
+        if frm and to and not _moved_tables(frm, to) & tpch.query_tables(r["query"]):
+            continue   # the schemes differ in tables the query does not read: not the partitioning (noise)
+        change = _scheme_change(frm, to)
+        link = links.get((r[f"cell_{slow}"], r["query"]))
+        busiest = (f", {_mb(link['bytes'])} over {link['node']}'s link" if r["nodes"] > 1 and link and link["bytes"]
+                   else "")
+        pred = expect.get((r["nodes"], r["query"], name_slow, name_fast))
+        model = (f"; from the {name_slow} run alone the model expected {ms(pred)} ms "
+                 f"({(wall_slow - pred) / wall_slow:.0%} less)" if pred is not None else "")
+        out.append(f"Q{r['query']} on {r['nodes']} data node{'s' if r['nodes'] > 1 else ''}: "
+                   f"{change + ' (' + name_fast + ')' if change else 'use ' + name_fast} — "
+                   f"{ms(wall_slow)} → {ms(wall_fast)} ms measured ({gain:.0%} less); the data nodes shipped "
+                   f"{_mb(r[f'net_{slow}'] or 0)}{busiest} under {name_slow}, "
+                   f"{_mb(r[f'net_{fast}'] or 0)} under {name_fast}; the component that moved most: "
+                   f"{r['moved']} ({(r['moved_ns'] or 0) / 1e6:+.1f} ms {r['scheme_b']} − {r['scheme_a']}){model}")
     return out
+
+
+def _mb(b: float) -> str:
+    return f"{b / 1e6:,.1f} MB" if b >= 1e5 else f"{b / 1e3:,.0f} kB"
+
+
+def _moved_tables(frm: dict, to: dict) -> set[str]:
+    """The tables two schemes place differently."""
+    was, now = frm.get("partitioned", {}), to.get("partitioned", {})
+    moved = {t for t in {*was, *now} if was.get(t) != now.get(t)}
+    return moved | (set(was) | set(now) if frm.get("parts") != to.get("parts") else set())
+
+
+def _scheme_change(frm: dict | None, to: dict | None) -> str:
+    """What turns scheme `frm` into `to`, table by table ("partition orders on o_orderkey, as lineitem
+    on l_orderkey; replicate part"); empty when a definition is unknown."""
+    if not frm or not to:
+        return ""
+    was, now = frm.get("partitioned", {}), to.get("partitioned", {})
+    steps = []
+    for t, key in now.items():
+        if was.get(t) == key:
+            continue
+        # co-partitioned: a table that stays partitioned on the same column domain (o_orderkey, l_orderkey)
+        kept = [f"{u} on {k}" for u, k in now.items()
+                if u != t and was.get(u) == k and k.split("_", 1)[-1] == key.split("_", 1)[-1]]
+        steps.append(f"partition {t} on {key}" + (f" instead of {was[t]}" if t in was else "")
+                     + (f", as {', '.join(kept)}" if kept else ""))
+    gone = [t for t in was if t not in now]
+    if gone:
+        steps.append(f"replicate {', '.join(gone)} on every node")
+    if frm.get("parts") != to.get("parts"):
+        steps.append(f"{to.get('parts') or 'one'} part{'s' if to.get('parts') != 1 else ''} per table"
+                     + ("" if to.get("parts") else " per node"))
+    return "; ".join(steps)
+
+
+def plan_schemes(out: Path) -> dict[str, dict]:
+    """The definitions of the schemes an experiment ran, by name (plan.json; an older run's from the
+    scheme specs it names, where they still resolve)."""
+    f = out / "plan.json"
+    plan = json.loads(f.read_text()) if f.exists() else {}
+    if "schemes" in plan:
+        return plan["schemes"]
+    found = {}
+    for spec in plan.get("factors", {}).get("scheme", []):
+        try:
+            d = resolve_scheme(spec).describe()
+        except MwinvError:
+            continue
+        found[d["name"]] = d
+    return found
 
 
 def summarize(out: str | Path) -> dict:
@@ -230,7 +312,9 @@ def summarize(out: str | Path) -> dict:
             "prediction_error": _abs_errors(preds),
             "scheme_predictions": [{**asdict(p), "error": p.error} for p in by_scheme],
             "scheme_prediction_error": _abs_errors(by_scheme),
-            "scheme_advice": scheme_advice(con),
+            "scheme_prediction_error_bytes_only": _abs_errors(
+                [SchemePrediction(**{**asdict(p), "predicted_ns": p.bytes_only_ns}) for p in by_scheme]),
+            "scheme_advice": scheme_advice(con, plan_schemes(Path(out)), by_scheme),
         }
     finally:
         con.close()
@@ -260,6 +344,11 @@ def _sweep_charts(sweeps: list[dict]) -> list[str]:
             charts.append(svg.line_chart(series, f"{factor}, {others}", "time / best level's",
                                          x_format="{:g} " + LEVEL_UNITS.get(factor, "")))
     return charts
+
+
+def _bytes_only(error: dict | None) -> str:
+    return (f" Scaling the transfer alone (the coordinator's own time and the nodes' work kept): mean absolute "
+            f"error {error['mean']:.0%}, median {error['median']:.0%}." if error else "")
 
 
 def _predictions_md(title: str, rule: str, error: dict | None, head: list[str], rows: list[list],
@@ -358,7 +447,9 @@ def render(out: str | Path) -> tuple[Path, Path]:
                       f"{r['moved'] or '-'} {(r['moved_ns'] or 0) / 1e6:+.1f} ms |")
         md.append("")
     if s["scheme_advice"]:
-        md += ["## Partitioning advice (measured)", ""] + [f"- {a}" for a in s["scheme_advice"]] + [""]
+        md += ["## Partitioning advice", "", "Measured: the scheme that ran the query a tenth faster or more, "
+               "with what the model expected from the slower scheme's run alone.", ""]
+        md += [f"- {a}" for a in s["scheme_advice"]] + [""]
     if s["sweeps"]:
         md += ["## One-factor sweeps", "", "Past the best level: the levels above it that took a tenth longer or "
                "more, and the component that grew the most from the best level (for CPUs: contention).", "",
@@ -379,10 +470,12 @@ def render(out: str | Path) -> tuple[Path, Path]:
             [[p["group"], f"Q{p['query']}", p["from_nodes"], p["nodes"]] for p in s["predictions"]], s["predictions"])
     if s["scheme_predictions"]:
         md += _predictions_md(
-            "The other scheme predicted, then run", "From a query's run under one scheme: the coordinator's own "
-            "time and the critical data node's execution stay, the rest of its wait for the data nodes (the rows "
-            "crossing the links, the fetch round trips) scales with the bytes the other scheme's plan expects "
-            "them to ship (EXPLAIN, not run).", s["scheme_prediction_error"], ["query", "nodes", "from", "to"],
+            "The other scheme predicted, then run", "From a query's run under one scheme, each part of its time "
+            "scaled by what the other scheme's plan (EXPLAIN, not run) expects of it against this scheme's: the "
+            "coordinator's own time by the cost of its own operators, the critical data node's execution by "
+            "the cost of the foreign scans, the rest of the wait for the nodes (the rows crossing the links, "
+            "the fetch round trips) by the bytes to ship." + _bytes_only(s["scheme_prediction_error_bytes_only"]),
+            s["scheme_prediction_error"], ["query", "nodes", "from", "to"],
             [[f"Q{p['query']}", p["nodes"], p["from_scheme"], p["scheme"]] for p in s["scheme_predictions"]],
             s["scheme_predictions"])
     md_path = rep / "report.md"

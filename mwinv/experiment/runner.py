@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from mwinv.errors import MwinvError
 from mwinv.experiment.plan import Cell, Plan
-from mwinv.experiment.results import NODE_SCHEMA, RESULT_SCHEMA, cell_rows, plan_shipped_bytes
+from mwinv.experiment.results import NODE_SCHEMA, RESULT_SCHEMA, cell_rows, plan_figures
 
 
 def results_dir(out: Path, table: str = "results") -> Path:
@@ -63,7 +63,8 @@ def run_plan(plan: Plan, out: str | Path, progress: Callable[[str], None] | None
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(json.dumps({"name": plan.name, "path": str(plan.path), "scale": plan.scale,
                                                "queries": plan.queries, "repetitions": plan.repetitions,
-                                               "timeout_s": plan.timeout_s, "factors": plan.factors}, indent=1))
+                                               "timeout_s": plan.timeout_s, "factors": plan.factors,
+                                               "schemes": plan.schemes()}, indent=1))
     cells = plan.cells()
     done = done_cells(out)
     summary = {"ran": 0, "skipped": len([c for c in cells if c.id in done]), "failed": []}
@@ -150,7 +151,7 @@ def run_cell(plan: Plan, cell: Cell, cluster, out: Path, say, keep_captures: boo
         for rep in range(plan.repetitions):
             for r in run_queries(cluster.coordinator, plan.queries, **kw):
                 runs.append((rep, r))
-    shipped = plan_shipped_bytes(cluster.coordinator, plan.queries)
+    planned = plan_figures(cluster.coordinator, plan.queries)
     cal_file = out / "calibration.json"
     if cal_file.exists():
         cal = json.loads(cal_file.read_text())
@@ -167,7 +168,7 @@ def run_cell(plan: Plan, cell: Cell, cluster, out: Path, say, keep_captures: boo
         derive(db, MODEL_TABLES)
         rows, node_rows = cell_rows(db, plan.name, cell.id, _levels(cell), runs)
         for row in rows:
-            row["plan_shipped_bytes"] = shipped.get(row["query"])
+            row.update(planned.get(row["query"], {}))
     finally:
         db.con.close()
     if not keep_captures:

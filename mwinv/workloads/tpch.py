@@ -143,6 +143,12 @@ def query_sql(number: int) -> str:
     return queries()[number]
 
 
+def query_tables(number: int) -> set[str]:
+    """The tables a query reads."""
+    words = set(re.findall(r"[a-z_]+", query_sql(number).lower()))
+    return {t for t in TABLES if t in words}
+
+
 def answer(number: int, scale: float) -> tuple[list[str], list[list[str]]]:
     """The official answer as (column names, rows of strings)."""
     (number,) = check_queries([number])
