@@ -112,6 +112,7 @@ class SchemePrediction(_Checked):
     predicted_ns: int
     measured_ns: int
     bytes_only_ns: int      # the same without the plans' costs (only their bytes)
+    others: str = ""        # the cell's other levels
 
 
 def scheme_predictions(con) -> list[SchemePrediction]:
@@ -143,7 +144,7 @@ def scheme_predictions(con) -> list[SchemePrediction]:
                 pred = (own * r[f"local_cost_{y}"] / r[f"local_cost_{x}"]
                         + work * r[f"remote_cost_{y}"] / r[f"remote_cost_{x}"] + transfer)
             out.append(SchemePrediction(r["nodes"], r["query"], r[f"scheme_{x}"], r[f"scheme_{y}"], int(pred),
-                                        r[f"wall_{y}"], int(bytes_only)))
+                                        r[f"wall_{y}"], int(bytes_only), r["others"]))
     return out
 
 
@@ -192,7 +193,8 @@ def sweep_findings(con) -> list[dict]:
             if prev["wall_ns"] and cur["wall_ns"] and (prev["wall_ns"] - cur["wall_ns"]) / prev["wall_ns"] >= KNEE_GAIN:
                 knee = cur["level"]
         past = [{"level": r["level"], "slower": r["wall_ns"] / r["best_ns"] - 1, "grew": r["grew"],
-                 "grew_ns": r["grew_ns"]} for r in past_best if (r["factor"], r["others"], r["query"]) == (factor, others, query)]
+                 "grew_ns": r["grew_ns"]}
+                for r in past_best if (r["factor"], r["others"], r["query"]) == (factor, others, query)]
         out.append({"factor": factor, "others": others, "query": query, "best": best["level"], "knee": knee,
                     "levels": [(r["level"], r["wall_ns"], r["timed_out"]) for r in series], "past_best": past})
     return out
@@ -207,7 +209,7 @@ def scheme_advice(con, schemes: dict[str, dict], predicted: list[SchemePredictio
     links = {(r["cell"], r["query"]): r for r in _rows(con, """
         SELECT cell, query, arg_max(node, b) AS node, max(b) AS bytes
         FROM (SELECT cell, query, node, avg(sent_bytes) AS b FROM results_node GROUP BY ALL) GROUP BY ALL""")}
-    expect = {(p.nodes, p.query, p.from_scheme, p.scheme): p.predicted_ns for p in predicted}
+    expect = {(p.others, p.query, p.from_scheme, p.scheme): p.predicted_ns for p in predicted}
     for r in _rows(con, "SELECT * FROM scheme_diff WHERE wall_a IS NOT NULL AND wall_b IS NOT NULL"):
         fast, slow = ("b", "a") if r["wall_b"] < r["wall_a"] else ("a", "b")
         wall_fast, wall_slow = r[f"wall_{fast}"], r[f"wall_{slow}"]
@@ -222,9 +224,12 @@ def scheme_advice(con, schemes: dict[str, dict], predicted: list[SchemePredictio
         link = links.get((r[f"cell_{slow}"], r["query"]))
         busiest = (f", {_mb(link['bytes'])} over {link['node']}'s link" if r["nodes"] > 1 and link and link["bytes"]
                    else "")
-        pred = expect.get((r["nodes"], r["query"], name_slow, name_fast))
-        model = (f"; from the {name_slow} run alone the model expected {ms(pred)} ms "
-                 f"({(wall_slow - pred) / wall_slow:.0%} less)" if pred is not None else "")
+        pred = expect.get((r["others"], r["query"], name_slow, name_fast))
+        model = ""
+        if pred is not None:
+            d = (wall_slow - pred) / wall_slow
+            model = (f"; from the {name_slow} run alone the model expected {ms(pred)} ms "
+                     f"({abs(d):.0%} {'less' if d >= 0 else 'more'})")
         out.append(f"Q{r['query']} on {r['nodes']} data node{'s' if r['nodes'] > 1 else ''}: "
                    f"{change + ' (' + name_fast + ')' if change else 'use ' + name_fast} — "
                    f"{ms(wall_slow)} → {ms(wall_fast)} ms measured ({gain:.0%} less); the data nodes shipped "
@@ -459,7 +464,8 @@ def render(out: str | Path) -> tuple[Path, Path]:
             levels = ", ".join(f"{lv}: {'⏱' if to else ms(w)}" for lv, w, to in f["levels"])
             past = "; ".join(f"{p['level']}: +{p['slower']:.0%}, {p['grew']} +{ms(p['grew_ns'])} ms"
                              for p in f["past_best"]) or "-"
-            md.append(f"| {f['factor']} | {f['others']} | Q{f['query']} | {f['best']} | {f['knee']} | {past} | {levels} |")
+            md.append(f"| {f['factor']} | {f['others']} | Q{f['query']} | {f['best']} | {f['knee']} | {past} "
+                      f"| {levels} |")
         md.append("")
         html += _sweep_charts(s["sweeps"])
     if s["predictions"]:

@@ -120,7 +120,8 @@ def _levels(cell: Cell) -> dict:
     return lv
 
 
-def run_cell(plan: Plan, cell: Cell, cluster, out: Path, say, keep_captures: bool = True) -> tuple[list[dict], list[dict]]:
+def run_cell(plan: Plan, cell: Cell, cluster, out: Path, say,
+             keep_captures: bool = True) -> tuple[list[dict], list[dict]]:
     """One cell on a cluster with its levels: a warm-up pass (unless cold), the measured passes under
     a capture of every node, calibration (disk and CPU once per experiment, the link per cell), then
     the correlation and the cell's rows."""
