@@ -77,6 +77,35 @@ def test_nodes_are_capped_and_linked(cluster):
         assert os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")   # the node's server lives in its own namespace
 
 
+def test_resize_lifts_and_sets_caps_in_place(cluster):
+    """An experiment's cells that differ only in caps share a cluster: resize() lifts every cap and sets
+    them again, as the kernel shows (cgroup files, the links' qdiscs), the servers untouched."""
+    pids = {n: cluster.servers[n].postmaster_pid() for n in cluster.data_nodes}
+    before = cluster.node_caps
+    try:
+        cluster.resize(NodeCaps(cpu=None, memory_mb=None, read_mbps=None, link_mbit=None))
+        for node in cluster.data_nodes:
+            assert cluster.caps_in_force(node) == {"cpu": None, "memory_bytes": None, "read_bps": None,
+                                                   "link_mbit": None, "link_latency_ms": None}
+            qdisc = subprocess.run(["tc", "qdisc", "show", "dev", cluster.net.links[node].host_if],
+                                   capture_output=True, text=True).stdout
+            assert "tbf" not in qdisc, qdisc
+        cluster.resize(NodeCaps(cpu=1.5, memory_mb=448, read_mbps=30, link_mbit=300))
+        for node in cluster.data_nodes:
+            caps = cluster.caps_in_force(node)
+            assert caps["cpu"] == 1.5 and caps["memory_bytes"] == 448 * 2**20 and caps["link_mbit"] == 300
+            assert list(caps["read_bps"].values()) == [30_000_000]
+            qdisc = subprocess.run(["tc", "qdisc", "show", "dev", cluster.net.links[node].host_if],
+                                   capture_output=True, text=True).stdout
+            assert "300Mbit" in qdisc, qdisc
+        with pytest.raises(MwinvError, match="link latency 5 ms"):
+            cluster.resize(NodeCaps(link_latency_ms=5))
+    finally:
+        cluster.resize(before)
+    assert {n: cluster.servers[n].postmaster_pid() for n in cluster.data_nodes} == pids
+    test_nodes_are_capped_and_linked(cluster)
+
+
 def _start_up_process(*extra: str) -> tuple[subprocess.Popen, str]:
     """`mwinv cluster up` in a child process; returns it and the cluster's tag once its load began."""
     before = {f.stem for f in harness.STATE_DIR.glob("*.json")} if harness.STATE_DIR.exists() else set()

@@ -88,6 +88,9 @@ def test_schemes_differ_where_orders_is_not_co_partitioned(experiment):
     assert {(3, 2, "1-part"), (3, 2, "2-part"), (12, 1, "1-part")} <= preds.keys()
     assert all(p["error"] is not None and p["measured_ns"] > 0 for p in preds.values())
     assert "## The other scheme predicted, then run" in md and re.search(r"\| Q3 \| 2 \| 1-part \| 2-part \|", md)
+    # scaled by the plans' costs, next to its yardsticks
+    assert "plan costs (EXPLAIN" in md and "Yardsticks: the transfer rule" in md and "predicting no change: mean" in md
+    assert all(p["from_ns"] > 0 and p["bytes_only_ns"] > 0 for p in preds.values())
     assert (out / "report" / "results.csv").read_text().count("\n") == 9   # header and 8 runs
 
 
