@@ -20,7 +20,8 @@ def _fmt(x: float) -> str:
 def stacked_bar(parts: list[tuple[str, float]], total: float, scale_max: float, width: int = 360,
                 height: int = 14, label: str = "") -> str:
     """One horizontal bar: segments (component, value) in order, length total/scale_max of width."""
-    out = [f'<svg class="bar" width="{width + max(120, 7 * len(label))}" height="{height}" role="img" aria-label="{escape(label)}">']
+    out = [f'<svg class="bar" width="{width + max(120, 7 * len(label))}" height="{height}" role="img" '
+           f'aria-label="{escape(label)}">']
     x = 0.0
     for comp, v in parts:
         if v <= 0 or scale_max <= 0:

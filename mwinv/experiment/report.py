@@ -151,8 +151,10 @@ def scheme_predictions(con) -> list[SchemePrediction]:
 def winners(preds: list[SchemePrediction]) -> dict[str, int]:
     """Of the pairs whose measured times differ by a tenth or more, how many the prediction sent the
     same way (the faster scheme foreseen)."""
-    pairs = [p for p in preds if p.from_ns and abs(p.measured_ns - p.from_ns) >= BETTER_SCHEME * max(p.measured_ns, p.from_ns)]
-    return {"pairs": len(pairs), "hits": sum((p.predicted_ns < p.from_ns) == (p.measured_ns < p.from_ns) for p in pairs)}
+    pairs = [p for p in preds
+             if p.from_ns and abs(p.measured_ns - p.from_ns) >= BETTER_SCHEME * max(p.measured_ns, p.from_ns)]
+    hits = sum((p.predicted_ns < p.from_ns) == (p.measured_ns < p.from_ns) for p in pairs)
+    return {"pairs": len(pairs), "hits": hits}
 
 
 def shares_by_nodes(con) -> list[dict]:
