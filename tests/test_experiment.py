@@ -91,6 +91,7 @@ def test_schemes_differ_where_orders_is_not_co_partitioned(experiment):
     # scaled by the plans' costs, next to its yardsticks
     assert "plan costs (EXPLAIN" in md and "Yardsticks: the transfer rule" in md and "predicting no change: mean" in md
     assert all(p["from_ns"] > 0 and p["bytes_only_ns"] > 0 for p in preds.values())
+    assert q(out, "SELECT count(*) FILTER (WHERE plan_cost > 0) FROM results") == [(8,)]   # every run's plan
     assert (out / "report" / "results.csv").read_text().count("\n") == 9   # header and 8 runs
 
 

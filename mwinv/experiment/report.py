@@ -140,8 +140,7 @@ def scheme_predictions(con) -> list[SchemePrediction]:
             remote = r[f"remote_{x}"] or 0
             work = min(r[f"work_{x}"] or 0, remote)
             bytes_only = r[f"wall_{x}"] - remote + work + (remote - work) * r[f"plan_{y}"] / r[f"plan_{x}"]
-            cost_x, cost_y = (None if r[f"local_cost_{z}"] is None or r[f"remote_cost_{z}"] is None
-                              else r[f"local_cost_{z}"] + r[f"remote_cost_{z}"] for z in (x, y))
+            cost_x, cost_y = r[f"cost_{x}"], r[f"cost_{y}"]
             pred = r[f"wall_{x}"] * cost_y / cost_x if cost_x and cost_y is not None else bytes_only
             out.append(SchemePrediction(r["nodes"], r["query"], r[f"scheme_{x}"], r[f"scheme_{y}"], int(pred),
                                         r[f"wall_{y}"], int(bytes_only), r["others"], r[f"wall_{x}"]))
@@ -331,7 +330,7 @@ def summarize(out: str | Path) -> dict:
             "scheme_prediction_error_unchanged": _abs_errors(
                 [SchemePrediction(**{**asdict(p), "predicted_ns": p.from_ns}) for p in by_scheme]),
             "scheme_prediction_winners": winners(by_scheme),
-            "scheme_prediction_costs": con.execute("SELECT count(plan_local_cost) > 0 FROM results").fetchone()[0],
+            "scheme_prediction_costs": con.execute("SELECT count(plan_cost) > 0 FROM results").fetchone()[0],
             "scheme_advice": scheme_advice(con, plan_schemes(Path(out)), by_scheme),
         }
     finally:
@@ -353,7 +352,10 @@ def _sweep_charts(sweeps: list[dict]) -> list[str]:
         for f in sweeps:
             if (f["factor"], f["others"]) != (factor, others):
                 continue
-            best = min(w for _, w, _ in f["levels"] if w)
+            times = [w for _, w, _ in f["levels"] if w]
+            if not times:   # timed out or failed at every level: no line
+                continue
+            best = min(times)
             try:
                 series[f"Q{f['query']}"] = [(float(lv), w / best) for lv, w, _ in f["levels"] if w]
             except ValueError:   # levels that are not numbers (cold = true / false): the table says it

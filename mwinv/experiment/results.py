@@ -22,7 +22,7 @@ RESULT_SCHEMA = pa.schema([
     ("node_read_mbps", f64), ("link_mbit", f64), ("link_latency_ms", f64), ("parallel_workers", i32), ("streams", i32), ("cold", b),
     ("query", i32), ("repetition", i32), ("stream", i32), ("wall_ns", i64), ("error", s), ("timed_out", b),
     ("statement_id", i64), ("limit", s), ("estimated_ns", i64), ("critical_node", s), ("net_bytes", i64),
-    ("plan_shipped_bytes", i64), ("plan_local_cost", f64), ("plan_remote_cost", f64),
+    ("plan_shipped_bytes", i64), ("plan_cost", f64),
     *COMPONENT_COLUMNS,
 ])
 NODE_SCHEMA = pa.schema([
@@ -34,11 +34,10 @@ TIMEOUT = "canceling statement due to statement timeout"
 
 def plan_figures(server, queries: list[int], dbname: str = "tpch") -> dict[int, dict]:
     """Per query, what its coordinator's plan expects (EXPLAIN, not run; nothing where EXPLAIN fails):
-    the bytes the data nodes ship (plan_shipped_bytes: rows x width of its foreign scans), the cost of
-    the foreign scans (plan_remote_cost: the nodes' work as their own EXPLAIN prices it, the coordinator
-    asks them: use_remote_estimate) and of the operators the coordinator runs itself (plan_local_cost:
-    the plan's total less its foreign scans). A scheme's plan says it without running the query, so the
-    time under another scheme can be predicted from a run under one."""
+    the bytes the data nodes ship (plan_shipped_bytes: rows x width of its foreign scans) and the
+    plan's whole cost (plan_cost: its foreign scans priced by the nodes' own EXPLAIN, the coordinator
+    asks them: use_remote_estimate). A scheme's plan says it without running the query, so the time
+    under another scheme can be predicted from a run under one."""
     out: dict[int, dict] = {}
     with server.connect(dbname) as conn:
         for q in queries:
@@ -50,9 +49,8 @@ def plan_figures(server, queries: list[int], dbname: str = "tpch") -> dict[int, 
                 continue
             root = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
             scans = [n for n in _plan_nodes(root) if n["Node Type"] == "Foreign Scan"]
-            remote = sum(n["Total Cost"] for n in scans)
             out[q] = {"plan_shipped_bytes": int(sum(n["Plan Rows"] * n["Plan Width"] for n in scans)),
-                      "plan_remote_cost": remote, "plan_local_cost": max(root["Total Cost"] - remote, 0.0)}
+                      "plan_cost": root["Total Cost"]}
     return out
 
 

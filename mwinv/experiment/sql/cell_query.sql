@@ -5,7 +5,7 @@
 --
 -- inputs:  results (RESULT_SCHEMA, every cell's part), results_node (NODE_SCHEMA)
 -- columns: the factor levels, cell, query, runs, wall_ns, timed_out, failed, error, estimated_ns,
---          net_bytes, plan_shipped_bytes, plan_local_cost, plan_remote_cost, limit, c_<component> (the
+--          net_bytes, plan_shipped_bytes, plan_cost, limit, c_<component> (the
 --          coordinator's, mean ns), node_work_ns, n_<component> (the data nodes' summed, mean ns); and
 --          cell_level, cell_others (below)
 CREATE OR REPLACE TABLE cell_query AS
@@ -24,8 +24,7 @@ SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit,
        bool_or(timed_out) AS timed_out, bool_or(error IS NOT NULL AND NOT timed_out) AS failed,
        any_value(error) AS error,
        CAST(avg(estimated_ns) AS BIGINT) AS estimated_ns, CAST(avg(net_bytes) AS BIGINT) AS net_bytes,
-       CAST(avg(plan_shipped_bytes) AS BIGINT) AS plan_shipped_bytes, avg(plan_local_cost) AS plan_local_cost,
-       avg(plan_remote_cost) AS plan_remote_cost,
+       CAST(avg(plan_shipped_bytes) AS BIGINT) AS plan_shipped_bytes, avg(plan_cost) AS plan_cost,
        mode("limit") AS "limit",
        CAST(avg(COLUMNS('^c_(.*)')) AS BIGINT) AS "c_\1"
 FROM results

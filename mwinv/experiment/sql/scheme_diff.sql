@@ -6,9 +6,7 @@
 -- columns: others, nodes, query, scheme_a, scheme_b, cell_a, cell_b, wall_a, wall_b, net_a, net_b, est_a, est_b,
 --          remote_a, remote_b (the coordinator's wait for its data nodes), work_a, work_b (the critical
 --          data node's execution), plan_a, plan_b (the bytes each plan expected the data nodes to ship),
---          local_cost_a/b, remote_cost_a/b (each plan's cost of the coordinator's own operators and of
---          its foreign scans),
---          moved, moved_ns (b - a)
+--          cost_a, cost_b (each plan's whole cost), moved, moved_ns (b - a)
 CREATE OR REPLACE TABLE scheme_diff AS
 WITH s AS (
     SELECT q.*, o.others FROM cell_query q JOIN cell_others o ON o.cell = q.cell AND o.factor = 'scheme'),
@@ -19,9 +17,7 @@ pair AS (
            a.wall_ns AS wall_a, b.wall_ns AS wall_b, a.net_bytes AS net_a, b.net_bytes AS net_b,
            a.estimated_ns AS est_a, b.estimated_ns AS est_b, a.c_remote_wait AS remote_a, b.c_remote_wait AS remote_b,
            a.node_work_ns AS work_a, b.node_work_ns AS work_b,
-           a.plan_shipped_bytes AS plan_a, b.plan_shipped_bytes AS plan_b,
-           a.plan_local_cost AS local_cost_a, b.plan_local_cost AS local_cost_b,
-           a.plan_remote_cost AS remote_cost_a, b.plan_remote_cost AS remote_cost_b
+           a.plan_shipped_bytes AS plan_a, b.plan_shipped_bytes AS plan_b, a.plan_cost AS cost_a, b.plan_cost AS cost_b
     FROM s a JOIN s b ON a.others = b.others AND a.query = b.query AND a.scheme < b.scheme),
 moved AS (
     SELECT p.others, p.query, p.scheme_a, p.scheme_b,
@@ -32,7 +28,6 @@ moved AS (
     GROUP BY ALL)
 SELECT p.others, p.nodes, p.query, p.scheme_a, p.scheme_b, p.cell_a, p.cell_b, p.wall_a, p.wall_b, p.net_a, p.net_b,
        p.est_a, p.est_b,
-       p.remote_a, p.remote_b, p.work_a, p.work_b, p.plan_a, p.plan_b, p.local_cost_a, p.local_cost_b,
-       p.remote_cost_a, p.remote_cost_b, m.moved, m.moved_ns
+       p.remote_a, p.remote_b, p.work_a, p.work_b, p.plan_a, p.plan_b, p.cost_a, p.cost_b, m.moved, m.moved_ns
 FROM pair p LEFT JOIN moved m USING (others, query, scheme_a, scheme_b)
 ORDER BY p.query, p.nodes;
