@@ -41,3 +41,11 @@ def mariadb_server():
         pytest.skip(str(exc))
     with MariaDBServer(name="pytest") as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def hostile():
+    """An unprivileged local user (tests/hostile.py); skipped where one cannot be made."""
+    from hostile import hostile_user
+
+    return hostile_user()
