@@ -154,6 +154,10 @@ def _check(db: CaptureDB, manifest: dict) -> None:
     if not db.has("statement"):
         db.warnings.append("table statement: missing (no DBMS-side capture): no per-statement attribution possible")
         return
+    if not db.sql("SELECT count(*) FROM statement").fetchone()[0]:
+        db.warnings.append(f"table statement: empty ({len(db.capture.parts('statement'))} parts, no rows): "
+                           "no per-statement attribution possible")
+        return
     for node, info in (manifest.get("nodes") or {}).items():
         if info.get("statements_lost"):
             db.warnings.append(f"node {node}: {info['statements_lost']}")
