@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mwinv.capture.columns import empty_table, table_from_rows
+from mwinv.capture.manifest import check_manifest
 from mwinv.errors import MwinvError
 
 i32, i64, f64, s, b = pa.int32(), pa.int64(), pa.float64(), pa.string(), pa.bool_()
@@ -242,9 +243,13 @@ class Capture:
         if not self.manifest_path.exists():
             return {}
         try:
-            return json.loads(self.manifest_path.read_text())
+            return check_manifest(json.loads(self.manifest_path.read_text()), self.manifest_path)
         except json.JSONDecodeError as exc:
             raise MwinvError(f"{self.manifest_path}: line {exc.lineno}: invalid JSON ({exc.msg})") from None
+        except UnicodeDecodeError as exc:
+            raise MwinvError(f"{self.manifest_path}: byte {exc.start}: not UTF-8 text") from None
+        except OSError as exc:
+            raise MwinvError(f"{self.manifest_path}: cannot read ({exc.strerror})") from None
 
     def write_manifest(self, m: dict) -> None:
         tmp = self.manifest_path.with_suffix(".tmp")
