@@ -10,12 +10,11 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mwinv import serverdir
 from mwinv.errors import MwinvError
 
 PG_BINDIR_CANDIDATES = ("/usr/lib/postgresql/15/bin",)
@@ -160,16 +159,18 @@ class PgServer:
     def start(self) -> "PgServer":
         self._check_inputs()
         bindir = pg_bindir()
+        pw = pwd.getpwnam(self.run_as) if self.run_as else None
         if self.base_dir is None:
-            self.base_dir = Path(tempfile.mkdtemp(prefix=f"mwinv-pg-{self.name}-"))
+            # in mwinv's private directory, owned by postgres, with a record of this process as its
+            # owner: `mwinv clean` finds it if this process is killed with -9
+            self.base_dir = serverdir.new_server_dir("pg", self.name, *((pw.pw_uid, pw.pw_gid) if pw else ()))
         else:
             self.base_dir.mkdir(parents=True, exist_ok=True)
         self._owns_base = True
         track(self)
         try:
             self.socket_dir.mkdir(exist_ok=True)
-            if self.run_as:
-                pw = pwd.getpwnam(self.run_as)
+            if pw:
                 os.chmod(self.base_dir, 0o700)
                 for p in (self.base_dir, self.socket_dir):
                     os.chown(p, pw.pw_uid, pw.pw_gid)
@@ -257,19 +258,19 @@ class PgServer:
         if self.cgroup is not None:
             self.cgroup.remove()
         if self._owns_base and self.base_dir and not self.keep:
-            shutil.rmtree(self.base_dir, ignore_errors=True)
+            if not serverdir.remove_server_dir(self.base_dir):
+                shutil.rmtree(self.base_dir, ignore_errors=True)
         self._started = False
 
     def detach(self) -> None:
-        """Leave the server running when this process exits (someone else stops it later)."""
+        """Leave the server running when this process exits (someone else stops it later; `clean`
+        leaves it alone)."""
         untrack(self)
+        if self.base_dir:
+            serverdir.set_owner(self.base_dir, None)
 
     def _kill_postmaster(self) -> None:
-        try:
-            os.kill(self.postmaster_pid(), signal.SIGKILL)
-            time.sleep(0.5)
-        except (OSError, ValueError):
-            pass
+        serverdir.stop_server(self.data_dir / "postmaster.pid", self.data_dir, serverdir.PG_EXES, signal.SIGKILL)
 
     def __enter__(self) -> "PgServer":
         return self.start()

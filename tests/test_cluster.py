@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from mwinv import serverdir
 from mwinv.cluster import harness
 from mwinv.cluster.harness import Cluster, NodeCaps
 from mwinv.cluster.net import leftovers
@@ -25,8 +26,8 @@ def _traces_of(tag: str) -> dict:
     """Everything of cluster `tag` that exists on this host."""
     spaces, links = leftovers({tag})
     cgroups = [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/mwinv/cl-{tag}-*")]
-    dirs = [str(p) for p in Path("/tmp").glob(f"mwinv-pg-cl-{tag}-*")]
-    procs = subprocess.run(["pgrep", "-f", f"mwinv-pg-cl-{tag}-"], capture_output=True, text=True).stdout.split()
+    dirs = [str(p) for p in serverdir.servers_dir().glob(f"pg-cl-{tag}-*")]
+    procs = subprocess.run(["pgrep", "-f", f"/pg-cl-{tag}-"], capture_output=True, text=True).stdout.split()
     return {k: v for k, v in dict(netns=spaces, links=links, cgroups=cgroups, dirs=dirs, procs=procs).items() if v}
 
 
@@ -108,14 +109,14 @@ def test_resize_lifts_and_sets_caps_in_place(cluster):
 
 def _start_up_process(*extra: str) -> tuple[subprocess.Popen, str]:
     """`mwinv cluster up` in a child process; returns it and the cluster's tag once its load began."""
-    before = {f.stem for f in harness.STATE_DIR.glob("*.json")} if harness.STATE_DIR.exists() else set()
+    before = {f.stem for f in serverdir.clusters_dir().glob("*.json")}
     proc = subprocess.Popen([str(Path(sys.executable).parent / "mwinv"), "cluster", "up", "--nodes", "2", "--scale", "0.1",
                              *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
     for line in proc.stdout:
         if "load lineitem" in line or time.monotonic() > deadline:
             break
-    tags = {f.stem for f in harness.STATE_DIR.glob("*.json")} - before
+    tags = {f.stem for f in serverdir.clusters_dir().glob("*.json")} - before
     assert len(tags) == 1, tags
     return proc, tags.pop()
 
@@ -128,12 +129,12 @@ def test_sigterm_during_load_removes_everything():
     assert proc.returncode == 130, out
     assert "Traceback" not in out, out
     assert _traces_of(tag) == {}
-    assert not (harness.STATE_DIR / f"{tag}.json").exists()
+    assert not (serverdir.clusters_dir() / f"{tag}.json").exists()
 
 
 def test_kill_9_then_clean_removes_everything():
     proc, tag = _start_up_process()
-    state = json.loads((harness.STATE_DIR / f"{tag}.json").read_text())
+    state = json.loads((serverdir.clusters_dir() / f"{tag}.json").read_text())
     assert len(state["servers"]) == 3
     proc.kill()
     proc.wait()

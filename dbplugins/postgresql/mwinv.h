@@ -134,7 +134,10 @@ typedef struct MwinvShared
 	/* mapped by the postmaster before any fork: the same address in every backend */
 	MwinvRing  *ring;
 	MwinvSlot  *slots;
-	char		ring_file[64];	/* "/dev/shm/mwinv.<postmaster pid>"; "": an anonymous mapping */
+	/* what backends trust: copies of the header's fields (the file is writable by its reader) */
+	uint32		nslots;
+	uint64		ring_token;
+	char		ring_file[64];	/* "/dev/shm/mwinv.<postmaster pid>[.<random>]"; "": anonymous */
 } MwinvShared;
 
 extern MwinvShared *mwinv_shared;

@@ -171,7 +171,7 @@ records(FunctionCallInfo fcinfo, bool consume, int max)
 	require_preloaded();
 	InitMaterializedSRF(fcinfo, 0);
 	if (!consume)
-		max = Min(max, (int) mwinv_shared->ring->nslots);	/* one lap at most */
+		max = Min(max, (int) mwinv_shared->nslots);	/* one lap at most */
 	recs = palloc(sizeof(MwinvRecord) * CHUNK);
 	pos = pg_atomic_read_u64(&mwinv_shared->ring->tail);
 	while (max > 0)
@@ -216,7 +216,7 @@ mwinv_drain_raw(PG_FUNCTION_ARGS)
 	require_preloaded();
 	/* room for what is there now (drains come every ~0.2 s: not a 15 MB buffer each time) */
 	pending = pg_atomic_read_u64(&mwinv_shared->ring->head) - pg_atomic_read_u64(&mwinv_shared->ring->tail);
-	max = (int) Min((uint64) max, pending);
+	max = (int) Min((uint64) max, Min(pending, mwinv_shared->nslots));	/* a lap at most, whatever the header */
 	out = palloc(VARHDRSZ + (Size) max * sizeof(MwinvRecord));
 	recs = (MwinvRecord *) VARDATA(out);
 	LWLockAcquire(mwinv_shared->reader_lock, LW_EXCLUSIVE);
@@ -259,7 +259,7 @@ mwinv_ring_attach(PG_FUNCTION_ARGS)
 		LWLockRelease(mwinv_shared->reader_lock);
 		values[0] = CStringGetTextDatum(mwinv_shared->ring_file);
 	}
-	values[1] = Int64GetDatum((int64) ring->token);
+	values[1] = Int64GetDatum((int64) mwinv_shared->ring_token);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 
@@ -375,7 +375,7 @@ mwinv_info(PG_FUNCTION_ARGS)
 	texts = hash_get_num_entries(mwinv_texts);
 	LWLockRelease(mwinv_shared->text_lock);
 
-	values[0] = Int64GetDatum(mwinv_shared->ring->nslots);
+	values[0] = Int64GetDatum(mwinv_shared->nslots);
 	values[1] = Int64GetDatum((int64) head);
 	values[2] = Int64GetDatum((int64) tail);
 	values[3] = Int64GetDatum((int64) (head - tail));

@@ -86,19 +86,81 @@ ring_unmap(int code, Datum arg)
 	if (MyProcPid != PostmasterPid || mwinv_shared == NULL || mwinv_shared->ring == NULL)
 		return;
 	if (mwinv_shared->ring_file[0])
-		shm_unlink(mwinv_shared->ring_file + strlen("/dev/shm"));
+		unlink(mwinv_shared->ring_file);
 	munmap(mwinv_shared->ring, ring_size());
 	mwinv_shared->ring = NULL;
 }
 
 /*
+ * The ring's file, always a new one: O_EXCL and O_NOFOLLOW, 0600 whatever the umask, checked with
+ * fstat.  /dev/shm is writable by every local user, who may have made the name first (a file of
+ * theirs, mode 0666, would give them the ring; a symlink would point it elsewhere): such a name is
+ * never opened and does not stop the server, the file gets a random suffix instead and readers
+ * learn its name from mwinv_ring_attach().  Returns the descriptor, or -1 with errno set.
+ */
+static int
+ring_create(char *path, size_t len, Size size)
+{
+	struct stat st;
+	int			fd = -1;
+
+	snprintf(path, len, "/dev/shm/mwinv.%d", (int) MyProcPid);
+	for (int attempt = 0; attempt < 4; attempt++)
+	{
+		uint64		suffix;
+
+		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, S_IRUSR | S_IWUSR);
+		if (fd >= 0)
+			break;
+		if (errno != EEXIST)
+			return -1;
+		if (attempt == 0)
+		{
+			bool		found = lstat(path, &st) == 0;
+			/* of this OS user: most likely left by a server killed with -9 whose pid we now have */
+			bool		ours = found && S_ISREG(st.st_mode) && st.st_uid == geteuid();
+
+			ereport(ours ? LOG : WARNING,
+					(errmsg("mwinv: %s exists already (%s, owner uid %d): not opened, the ring goes to a file "
+							"of a random name", path, ours ? "a file of this OS user" :
+							found && S_ISLNK(st.st_mode) ? "a symbolic link" : "not made by this server",
+							found ? (int) st.st_uid : -1)));
+		}
+		if (!pg_strong_random(&suffix, sizeof(suffix)))
+			return -1;
+		snprintf(path, len, "/dev/shm/mwinv.%d.%016llx", (int) MyProcPid, (unsigned long long) suffix);
+	}
+	if (fd < 0)
+		return -1;
+	if (fchmod(fd, S_IRUSR | S_IWUSR) != 0 || ftruncate(fd, size) != 0 || fstat(fd, &st) != 0)
+		goto fail;
+	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 07777) != (S_IRUSR | S_IWUSR) ||
+		st.st_nlink != 1 || (Size) st.st_size != size)
+	{
+		errno = EPERM;
+		goto fail;
+	}
+	return fd;
+fail:
+	{
+		int			save = errno;
+
+		unlink(path);
+		close(fd);
+		errno = save;
+	}
+	return -1;
+}
+
+/*
  * The ring's mapping, made by the postmaster before it forks any backend.  A file that cannot be
- * made leaves the ring readable through SQL only (an anonymous shared mapping).
+ * made leaves the ring readable through SQL only (an anonymous shared mapping).  Backends use the
+ * header's sizes and token only through their copies in MwinvShared: the mapping is writable by its
+ * reader too, and a slot count of 0 read from it made every backend divide by zero.
  */
 static void
 ring_map(MwinvShared *sh)
 {
-	char		name[32];
 	Size		size = ring_size();
 	void	   *p = MAP_FAILED;
 	int			fd;
@@ -108,16 +170,15 @@ ring_map(MwinvShared *sh)
 	StaticAssertStmt(offsetof(MwinvRing, head) == 64 && offsetof(MwinvRing, tail) == 128 &&
 					 offsetof(MwinvRing, dropped) == 192 && sizeof(MwinvRing) == 256,
 					 "mwinv ring header layout changed");
-	snprintf(name, sizeof(name), "/mwinv.%d", (int) MyProcPid);
-	fd = shm_open(name, O_RDWR | O_CREAT | O_TRUNC, S_IRUSR | S_IWUSR);
-	if (fd >= 0 && ftruncate(fd, size) == 0)
+	fd = ring_create(sh->ring_file, sizeof(sh->ring_file), size);
+	if (fd >= 0)
 		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED)
 	{
-		ereport(LOG,
-				(errmsg("mwinv: could not map /dev/shm%s: %m; records are read through SQL only", name)));
+		ereport(WARNING,
+				(errmsg("mwinv: could not map %s: %m; records are read through SQL only", sh->ring_file)));
 		if (fd >= 0)
-			shm_unlink(name);
+			unlink(sh->ring_file);
 		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 		if (p == MAP_FAILED)
 			ereport(FATAL,
@@ -125,27 +186,27 @@ ring_map(MwinvShared *sh)
 					 errmsg("mwinv: could not map a ring of %zu bytes: %m", size)));
 		sh->ring_file[0] = '\0';
 	}
-	else
-		snprintf(sh->ring_file, sizeof(sh->ring_file), "/dev/shm%s", name);
 	if (fd >= 0)
 		close(fd);
 
 	ring = (MwinvRing *) p;
+	sh->nslots = mwinv_buffer_size;
+	if (!pg_strong_random(&sh->ring_token, sizeof(sh->ring_token)))
+		sh->ring_token = (uint64) MyStartTime ^ ((uint64) MyProcPid << 32);
 	memcpy(ring->magic, MWINV_RING_MAGIC, sizeof(ring->magic));
 	ring->version = MWINV_RING_VERSION;
 	ring->header_size = sizeof(MwinvRing);
 	ring->slot_size = sizeof(MwinvSlot);
 	ring->record_offset = offsetof(MwinvSlot, rec);
-	ring->nslots = mwinv_buffer_size;
+	ring->nslots = sh->nslots;
 	ring->reader_pid = 0;
-	if (!pg_strong_random(&ring->token, sizeof(ring->token)))
-		ring->token = (uint64) MyStartTime ^ ((uint64) MyProcPid << 32);
+	ring->token = sh->ring_token;
 	pg_atomic_init_u64(&ring->head, 0);
 	pg_atomic_init_u64(&ring->tail, 0);
 	pg_atomic_init_u64(&ring->dropped, 0);
 	sh->ring = ring;
 	sh->slots = (MwinvSlot *) ((char *) p + sizeof(MwinvRing));
-	for (uint32 i = 0; i < ring->nslots; i++)
+	for (uint32 i = 0; i < sh->nslots; i++)
 		pg_atomic_init_u64(&sh->slots[i].seq, i);
 	on_shmem_exit(ring_unmap, (Datum) 0);
 }
@@ -206,10 +267,11 @@ mwinv_ring_put(const MwinvRecord *rec)
 	MwinvShared *sh = mwinv_shared;
 	MwinvRing  *ring = sh->ring;
 	uint64		pos = pg_atomic_read_u64(&ring->head);
+	int			stuck = 0;
 
 	for (;;)
 	{
-		MwinvSlot  *slot = &sh->slots[pos % ring->nslots];
+		MwinvSlot  *slot = &sh->slots[pos % sh->nslots];
 		int64		diff = (int64) (pg_atomic_read_u64(&slot->seq) - pos);
 
 		if (diff == 0)
@@ -231,7 +293,20 @@ mwinv_ring_put(const MwinvRecord *rec)
 			return false;
 		}
 		else
-			pos = pg_atomic_read_u64(&ring->head);
+		{
+			uint64		head = pg_atomic_read_u64(&ring->head);
+
+			/*
+			 * Another writer took pos: the head moves on.  A slot ahead of a head that stays put was
+			 * written by no backend (the mapping is writable by its reader): dropped, not spun on.
+			 */
+			if (head == pos && ++stuck > 1000)
+			{
+				pg_atomic_fetch_add_u64(&ring->dropped, 1);
+				return false;
+			}
+			pos = head;
+		}
 	}
 }
 
@@ -249,7 +324,7 @@ mwinv_ring_take(MwinvRecord *out, int max)
 
 	while (n < max)
 	{
-		MwinvSlot  *slot = &sh->slots[pos % ring->nslots];
+		MwinvSlot  *slot = &sh->slots[pos % sh->nslots];
 
 		if (pg_atomic_read_u64(&slot->seq) != pos + 1)
 			break;
@@ -258,7 +333,7 @@ mwinv_ring_take(MwinvRecord *out, int max)
 			memcpy(&out[n], &slot->rec, sizeof(MwinvRecord));
 		pg_memory_barrier();
 		/* free the slot for the writer of the next lap */
-		pg_atomic_write_u64(&slot->seq, pos + ring->nslots);
+		pg_atomic_write_u64(&slot->seq, pos + sh->nslots);
 		pos++;
 		n++;
 	}
@@ -357,7 +432,7 @@ mwinv_ring_peek(MwinvRecord *out, int max, uint64 *pos)
 
 		if (*pos < tail)
 			*pos = tail;
-		slot = &sh->slots[*pos % ring->nslots];
+		slot = &sh->slots[*pos % sh->nslots];
 		if (pg_atomic_read_u64(&slot->seq) != *pos + 1)
 			break;
 		pg_read_barrier();
@@ -383,7 +458,8 @@ mwinv_ring_check_consumer(void)
 
 	if (pid == 0)
 		return;
-	if (kill(pid, 0) == 0 || errno == EPERM)
+	/* not a pid (kill(-1, 0) would find "a process"): written by no attach, forgotten */
+	if (pid > 0 && (kill(pid, 0) == 0 || errno == EPERM))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_IN_USE),
 				 errmsg("mwinv: the ring is being read by process %d (a capture that maps it)", pid)));

@@ -21,6 +21,7 @@ def cluster_cli() -> None:
       mwinv cluster run 3f9a1c --queries 1,3,12 --check
       mwinv cluster down 3f9a1c
       mwinv cluster clean          # what runs killed with -9 left (namespaces, links, cgroups, servers)
+      mwinv clean                  # the same
     """
 
 
@@ -114,12 +115,13 @@ def list_cmd() -> None:
 @cluster_cli.command("clean")
 @click.option("--all", "all_clusters", is_flag=True, help="also running and detached clusters.")
 def clean_cmd(all_clusters) -> None:
-    """Remove what clusters of dead runs left: servers, cgroups, links, bridges, namespaces (and, with
-    --all, every cluster).
+    """Remove what dead runs left: servers whose mwinv process is gone (`mwinv tpch`, a cluster, a
+    test killed with -9), clusters' cgroups, links, bridges, namespaces (and, with --all, every
+    cluster). Only what mwinv's private directory (/var/lib/mwinv for root) and the tags name.
 
     \b
     Examples:
-      mwinv cluster clean
+      mwinv clean
       mwinv cluster clean --all
     """
     from mwinv.cluster.harness import clean

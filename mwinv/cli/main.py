@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from mwinv.cli.cluster import cluster_cli
+from mwinv.cli.cluster import clean_cmd, cluster_cli
 from mwinv.cli.common import run_main
 from mwinv.cli.experiment import experiment_cli
 from mwinv.cli.mariadb import mariadb_cli
@@ -119,6 +119,7 @@ def demo(scale, out, nodes, dbms) -> None:
 
 
 cli.add_command(cluster_cli)
+cli.add_command(clean_cmd, "clean")
 cli.add_command(oracle_cli)
 cli.add_command(experiment_cli)
 cli.add_command(mariadb_cli)

@@ -6,30 +6,32 @@ capacity, links shaped with tbf; TPC-H distributed by a partitioning scheme (mwi
     with Cluster(nodes=2, scale=0.01) as cl:       # up; down on exit, Ctrl-C, SIGTERM, test failure
         cl.coordinator.connect("tpch")
 
-Every resource is written to a state file (/run/mwinv/clusters/<tag>.json) as soon as it exists,
-so `clean()` removes what a run killed with -9 left: servers, cgroups, links, bridge, namespaces."""
+A cluster's state file (clusters/<tag>.json in mwinv's private directory, mwinv/serverdir.py) is
+written as soon as it exists; everything else it makes carries its tag (servers, cgroups, links,
+bridge, namespaces), so `down()` and `clean()` find what a run killed with -9 left from the tag alone,
+never from paths a file lists."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
+import re
 import subprocess
-import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mwinv.cgroup import CGROUP_V1_ROOT, Cgroup, block_device_of, remove_group
 from mwinv.cluster import distribute
-from mwinv.cluster.net import ClusterNet, leftovers
+from mwinv.cluster.net import NETNS_PREFIX, ClusterNet, leftovers
 from mwinv.engines.postgresql.reader import remove_stale_rings
+from mwinv import serverdir
 from mwinv.errors import MwinvError
-from mwinv.kernel_trace.tracefs import clean_stale, pid_alive
-from mwinv.pgserver import PgServer, pg_bindir
+from mwinv.kernel_trace.tracefs import clean_stale
+from mwinv.pgserver import PgServer
 from mwinv.workloads import tpch
 
-STATE_DIR = Path(os.environ.get("MWINV_CLUSTER_STATE", "/run/mwinv/clusters"))
+TAG_RE = re.compile(r"[0-9a-f]{6}")
 MAX_DATA_NODES = 4
 COORDINATOR = "coord"
 
@@ -62,9 +64,10 @@ class Cluster:
         self.net = ClusterNet(self.tag)
         self.servers: dict[str, PgServer] = {}
         self.relays: list = []
-        self.state_file = STATE_DIR / f"{self.tag}.json"
-        self._state = {"tag": self.tag, "pid": os.getpid(), "scale": self.scale, "scheme": self.scheme_def.name,
-                       "nodes": self.nodes, "netns": [], "links": [], "bridge": None, "cgroups": [], "servers": {}}
+        self.state_file = serverdir.clusters_dir() / f"{self.tag}.json"
+        self._state = {"tag": self.tag, "pid": os.getpid(), "owner": serverdir.owner_stamp(), "scale": self.scale,
+                       "scheme": self.scheme_def.name, "nodes": self.nodes, "netns": [], "links": [], "bridge": None,
+                       "cgroups": [], "servers": {}}
 
     # ---- names
     @property
@@ -80,10 +83,8 @@ class Cluster:
 
     # ---- state file: what exists, written before it is used
     def _save(self) -> None:
-        STATE_DIR.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self._state, indent=1))
-        tmp.replace(self.state_file)
+        serverdir.clusters_dir()
+        serverdir.write_record(self.state_file, self._state)
 
     def _say(self, text: str) -> None:
         if self.progress:
@@ -132,7 +133,7 @@ class Cluster:
         if caps.link_latency_ms != self.node_caps.link_latency_ms:
             raise MwinvError(f"link latency {caps.link_latency_ms} ms: the cluster was built with "
                              f"{self.node_caps.link_latency_ms} ms (its relays); start another cluster")
-        dev = block_device_of("/tmp")
+        dev = block_device_of(serverdir.servers_dir())
         for node in self.data_nodes:
             cgroup = self.servers[node].cgroup
             cgroup.limit_cpu(caps.cpu)
@@ -161,7 +162,7 @@ class Cluster:
         name = f"cl-{self.tag}-{node}"
         cgroup = None
         if node != COORDINATOR or caps.cpu or caps.memory_mb or caps.read_mbps:
-            dev = block_device_of("/tmp") if caps.read_mbps else None
+            dev = block_device_of(serverdir.servers_dir()) if caps.read_mbps else None
             # the memory group now, its cap after the load (_cap_memory): building lineitem's keys on a
             # 128 MB data node at SF 1 had the OOM killer end the server. A data node joins all three
             # controllers, so that resize() can set any cap later.
@@ -240,7 +241,7 @@ class Cluster:
             raise MwinvError("a cluster with link latency cannot be detached: its relays live in this process")
         for server in self.servers.values():
             server.detach()
-        self._state.update(pid=0, detached=True)
+        self._state.update(pid=0, owner=None, detached=True)
         self._save()
         return self._state
 
@@ -255,50 +256,49 @@ def _remove_cgroups(paths: list[str]) -> None:
         remove_group(p)
 
 
-def _stop_server(info: dict) -> None:
-    """Stop a server a dead run left (pg_ctl as postgres: a signal, no namespace needed; SIGKILL if that
-    fails) and remove its directory."""
-    data = Path(info["base_dir"]) / "data"
-    pidfile = data / "postmaster.pid"
-    if pidfile.exists():
-        argv = ["runuser", "-u", "postgres", "--", str(pg_bindir() / "pg_ctl"), "-D", str(data), "-m",
-                "immediate", "-w", "-t", "20", "stop"]
-        if subprocess.run(argv, capture_output=True).returncode != 0:
-            try:
-                os.kill(int(pidfile.read_text().split()[0]), signal.SIGKILL)
-            except (OSError, ValueError):
-                pass
-    subprocess.run(["rm", "-rf", info["base_dir"]], capture_output=True)
+def check_tag(tag: str) -> str:
+    if not TAG_RE.fullmatch(tag):
+        raise MwinvError(f"cluster tag {tag!r}: not a tag (6 hex digits; mwinv cluster list)")
+    return tag
 
 
 def read_state(tag: str) -> dict:
-    f = STATE_DIR / f"{tag}.json"
+    f = serverdir.clusters_dir() / f"{check_tag(tag)}.json"
     try:
-        return json.loads(f.read_text())
+        state = json.loads(f.read_text())
     except FileNotFoundError:
         raise MwinvError(f"{f}: no such cluster (mwinv cluster list)") from None
     except json.JSONDecodeError as exc:
         raise MwinvError(f"{f}: line {exc.lineno}: invalid JSON ({exc.msg})") from None
+    if not isinstance(state, dict) or not isinstance(state.get("servers"), dict):
+        raise MwinvError(f"{f}: not a cluster state (no servers)")
+    return state
 
 
 def clusters() -> list[dict]:
     """The state of every cluster this host knows."""
     out = []
-    for f in sorted(STATE_DIR.glob("*.json")) if STATE_DIR.exists() else []:
+    for f in sorted(serverdir.clusters_dir().glob("*.json")):
         try:
-            out.append(json.loads(f.read_text()))
-        except (OSError, json.JSONDecodeError):
+            out.append(read_state(f.stem))
+        except MwinvError:
             continue
     return out
+
+
+def _server_dirs(tag: str) -> list[Path]:
+    """The server directories of cluster tag (server names cl-<tag>-<node>)."""
+    return [base for base, _ in serverdir.server_records() if base.name.startswith(f"pg-cl-{tag}-")]
 
 
 def coordinator_of(tag: str) -> PgServer:
     """A handle on a running cluster's coordinator (connect, restart for cold runs)."""
     info = read_state(tag)["servers"].get(COORDINATOR)
-    if not info:
+    base = [b for b in _server_dirs(tag) if b.name.startswith(f"pg-cl-{tag}-{COORDINATOR}-")]
+    if not info or not base:
         raise MwinvError(f"cluster {tag}: no coordinator was started")
-    server = PgServer(name=f"cl-{tag}-{COORDINATOR}", port=info["port"], base_dir=Path(info["base_dir"]),
-                      netns=info["netns"], listen_addresses=info["address"])
+    server = PgServer(name=f"cl-{tag}-{COORDINATOR}", port=int(info["port"]), base_dir=base[0],
+                      netns=f"{NETNS_PREFIX}{tag}-{COORDINATOR}", listen_addresses=info["address"])
     server.run_as = "postgres"
     if not server.socket_dir.exists():
         raise MwinvError(f"cluster {tag}: {server.socket_dir} is gone (the cluster died: mwinv cluster clean)")
@@ -306,49 +306,51 @@ def coordinator_of(tag: str) -> PgServer:
 
 
 def down(tag: str) -> list[str]:
-    """Stop and remove one cluster (running or left by a dead run)."""
+    """Stop and remove one cluster (running or left by a dead run): what carries its tag."""
     state = read_state(tag)
-    for info in state.get("servers", {}).values():
-        _stop_server(info)
-    _remove_cgroups(state.get("cgroups", []))
-    for link in state.get("links", []):
-        subprocess.run(["ip", "link", "del", link], capture_output=True)
-    for ns in state.get("netns", []):
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-    if state.get("bridge"):
-        subprocess.run(["ip", "link", "del", state["bridge"]], capture_output=True)
-    (STATE_DIR / f"{tag}.json").unlink(missing_ok=True)
-    return [f"cluster {tag}: {len(state.get('servers', {}))} servers, {len(state.get('netns', []))} namespaces"]
+    _remove_tagged({tag})
+    (serverdir.clusters_dir() / f"{tag}.json").unlink(missing_ok=True)
+    return [f"cluster {tag}: {len(state['servers'])} servers, {len(state.get('netns', []))} namespaces"]
 
 
-def clean(all_clusters: bool = False) -> list[str]:
-    """Remove what clusters of dead runs left (all clusters with all_clusters): their servers, cgroups,
-    links, bridges and namespaces, also those a run killed before it wrote them down. Returns what
-    was removed."""
-    removed = []
-    for state in clusters():
-        if all_clusters or not (state.get("detached") or pid_alive(state.get("pid", 0))):
-            removed += down(state["tag"])
-    # what no state file names: a run killed between creating a thing and writing it down
-    live = set() if all_clusters else _live_tags()
-    for base in Path(tempfile.gettempdir()).glob("mwinv-pg-cl-*"):
-        if base.name.split("-")[3] not in live:
-            _stop_server({"base_dir": str(base)})
-            removed.append(f"server directory {base}")
+def _remove_tagged(tags: set[str] | None, spare: set[str] = frozenset()) -> list[str]:
+    """Stop and remove the servers, cgroups, links and namespaces of clusters tags (None: every tag
+    but those in spare)."""
+    def ours(tag: str) -> bool:
+        return tag in tags if tags is not None else tag not in spare
+
+    def cluster_server(base: Path, record: dict) -> bool:
+        name = base.name.split("-")
+        return name[:2] == ["pg", "cl"] and len(name) > 2 and ours(name[2])
+
+    removed = serverdir.clean_servers(cluster_server)
     for ctl_dir in (CGROUP_V1_ROOT.glob("*/mwinv/cl-*") if CGROUP_V1_ROOT.exists() else []):
-        tag = ctl_dir.name.split("-")[1]
-        if tag not in live:
+        if ours(ctl_dir.name.split("-")[1]):
             _remove_cgroups([str(ctl_dir)])
             removed.append(f"cgroup {ctl_dir}")
     spaces, links = leftovers()
     for link in links:
-        if link[3:9] not in live:
+        if ours(link[3:9]):
             subprocess.run(["ip", "link", "del", link], capture_output=True)
             removed.append(f"link {link}")
     for ns in spaces:
-        if ns.split("-")[2] not in live:
+        if ours(ns.split("-")[2]):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
             removed.append(f"netns {ns}")
+    return removed
+
+
+def clean(all_clusters: bool = False) -> list[str]:
+    """Remove what dead runs left (all clusters with all_clusters): servers whose owning mwinv process
+    is gone (`mwinv tpch`, tests, clusters), and clusters' cgroups, links, bridges and namespaces, also
+    those a run killed before it wrote them down. Returns what was removed."""
+    removed = []
+    for state in clusters():
+        if all_clusters or not _live(state):
+            removed += down(state["tag"])
+    # what no state file names: a run killed between creating a thing and writing it down
+    removed += _remove_tagged(None, spare=set() if all_clusters else {c["tag"] for c in clusters() if _live(c)})
+    removed += serverdir.clean_servers(serverdir.orphaned)
     removed += remove_stale_rings()
     try:   # the trace instances and uprobes of dead captures of its nodes
         removed += clean_stale()
@@ -357,6 +359,6 @@ def clean(all_clusters: bool = False) -> list[str]:
     return removed
 
 
-def _live_tags() -> set[str]:
-    """Tags of clusters whose owning process is alive, or that were left running on purpose."""
-    return {c["tag"] for c in clusters() if c.get("detached") or pid_alive(c.get("pid", 0))}
+def _live(state: dict) -> bool:
+    """A cluster whose owning process is alive, or that was left running on purpose."""
+    return bool(state.get("detached")) or serverdir.owner_alive(state.get("owner"))

@@ -9,11 +9,11 @@ import pwd
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mwinv import serverdir
 from mwinv.errors import MwinvError
 from mwinv.pgserver import free_port, port_in_use, track, untrack
 
@@ -89,11 +89,10 @@ class MariaDBServer:
             self.port = free_port()
         elif port_in_use(self.port):
             raise MwinvError(f"port {self.port} is in use")
-        self.base_dir = Path(tempfile.mkdtemp(prefix=f"mwinv-maria-{self.name}-"))
+        # mwinv's private directory, owned by mysql; `mwinv clean` finds it if this process is killed
+        self.base_dir = serverdir.new_server_dir("maria", self.name, user.pw_uid, user.pw_gid)
         track(self)
         try:
-            os.chown(self.base_dir, user.pw_uid, user.pw_gid)
-            os.chmod(self.base_dir, 0o700)
             self._run(["mariadb-install-db", "--no-defaults", f"--datadir={self.data_dir}", "--user=mysql",
                        "--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve"],
                       "mariadb-install-db")
@@ -151,7 +150,7 @@ class MariaDBServer:
         if self.cgroup is not None:
             self.cgroup.remove()
         if self.base_dir and not self.keep:
-            shutil.rmtree(self.base_dir, ignore_errors=True)
+            serverdir.remove_server_dir(self.base_dir)
 
     def __enter__(self) -> "MariaDBServer":
         return self.start()
