@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import os
 import re
+import stat
+import struct
 import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import psycopg
 import pytest
 
@@ -497,10 +500,187 @@ def test_a_mapped_ring_has_one_consumer(server, tmp_path):
             other_path = conn.execute("SELECT ring_file FROM mwinv_ring_attach(pg_backend_pid())").fetchone()[0]
         assert other_path != path and os.path.exists(other_path)
     assert not os.path.exists(other_path)
-    # what a server killed with -9 leaves: removed by `mwinv cluster clean`, a live server's kept
+
+
+def test_stale_rings_of_the_servers_user_only_are_removed(server, hostile, tmp_path):
+    """What a server killed with -9 leaves is removed by `mwinv cluster clean`; a live server's ring, a
+    symlink and another user's file (anyone may make a name in /dev/shm) are left alone."""
+    owner = os.stat(server.data_dir).st_uid
     shm = tmp_path / "shm"
     shm.mkdir()
-    (shm / "mwinv.999999999").touch()
-    (shm / f"mwinv.{server.postmaster_pid()}").touch()
-    assert remove_stale_rings(shm) == [f"ring file {shm / 'mwinv.999999999'}"]
-    assert [p.name for p in shm.iterdir()] == [f"mwinv.{server.postmaster_pid()}"]
+    live, dead = f"mwinv.{server.postmaster_pid()}", "mwinv.999999999.0123456789abcdef"
+    for name in (live, dead, "mwinv.999999998"):
+        (shm / name).touch()
+        os.chown(shm / name, owner if name != "mwinv.999999998" else hostile.uid, -1)
+    target = tmp_path / "precious"
+    target.write_text("x")
+    (shm / "mwinv.999999997").symlink_to(target)
+    assert remove_stale_rings(shm, owner) == [f"ring file {shm / dead}"]
+    assert sorted(p.name for p in shm.iterdir()) == sorted([live, "mwinv.999999998", "mwinv.999999997"])
+    assert target.read_text() == "x"
+
+
+def _ring_file(srv: PgServer) -> str:
+    with _admin(srv) as conn:
+        path = conn.execute("SELECT ring_file FROM mwinv_ring_attach(pg_backend_pid())").fetchone()[0]
+        conn.execute("SELECT mwinv_ring_detach(pg_backend_pid())")
+    return path
+
+
+def _start_after(srv: PgServer, plant) -> int:
+    """Start srv's postmaster (initdb'd and stopped) as a shell whose pid it keeps: plant(pid) runs
+    before the exec, as another local user would who guessed the pid. Returns the pid."""
+    sh = subprocess.Popen(["runuser", "-u", "postgres", "--", "sh", "-c",
+                           'echo $$; read go; exec "$0" -D "$1" >>"$2" 2>&1 </dev/null',
+                           str(pg_bindir() / "postgres"), str(srv.data_dir), str(srv.log_file)],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    pid = int(sh.stdout.readline())
+    plant(pid)
+    sh.stdin.write("go\n")
+    sh.stdin.close()
+    for _ in range(300):
+        try:
+            psycopg.connect(srv.conninfo(), connect_timeout=2).close()
+            assert srv.postmaster_pid() == pid
+            return pid
+        except psycopg.OperationalError:
+            assert sh.poll() is None, srv.log_file.read_text()[-2000:]
+            time.sleep(0.1)
+    pytest.fail("the server did not start: " + srv.log_file.read_text()[-2000:])
+
+
+def _stop(srv: PgServer) -> None:
+    subprocess.run(["runuser", "-u", "postgres", "--", str(pg_bindir() / "pg_ctl"), "-D", str(srv.data_dir),
+                    "-m", "fast", "-w", "stop"], capture_output=True, check=True)
+
+
+def test_a_ring_name_planted_by_another_user_is_not_used(installed, hostile, tmp_path):
+    """Another local user who makes /dev/shm/mwinv.<postmaster pid> first (a file of theirs, 0666, or a
+    symlink) neither gets the ring nor stops the server nor its mapped reader: the ring goes to a new file
+    of a random name, the server's OS user's alone, which mwinv_ring_attach() names."""
+    if os.geteuid() != 0 or not os.path.isdir("/dev/shm"):
+        pytest.skip("needs root (a server of another OS user) and /dev/shm")
+    planted: list[Path] = []
+    # what the planted file would hold as a ring's header once the user rewrites it: 0 slots
+    header = b"MWINVRNG" + (1).to_bytes(4, "little") + (256).to_bytes(4, "little") + bytes(248)
+
+    def plant_file(pid):
+        path = Path(f"/dev/shm/mwinv.{pid}")
+        planted.append(path)
+        r = hostile.python("import os, sys; fd = os.open(sys.argv[1], os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o666); "
+                           "os.fchmod(fd, 0o666); os.write(fd, b'planted')", str(path))
+        assert r.returncode == 0, r.stderr
+
+    def plant_link(pid):
+        path = Path(f"/dev/shm/mwinv.{pid}")
+        planted.append(path)
+        assert hostile.run(["ln", "-s", str(tmp_path / "elsewhere"), str(path)]).returncode == 0
+
+    srv = PgServer(name="ext-planted", shared_preload_libraries=["mwinv"], gucs=GUCS).start()
+    try:
+        srv.psql("CREATE EXTENSION mwinv")
+        _stop(srv)
+        pid = _start_after(srv, plant_file)
+        ring = _ring_file(srv)
+        st = os.stat(ring)
+        assert ring.startswith(f"/dev/shm/mwinv.{pid}.") and st.st_uid == os.stat(srv.data_dir).st_uid
+        assert stat.S_IMODE(st.st_mode) == 0o600
+        assert planted[0].read_bytes() == b"planted" and planted[0].stat().st_uid == hostile.uid
+        assert f"mwinv: {planted[0]} exists already (not made by this server, owner uid {hostile.uid})" in (
+            srv.log_file.read_text())
+        # the user can neither read nor write the ring, and what they write into their own file is nothing
+        for mode in ("rb", "r+b"):
+            r = hostile.python("import sys; open(sys.argv[1], sys.argv[2])", ring, mode)
+            assert "PermissionError" in r.stderr, (mode, r)
+        r = hostile.python("import sys; open(sys.argv[1], 'r+b').write(bytes.fromhex(sys.argv[2]))",
+                           str(planted[0]), header.hex())
+        assert r.returncode == 0, r.stderr
+        capture = Capture(tmp_path / "cap").create(name="planted")
+        drainer = StatementDrainer(srv.conninfo(), capture, node="n1").start()
+        assert drainer.sql_only == ""   # mapped: the fast reader found the ring
+        with srv.connect() as conn:
+            for i in range(20):
+                conn.execute("SELECT %s::int AS after_planting", [i])
+        assert drainer.stop() >= 20
+        _stop(srv)
+        assert not os.path.exists(ring)
+
+        pid = _start_after(srv, plant_link)
+        ring = _ring_file(srv)
+        assert ring is not None and ring.startswith(f"/dev/shm/mwinv.{pid}.") and not (tmp_path / "elsewhere").exists()
+        assert f"mwinv: {planted[1]} exists already (a symbolic link" in srv.log_file.read_text()
+        drainer = StatementDrainer(srv.conninfo(), Capture(tmp_path / "cap2").create(), node="n1").start()
+        assert drainer.sql_only == ""
+        drainer.stop()
+    finally:
+        srv.stop()
+        for path in planted:
+            path.unlink(missing_ok=True)
+
+
+def test_a_corrupt_ring_header_is_not_trusted(installed, tmp_path):
+    """The ring file is writable by its reader: backends use their own copy of the slot count (a 0 there
+    made every backend divide by zero: PANIC, all backends gone) and take a reader pid that is no pid for
+    none; a reader given such a header says in one line what is wrong and drains through SQL."""
+    with PgServer(name="ext-corrupt", shared_preload_libraries=["mwinv"], gucs=GUCS) as srv:
+        srv.psql("CREATE EXTENSION mwinv")
+        ring = _ring_file(srv)
+        with open(ring, "r+b") as f:
+            f.seek(16)   # slot size, record offset, slot count, reader pid
+            f.write(struct.pack("<IIIi", 0xFFFFFFFF, 0, 0, -1))
+        with srv.connect() as conn:
+            for i in range(10):
+                conn.execute("SELECT %s::int AS after_corruption", [i])
+            assert conn.execute("SELECT buffer_size FROM mwinv_info()").fetchone()[0] == 65536
+        capture = Capture(tmp_path / "cap").create()
+        drainer = StatementDrainer(srv.conninfo(), capture, node="n1").start()
+        assert drainer.sql_only == f"{ring}: not this server's mwinv ring: slot count 0"
+        with srv.connect() as conn:
+            conn.execute("SELECT 'drained through SQL'")
+        assert drainer.stop() >= 11
+
+
+def _ring_header(nslots=16, slot_size=200, record_offset=8, header_size=256, magic=b"MWINVRNG", token=7):
+    return (struct.pack("<8sIIIIIiQ", magic, 1, header_size, slot_size, record_offset, nslots, 0, token)
+            .ljust(256, b"\0"))
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"nslots": 0}, "slot count 0"), ({"nslots": 2**31}, "slot count 2147483648"),
+    ({"slot_size": 2**32 - 8}, "size 3456, not 256 + 16 slots of 4294967288 bytes"), ({"slot_size": 16}, "slot size 16"),
+    ({"record_offset": 3}, "record offset 3"), ({"header_size": 2**20}, "header size 1048576"),
+    ({"magic": b"NOTARING"}, "magic b'NOTARING'"), ({"token": 8}, "token differs"),
+    ({"size": 256 + 15 * 200}, "size 3256, not 256 + 16 slots of 200 bytes"),
+    ({"size": 100}, "100 bytes, shorter than its 256-byte header"),
+    ({"mode": 0o644}, "mode 0644, not 0600"), ({"owner": 12345}, "owner uid 0, the server runs as uid 12345"),
+])
+def test_a_corrupt_ring_file_is_one_line(tmp_path, change, field):
+    """Every header field the reader trusts is checked before the slots are mapped: a bad one is a one-line
+    MwinvError naming the file and the field, never a crash or a traceback. (The good file maps.)"""
+    from mwinv.engines.postgresql.reader import MappedRing
+    from mwinv.errors import MwinvError
+
+    dtype = np.dtype([("statement_id", "<i8"), ("pid", "<i4")])
+    good = tmp_path / "good"
+    good.write_bytes(_ring_header() + bytes(16 * 200))
+    good.chmod(0o600)
+    MappedRing(str(good), 7, dtype, os.geteuid()).close()
+    path = tmp_path / "ring"
+    args = {k: v for k, v in change.items() if k not in ("size", "mode", "owner")}
+    data = _ring_header(**args) + bytes(16 * 200)
+    path.write_bytes(data[:change.get("size", len(data))])
+    path.chmod(change.get("mode", 0o600))
+    with pytest.raises(MwinvError) as err:
+        MappedRing(str(path), 7, dtype, change.get("owner", os.geteuid())).close()
+    assert str(err.value).startswith(f"{path}: not this server's mwinv ring: {field}") and "\n" not in str(err.value)
+
+
+def test_a_ring_file_is_not_opened_through_a_symlink(tmp_path):
+    from mwinv.engines.postgresql.reader import MappedRing
+
+    good = tmp_path / "good"
+    good.write_bytes(_ring_header() + bytes(16 * 200))
+    good.chmod(0o600)
+    (tmp_path / "link").symlink_to(good)
+    with pytest.raises(OSError, match="Too many levels of symbolic links"):
+        MappedRing(str(tmp_path / "link"), 7, np.dtype([("statement_id", "<i8")]), os.geteuid())

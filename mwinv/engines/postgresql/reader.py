@@ -13,7 +13,9 @@ import json
 import mmap
 import os
 import platform
+import pwd
 import queue
+import stat
 import struct
 import threading
 import time
@@ -78,24 +80,24 @@ class MappedRing:
     is freed); elsewhere the reader drains through SQL."""
 
     HEADER = struct.Struct("<8sIIIIIiQ")
+    HEADER_SIZE = 256
+    MAX_SLOTS = 16 * 1024 * 1024   # mwinv.buffer_size's maximum
     HEAD, TAIL, DROPPED = 64 // 8, 128 // 8, 192 // 8   # header words
 
-    def __init__(self, path: str, token: int, dtype: np.dtype):
-        fd = os.open(path, os.O_RDWR)
+    def __init__(self, path: str, token: int, dtype: np.dtype, owner: int):
+        """The file at path, which must be the server's (`owner`: its OS user): a regular file of that user,
+        mode 0600, never through a symlink (anyone may make a name in /dev/shm), with a header whose every
+        field is checked before the slots are mapped. MwinvError (one line: the file and the field) if not."""
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             st = os.fstat(fd)
-            self._inode = st.st_ino
+            header = os.pread(fd, self.HEADER_SIZE, 0)
+            nslots, header_size, slot_size, record_offset = self._check(path, st, header, token, dtype, owner)
             self._mm = mmap.mmap(fd, st.st_size)
         finally:
             os.close(fd)
-        magic, version, header_size, slot_size, record_offset, nslots, _, file_token = self.HEADER.unpack_from(self._mm)
-        if magic != b"MWINVRNG" or version != 1 or file_token != token % 2**64:
-            self.close()
-            raise OSError(f"{path}: not this server's mwinv ring (magic, version {version} or token differ)")
-        if slot_size - record_offset < dtype.itemsize or self._mm.size() < header_size + nslots * slot_size:
-            self.close()
-            raise OSError(f"{path}: ring slots of {slot_size} bytes do not hold the {dtype.itemsize}-byte record")
-        self.path, self.nslots, self.header_size, self.slot_size = path, nslots, header_size, slot_size
+        self.path, self._inode, self.nslots, self.header_size, self.slot_size = (path, st.st_ino, nslots, header_size,
+                                                                                 slot_size)
         self._words = np.ndarray((header_size // 8,), np.uint64, self._mm)
         self._seq = np.ndarray((nslots,), np.uint64, self._mm, header_size, (slot_size,))
         # a slot seen as a record whose fields sit record_offset further: runs of slots copy as one block
@@ -104,6 +106,37 @@ class MappedRing:
         self.slot = slot
         self._slots = np.ndarray((nslots,), np.dtype((np.void, slot_size)), self._mm, header_size)
         self._pos = int(self._words[self.TAIL])
+
+    @classmethod
+    def _check(cls, path: str, st: os.stat_result, header: bytes, token: int, dtype: np.dtype,
+               owner: int) -> tuple[int, int, int, int]:
+        """nslots, header_size, slot_size, record_offset of a ring file whose owner, mode, size and header
+        are those the server makes, else MwinvError naming the field."""
+        def bad(what: str) -> MwinvError:
+            return MwinvError(f"{path}: not this server's mwinv ring: {what}")
+
+        if not stat.S_ISREG(st.st_mode):
+            raise bad("not a regular file")
+        if st.st_uid != owner:
+            raise bad(f"owner uid {st.st_uid}, the server runs as uid {owner}")
+        if stat.S_IMODE(st.st_mode) != 0o600:
+            raise bad(f"mode {stat.S_IMODE(st.st_mode):04o}, not 0600")
+        if len(header) < cls.HEADER_SIZE:
+            raise bad(f"{st.st_size} bytes, shorter than its {cls.HEADER_SIZE}-byte header")
+        magic, version, header_size, slot_size, record_offset, nslots, _, file_token = cls.HEADER.unpack_from(header)
+        checks = [(magic == b"MWINVRNG", f"magic {magic!r}"), (version == 1, f"version {version}"),
+                  (file_token == token % 2**64, "token differs"),
+                  (header_size == cls.HEADER_SIZE, f"header size {header_size}"),
+                  (0 < nslots <= cls.MAX_SLOTS, f"slot count {nslots}"),
+                  (8 <= record_offset and record_offset % 8 == 0, f"record offset {record_offset}"),
+                  (slot_size % 8 == 0 and slot_size - record_offset >= dtype.itemsize,
+                   f"slot size {slot_size} (record offset {record_offset}, a {dtype.itemsize}-byte record)"),
+                  (st.st_size == header_size + nslots * slot_size,
+                   f"size {st.st_size}, not {header_size} + {nslots} slots of {slot_size} bytes")]
+        for ok, what in checks:
+            if not ok:
+                raise bad(what)
+        return nslots, header_size, slot_size, record_offset
 
     def _ready(self, max_records: int) -> int:
         """How many records from the tail on are written (a record still being written ends the run)."""
@@ -179,31 +212,68 @@ def attach_ring(conn: psycopg.Connection, dtype: np.dtype) -> tuple[MappedRing |
     if platform.machine() not in ("x86_64", "AMD64"):
         return None, f"the mapped ring is read on x86-64 only, not {platform.machine()}"
     try:
-        path, token = conn.execute("SELECT * FROM mwinv_ring_attach(%s)", [os.getpid()]).fetchone()
+        path, token, backend = conn.execute("SELECT r.*, pg_backend_pid() FROM mwinv_ring_attach(%s) r",
+                                            [os.getpid()]).fetchone()
     except (psycopg.errors.UndefinedFunction, psycopg.errors.InsufficientPrivilege,
             psycopg.errors.InvalidParameterValue) as exc:
         return None, exc.diag.message_primary or str(exc)
     if path is None:
         return None, "the server keeps its ring in an anonymous mapping (see its log)"
     try:
-        return MappedRing(path, token, dtype), ""
-    except (OSError, ValueError) as exc:
+        owner = _process_uid(backend)
+        if owner is None:
+            raise MwinvError(f"the server's backend {backend} is not a process on this host")
+        return MappedRing(path, token, dtype, owner), ""
+    except (OSError, ValueError, MwinvError) as exc:
         conn.execute("SELECT mwinv_ring_detach(%s)", [os.getpid()])
         return None, str(exc)
 
 
-def remove_stale_rings(shm: Path = Path("/dev/shm")) -> list[str]:
-    """Ring files of postmasters that are gone (killed with -9: a clean exit removes its own)."""
+def _process_uid(pid: int) -> int | None:
+    """The effective uid of process pid on this host (None: no such process)."""
+    try:
+        with open(f"/proc/{int(pid)}/status") as f:
+            return next(int(line.split()[2]) for line in f if line.startswith("Uid:"))
+    except (OSError, ValueError, StopIteration):
+        return None
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def server_uid() -> int:
+    """The OS user mwinv's servers run as (PgServer: postgres under root, else whoever starts them)."""
+    if os.geteuid() != 0:
+        return os.geteuid()
+    try:
+        return pwd.getpwnam("postgres").pw_uid
+    except KeyError:
+        return os.geteuid()
+
+
+def remove_stale_rings(shm: Path = Path("/dev/shm"), owner: int | None = None) -> list[str]:
+    """Ring files (mwinv.<pid>[.<random>]) of postmasters that are gone (killed with -9: a clean exit removes
+    its own). Only regular files of the servers' OS user (`owner`, default server_uid()): anyone may make a
+    name in /dev/shm, and neither a symlink nor another user's file is the servers' to remove."""
+    owner = server_uid() if owner is None else owner
     removed = []
     for path in shm.glob("mwinv.*"):
-        pid = path.name.split(".", 1)[1]
         try:
-            comm = Path(f"/proc/{int(pid)}/comm").read_text().strip()
-        except (ValueError, OSError):
-            comm = ""
-        if comm not in ("postgres", "postmaster"):
-            path.unlink(missing_ok=True)
-            removed.append(f"ring file {path}")
+            st = path.lstat()
+            pid = int(path.name.split(".")[1])
+        except (OSError, ValueError):
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != owner:
+            continue
+        if _comm(pid) in ("postgres", "postmaster") and _process_uid(pid) == owner:
+            continue   # its server is alive
+        # /dev/shm is sticky: only the owner or root can swap the name between lstat and unlink
+        path.unlink(missing_ok=True)
+        removed.append(f"ring file {path}")
     return removed
 
 
