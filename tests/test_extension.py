@@ -531,13 +531,15 @@ def _start_after(srv: PgServer, plant) -> int:
     """Start srv's postmaster (initdb'd and stopped) as a shell whose pid it keeps: plant(pid) runs
     before the exec, as another local user would who guessed the pid. Returns the pid."""
     sh = subprocess.Popen(["runuser", "-u", "postgres", "--", "sh", "-c",
-                           'echo $$; read go; exec "$0" -D "$1" >>"$2" 2>&1 </dev/null',
+                           'echo $$; read go && exec "$0" -D "$1" >>"$2" 2>&1 </dev/null',
                            str(pg_bindir() / "postgres"), str(srv.data_dir), str(srv.log_file)],
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     pid = int(sh.stdout.readline())
-    plant(pid)
-    sh.stdin.write("go\n")
-    sh.stdin.close()
+    try:
+        plant(pid)
+        sh.stdin.write("go\n")
+    finally:
+        sh.stdin.close()   # without "go": the shell exits
     for _ in range(300):
         try:
             psycopg.connect(srv.conninfo(), connect_timeout=2).close()
