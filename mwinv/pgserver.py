@@ -163,7 +163,8 @@ class PgServer:
         if self.base_dir is None:
             # in mwinv's private directory, owned by postgres, with a record of this process as its
             # owner: `mwinv clean` finds it if this process is killed with -9
-            self.base_dir = serverdir.new_server_dir("pg", self.name, *((pw.pw_uid, pw.pw_gid) if pw else ()))
+            owner = (pw.pw_uid, pw.pw_gid) if pw else (None, None)
+            self.base_dir = serverdir.new_server_dir("pg", self.name, *owner, cgroup=self.cgroup)
         else:
             self.base_dir.mkdir(parents=True, exist_ok=True)
         self._owns_base = True

@@ -22,6 +22,7 @@ import signal
 import stat
 from pathlib import Path
 
+from mwinv.cgroup import CGROUP_V1_ROOT, remove_group
 from mwinv.errors import MwinvError
 
 ROOT_ENV = "MWINV_STATE_DIR"
@@ -106,14 +107,17 @@ def _boot_id() -> str:
 
 
 # ---- server directories
-def new_server_dir(kind: str, name: str, uid: int | None = None, gid: int | None = None) -> Path:
-    """A fresh directory for a server of `kind` named `name`, owned by uid:gid, mode 0700; its owner
-    record (this process) is written first, so no directory exists that clean cannot attribute."""
+def new_server_dir(kind: str, name: str, uid: int | None = None, gid: int | None = None,
+                   cgroup=None) -> Path:
+    """A fresh directory for a server of `kind` named `name`, owned by uid:gid, mode 0700. Its record
+    (this process as owner, the groups of its mwinv.cgroup.Cgroup) is written first, so no directory
+    exists that clean cannot attribute."""
     if kind not in KINDS or not NAME_RE.fullmatch(name):
         raise MwinvError(f"server name {name!r}: letters, digits, '_', '.', '-' only")
     d = servers_dir()
     stem = f"{kind}-{name}-{secrets.token_hex(4)}"
-    write_record(d / f"{stem}.json", {"kind": kind, "owner": owner_stamp()}, exclusive=True)
+    groups = [str(cgroup.path(c)) for c in cgroup.controllers()] if cgroup else []
+    write_record(d / f"{stem}.json", {"kind": kind, "owner": owner_stamp(), "cgroups": groups}, exclusive=True)
     base = d / stem
     os.mkdir(base, 0o700)
     if uid is not None:
@@ -177,6 +181,9 @@ def clean_servers(select_server) -> list[str]:
             stop_orphan(base)
             remove_server_dir(base)
             removed.append(f"server {base}")
+            for group in record.get("cgroups") or []:
+                if Path(group).parent.name == "mwinv" and Path(group).parents[2] == CGROUP_V1_ROOT:
+                    remove_group(Path(group))
     return removed
 
 

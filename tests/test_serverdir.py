@@ -148,31 +148,34 @@ def test_the_check_knows_a_real_mariadbd(mariadb_server):
     os.close(fd)
 
 
-def _server_of(pid: int, timeout_s: float = 120) -> Path:
-    """The server directory owned by process pid, once its postmaster accepts connections."""
+def _server_of(pid: int, timeout_s: float = 120) -> tuple[Path, dict]:
+    """The server directory owned by process pid and its record, once its postmaster accepts
+    connections."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for base, record in serverdir.server_records():
             pid_file = base / "data" / "postmaster.pid"
             # initdb's standalone backend writes a negative pid; the postmaster, once up, "ready"
             if (record.get("owner") or {}).get("pid") == pid and pid_file.exists() and "ready" in pid_file.read_text():
-                return base
+                return base, record
         time.sleep(0.2)
     raise AssertionError(f"process {pid} started no server in {serverdir.servers_dir()}")
 
 
 def test_a_killed_tpch_leaves_a_server_that_clean_removes():
-    proc = subprocess.Popen([MWINV, "tpch", "--scale", "0.01", "--queries", "1"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([MWINV, "tpch", "--scale", "0.01", "--queries", "1", "--memory-mb", "256"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        base = _server_of(proc.pid)
+        base, record = _server_of(proc.pid)
         postmaster = int((base / "data" / "postmaster.pid").read_text().split()[0])
     finally:
         proc.kill()
         proc.wait()
     assert pid_alive(postmaster), "the server did not outlive its mwinv"
+    assert record["cgroups"] and all(Path(g).is_dir() for g in record["cgroups"])
     out = _mwinv("clean")
     assert out.returncode == 0, out.stderr
     assert f"server {base}" in out.stdout.splitlines(), out.stdout
     assert not pid_alive(postmaster)
     assert not base.exists() and not base.with_suffix(".json").exists()
+    assert not any(Path(g).exists() for g in record["cgroups"])

@@ -90,7 +90,7 @@ class MariaDBServer:
         elif port_in_use(self.port):
             raise MwinvError(f"port {self.port} is in use")
         # mwinv's private directory, owned by mysql; `mwinv clean` finds it if this process is killed
-        self.base_dir = serverdir.new_server_dir("maria", self.name, user.pw_uid, user.pw_gid)
+        self.base_dir = serverdir.new_server_dir("maria", self.name, user.pw_uid, user.pw_gid, self.cgroup)
         track(self)
         try:
             self._run(["mariadb-install-db", "--no-defaults", f"--datadir={self.data_dir}", "--user=mysql",
