@@ -10,6 +10,7 @@ or `record_capture(...)`, which also waits for --duration, Ctrl-C or a command t
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
@@ -25,7 +26,7 @@ from mwinv.engines.postgresql.kernel import POSTGRESQL
 from mwinv.errors import MwinvError
 from mwinv.kernel_trace.parse import parse_trace
 from mwinv.kernel_trace.perf import perf_to_capture
-from mwinv.kernel_trace.recorder import KernelRecorder, RecorderConfig, default_events, descendants
+from mwinv.kernel_trace.recorder import OWNER, KernelRecorder, RecorderConfig, assemble, default_events, descendants
 from mwinv.kernel_trace.sampler import Sampler, block_sequentiality
 from mwinv.kernel_trace.tracefs import pid_alive, tracefs_root
 
@@ -193,6 +194,7 @@ class NodeCapture:
         skipped = self.summary["skipped"]
         self.capture.create(capture_kind="node", clock_source="mono")
         node_info = {"clock": "mono", "kernel": " ".join(os.uname()[:3]), "postmaster_pid": self.postmaster_pid,
+                     "engine": self.engine.name, "sample_interval_s": self.sample_interval_s if self.sample else None,
                      "software": _software_versions(self.postmaster_pid), "start_ns": time.monotonic_ns(),
                      "wall_minus_mono_start": wall_minus_mono()}
         self._update_node(node_info)
@@ -299,34 +301,84 @@ class NodeCapture:
         self.capture.update_manifest(nodes={self.node: {**nodes.get(self.node, {}), **info}})
 
     def _parse(self) -> None:
-        kdir = self.capture.path / "kernel" / self.node
         self.progress("parsing the kernel trace")
-        res = parse_trace(kdir / "trace.dat", self.capture, self.node, procs_file=kdir / "procs.json",
-                          role=self.engine.role)
-        self.summary["parse"] = res.__dict__
-        if (kdir / "unfiltered.dat").exists():   # block completions, from every task's context
-            done = parse_trace(kdir / "unfiltered.dat", self.capture, self.node, processes=False)
-            self.summary["parse_unfiltered"] = done.__dict__
-        windows = self.summary["recorder"].get("windows") or []
-        if windows:
-            self.capture.write_part("trace_window", [{"node": self.node, "lo": lo, "hi": hi} for lo, hi in windows],
-                                    node=self.node)
-        if res.fault:
-            self.summary["skipped"]["trace_tail"] = res.fault
-        seq = block_sequentiality(self.capture.read("kernel_event"), self.node,
-                                  int(self.sample_interval_s * 1e9))
-        if seq.num_rows:
-            self.capture.write_part("node_sample", seq, node=self.node)
-        if (kdir / "perf.data").exists():
-            procs = self.capture.read("process").to_pylist()
-            pids = {p["pid"] for p in procs if p["node"] == self.node}
-            self.summary["perf_samples"] = perf_to_capture(kdir / "perf.data", self.capture, self.node, pids)
+        done = parse_kernel(self.capture, self.node, self.engine.role, self.sample_interval_s,
+                            self.summary["recorder"].get("windows") or [])
+        if "trace_tail" in done:
+            self.summary["skipped"]["trace_tail"] = done.pop("trace_tail")
+        self.summary.update(done)
 
     def __enter__(self) -> "NodeCapture":
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def parse_kernel(capture: Capture, node: str, role, sample_interval_s: float, windows: list) -> dict:
+    """Parse what a node's recorder assembled in kernel/<node>/ into the capture's tables (events, stacks,
+    processes, traced windows, the disk's sequentiality, perf's CPU samples); returns the summary's
+    entries: parse, parse_unfiltered, perf_samples, and trace_tail (a fault that cut the trace short)."""
+    kdir = capture.path / "kernel" / node
+    res = parse_trace(kdir / "trace.dat", capture, node, procs_file=kdir / "procs.json", role=role)
+    out: dict = {"parse": res.__dict__}
+    if (kdir / "unfiltered.dat").exists():   # block completions, from every task's context
+        out["parse_unfiltered"] = parse_trace(kdir / "unfiltered.dat", capture, node, processes=False).__dict__
+    if windows:
+        capture.write_part("trace_window", [{"node": node, "lo": lo, "hi": hi} for lo, hi in windows], node=node)
+    if res.fault:
+        out["trace_tail"] = res.fault
+    seq = block_sequentiality(capture.read("kernel_event"), node, int(sample_interval_s * 1e9))
+    if seq.num_rows:
+        capture.write_part("node_sample", seq, node=node)
+    if (kdir / "perf.data").exists():
+        pids = {p["pid"] for p in capture.read("process").to_pylist() if p["node"] == node}
+        out["perf_samples"] = perf_to_capture(kdir / "perf.data", capture, node, pids)
+    return out
+
+
+def recover_kernel(capture: Capture, progress: Callable[[str], None] | None = None) -> None:
+    """Assemble and parse the raw kernel pages a capture that did not stop left in kernel/<node>/ (killed,
+    or interrupted). What could not be parsed, and what a killed recorder did not record, go into the
+    node's manifest (kernel_unparsed, kernel_recovered), which the correlation warns of. The pages of a
+    recorder still running are left alone."""
+    from mwinv.engines.mariadb.kernel import MARIADB
+
+    for kdir in sorted(capture.path.glob("kernel/*/formats.json")):
+        kdir, node = kdir.parent, kdir.parent.name
+        if not any(kdir.glob("cpu*.raw")):
+            continue
+        try:
+            owner = int((kdir / OWNER).read_text())
+            if owner != os.getpid() and pid_alive(owner):
+                continue
+        except (OSError, ValueError):
+            pass
+        info = capture.manifest().get("nodes", {}).get(node, {})
+        killed = not (kdir / "recorder.json").exists()
+        try:
+            rec = {} if killed else json.loads((kdir / "recorder.json").read_text())
+            if progress:
+                progress(f"assembling the kernel pages node {node}'s capture left unparsed")
+            assemble(kdir, kdir / "trace.dat")
+            if (kdir / "unfiltered" / "formats.json").exists():
+                assemble(kdir / "unfiltered", kdir / "unfiltered.dat")
+        except (MwinvError, OSError, ValueError) as exc:
+            capture.update_manifest(nodes={node: {**info, "kernel_unparsed": (
+                f"kernel trace not parsed: {kdir} holds the raw pages of a capture that did not stop ({exc})")}})
+            continue
+        engine = MARIADB if info.get("engine") == MARIADB.name else POSTGRESQL
+        if progress:
+            progress(f"parsing node {node}'s kernel trace")
+        done = parse_kernel(capture, node, engine.role, info.get("sample_interval_s") or 1.0, rec.get("windows") or [])
+        info = {k: v for k, v in capture.manifest().get("nodes", {}).get(node, {}).items() if k != "kernel_unparsed"}
+        info["skipped"] = {k: v for k, v in (info.get("skipped") or {}).items() if k != "kernel_parse"}
+        if "trace_tail" in done:
+            info["skipped"]["trace_tail"] = done["trace_tail"]
+        if killed:
+            info["kernel_recovered"] = ("kernel trace parsed from the raw pages of a killed capture: its processes' "
+                                        "roles and traced windows were not recorded")
+        capture.update_manifest(nodes={node: info})
 
 
 def wait_for_end(duration_s: float | None = None, command: list[str] | None = None,

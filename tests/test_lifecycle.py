@@ -4,13 +4,31 @@ said like a missing one."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
+
 from mwinv.capture.tables import SCHEMAS, Capture, empty_table
+from mwinv.kernel_trace.tracefs import TRACEFS_CANDIDATES
 
 BIN = Path(sys.executable).parent
+kernel = pytest.mark.skipif(os.geteuid() != 0 or not any((r / "instances").is_dir() for r in TRACEFS_CANDIDATES),
+                            reason="kernel tracing needs root and tracefs")
+
+
+def _started(proc: subprocess.Popen, line_start: str) -> list[str]:
+    """Progress lines (stderr) up to the one beginning with line_start."""
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if line.startswith(line_start):
+            return lines
+    raise AssertionError(f"no {line_start!r} line: {lines}")
 
 
 def test_empty_statement_table_warns_like_a_missing_one(tmp_path):
@@ -22,3 +40,39 @@ def test_empty_statement_table_warns_like_a_missing_one(tmp_path):
     assert empty.returncode == 0, empty.stderr
     assert "top 0 statements" in empty.stdout
     assert "warning: table statement: empty (1 parts, no rows)" in " ".join(empty.stderr.split()), empty.stderr
+
+
+@pytest.mark.kernel
+@kernel
+def test_kill9_capture_is_finished_by_the_next_correlation(tpch_pg, tmp_path):
+    """The statements come back from the spool, and the kernel events from the raw per-CPU pages: the
+    statements' time is attributed, not all `not_allocated`."""
+    from mwinv.workloads import runner
+
+    out = tmp_path / "cap"
+    proc = subprocess.Popen([BIN / "mwinv-trace", "capture", str(out), "--conninfo", tpch_pg.conninfo("tpch"),
+                             "--interval", "0.2"], stderr=subprocess.PIPE, text=True)
+    try:
+        _started(proc, "sampling every")
+        for _ in range(3):
+            runner.run_queries(tpch_pg, [1, 6])
+        time.sleep(1)   # the readers move whole pages every 0.1 s: the last partial page of each CPU is lost
+    finally:
+        proc.kill()
+        proc.wait()
+    assert list((out / "kernel").glob("*/cpu*.raw")) and not Capture(out).has("kernel_event")
+    r = subprocess.run([BIN / "mwinv-correlate", str(out), "--format", "json", "--top-sql", "20"],
+                       capture_output=True, text=True)
+    subprocess.run([BIN / "mwinv-trace", "clean"], capture_output=True)   # the killed run's trace instances
+    assert r.returncode == 0, r.stderr
+    assert "kernel trace parsed from the raw pages of a killed capture" in " ".join(r.stderr.split()), r.stderr
+    assert Capture(out).has("kernel_event") and not list((out / "kernel").glob("*/cpu*.raw"))
+    rows = {s["text"]: s for s in json.loads(r.stdout)}
+    for q in (1, 6):
+        from mwinv.workloads import tpch
+
+        s = next(v for t, v in rows.items() if t.strip().rstrip(";") == tpch.query_sql(q).strip().rstrip(";"))
+        assert s["calls"] >= 3
+        # its CPU time is seen (before the fix, every statement was 100 % not allocated)
+        assert s["components"]["cpu_user"] + s["components"]["cpu_sys"] > 0.3 * s["total_ns"], (q, s["components"])
+

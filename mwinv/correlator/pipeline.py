@@ -53,7 +53,10 @@ def correlate(capture_dir: str | Path, write: bool = True, progress=None, node: 
     cluster view from every node's."""
     from mwinv.engines.postgresql.reader import recover_spooled
 
+    from mwinv.node_capture import recover_kernel
+
     recover_spooled(Capture(capture_dir), progress)   # statements a killed capture left unconverted
+    recover_kernel(Capture(capture_dir), progress)    # and its kernel pages
     db = open_capture(capture_dir, nodes=[node] if node else None)
     if not db.has("statement"):
         return db

@@ -60,6 +60,9 @@ BUDGET_AVERAGE_S = 5.0
 OVERLOAD = 4
 MIN_DUTY = 0.01
 UP_MARGIN = 0.8   # trace more again only when the budget holds with this margin (no flapping)
+# The recording process's pid, in the output directory while it records: raw pages without a live owner
+# are a killed capture's, for the next correlation to parse (node_capture.recover_kernel)
+OWNER = "recording.pid"
 # Statements whose median is longer than this share of a window keep every event: a window covers few
 # of them whole, and one it does not cover has no kernel side at all (TPC-H's long queries)
 LONG_STATEMENT = 0.1
@@ -191,6 +194,7 @@ class KernelRecorder:
         root = tracefs_root()
         self.removed_stale = clean_stale(root)
         self.out.mkdir(parents=True, exist_ok=True)
+        _own(self.out)
         self.instance = inst = Instance.create(root)
         try:
             self._configure(root, inst)
@@ -610,6 +614,13 @@ class KernelRecorder:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _own(out: Path) -> None:
+    (out / OWNER).unlink(missing_ok=True)   # a finished or killed run's
+    fd = os.open(out / OWNER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(str(os.getpid()))
 
 
 def assemble(raw_dir: Path, out: Path) -> Path:
