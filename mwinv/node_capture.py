@@ -33,6 +33,7 @@ from mwinv.kernel_trace.tracefs import pid_alive, tracefs_root
 WATCH_S = 0.2           # how often a capture checks that its server still runs
 # server settings the advice reads from the manifest
 RESTART_WAIT_S = 60.0   # how long a capture with a data directory waits for its server to come back
+INTERRUPTED = "the capture was interrupted: the next mwinv-correlate parses its raw kernel pages"
 
 
 def _software_versions(postmaster_pid: int | None) -> dict:
@@ -244,11 +245,18 @@ class NodeCapture:
             raise
         return self
 
-    def stop(self) -> dict:
-        """Stop everything (state restored first), then parse the trace into the tables."""
+    def halt(self) -> None:
+        """The kernel's tracing state restored (Ctrl-C and SIGTERM wait until it is); the rest stops in stop()."""
+        if self.recorder is not None:
+            self.recorder.halt()
+
+    def stop(self, finish: bool = True) -> dict:
+        """Stop everything (state restored first), then parse the trace into the tables (finish=False, an
+        interrupted capture: not now, that is the next correlation's, recover_kernel)."""
         if not self._started:
             return self.summary
         self._started = False
+        self.halt()   # first: a signal during the slower steps below must find nothing left to restore
         errors = []
         for what, part in (("statements", self.drainer), ("sampler", self.sampler), ("kernel", self.recorder)):
             if part is None:
@@ -256,7 +264,7 @@ class NodeCapture:
             try:
                 if what == "statements" and getattr(part, "spooling", False):
                     self.progress("converting the statement records spooled during the capture")
-                result = part.stop()
+                result = part.stop(assemble_trace=finish) if what == "kernel" else part.stop()
                 if what == "statements":
                     self.summary["statements_before_capture"] = part.before_capture
                     if part.began_full:
@@ -273,7 +281,9 @@ class NodeCapture:
         if self.summary.get("statements_dropped"):
             self._update_node({"statements_lost": f"{self.summary['statements_dropped']:,} statement records "
                                "dropped: the extension's ring was full (raise mwinv.buffer_size)"})
-        if self.recorder is not None and "recorder" in self.summary:
+        if self.recorder is not None and "recorder" in self.summary and not finish:
+            self.summary["skipped"]["kernel_parse"] = INTERRUPTED
+        elif self.recorder is not None and "recorder" in self.summary:
             self._parse()
             if self.from_probes:
                 self.summary["statements_from_probes"] = self.engine.statements_from_probes(self.capture, self.node)
@@ -311,8 +321,8 @@ class NodeCapture:
     def __enter__(self) -> "NodeCapture":
         return self.start()
 
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def __exit__(self, exc_type, *_) -> None:
+        self.stop(finish=exc_type is not KeyboardInterrupt)
 
 
 def parse_kernel(capture: Capture, node: str, role, sample_interval_s: float, windows: list) -> dict:

@@ -28,6 +28,12 @@ def install_signal_handlers() -> None:
         signal.signal(signal.SIGTERM, _raise_interrupt)
 
 
+def _ignore_signals() -> None:
+    """Once interrupted and cleaned up, a further Ctrl-C or SIGTERM would only turn the exit into a traceback."""
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_IGN)
+
+
 @contextlib.contextmanager
 def status_line(console: Console, first: str) -> Iterator[Callable[[str], None]]:
     """A live status line on a terminal; elsewhere (logs, pipes) one printed line per new step, and
@@ -55,6 +61,7 @@ def run_main(command: click.Command, prog: str) -> None:
     try:
         command.main(prog_name=prog, standalone_mode=False)
     except click.exceptions.Abort:
+        _ignore_signals()
         click.echo(f"{prog}: interrupted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
@@ -64,6 +71,7 @@ def run_main(command: click.Command, prog: str) -> None:
         click.echo(f"{prog}: error: {exc}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
+        _ignore_signals()
         click.echo(f"{prog}: interrupted", err=True)
         sys.exit(130)
     except BrokenPipeError:

@@ -29,6 +29,7 @@ from mwinv import serverdir
 from mwinv.errors import MwinvError
 from mwinv.kernel_trace.tracefs import clean_stale
 from mwinv.pgserver import PgServer
+from mwinv.signals import held
 from mwinv.workloads import tpch
 
 TAG_RE = re.compile(r"[0-9a-f]{6}")
@@ -219,14 +220,16 @@ class Cluster:
         self._say(f"links: +{self.node_caps.link_latency_ms:g} ms each way (relays on the host)")
 
     def down(self) -> None:
-        """Stop the servers, remove their cgroups, links, bridge and namespaces and the state file."""
-        for relay in self.relays:
-            relay.stop()
-        for server in self.servers.values():
-            server.stop()
-        self.net.remove()
-        _remove_cgroups(self._state["cgroups"])
-        self.state_file.unlink(missing_ok=True)
+        """Stop the servers, remove their cgroups, links, bridge and namespaces and the state file (Ctrl-C and
+        SIGTERM wait until all are gone)."""
+        with held():
+            for relay in self.relays:
+                relay.stop()
+            for server in self.servers.values():
+                server.stop()
+            self.net.remove()
+            _remove_cgroups(self._state["cgroups"])
+            self.state_file.unlink(missing_ok=True)
 
     def __enter__(self) -> "Cluster":
         return self.up()

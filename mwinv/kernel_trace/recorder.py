@@ -26,6 +26,7 @@ from mwinv.kernel_trace import perf as perf_mod
 from mwinv.kernel_trace.tracedat import write_tracedat
 from mwinv.kernel_trace.tracefs import Instance, add_uprobe, clean_stale, new_uprobe_group, remove_uprobe, tracefs_root
 from mwinv.kernel_trace.usdt import ProbeSet, string_fetcharg, uprobe_target, usdt_probes
+from mwinv.signals import held
 
 # sched_waking runs in the waker's context; sched_wakeup, for a task woken on another CPU, runs there in
 # the interrupt that queued it (pid 0): only sched_waking names who released a lock.
@@ -173,6 +174,7 @@ class KernelRecorder:
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._reading = False   # the per-CPU readers were started: there are pages to assemble
+        self._halted = False
         self._errors: list[str] = []
         self.windows: list[list[int | None]] = []   # [on, off] on the trace's clock: when events were all on
         self.off: list[list[int | None]] = []       # [off, on]: when they were all off (switching takes time)
@@ -199,7 +201,8 @@ class KernelRecorder:
         try:
             self._configure(root, inst)
         except BaseException:
-            self._teardown()
+            with held():
+                self._teardown()
             raise
         return self
 
@@ -543,33 +546,47 @@ class KernelRecorder:
             out.write(data)
 
     # ------------------------------------------------------------ stop
-    def stop(self) -> dict:
-        """Stop, restore the tracing state, write trace.dat; returns the recorder's summary."""
-        try:
-            end = time.monotonic_ns()
-            for inst in (self.instance, self.unfiltered):
-                if inst and inst.path.exists():
-                    try:
-                        inst.write("tracing_on", "0")
-                    except MwinvError as exc:
-                        self._errors.append(str(exc))
-            self._stop.set()
-            for t in self._threads:
-                t.join(30)
-            for w in self.windows:   # the window open when tracing stopped
-                w[1] = w[1] or end
-            self.windows = [w for w in self.windows if w[0] < w[1]]
+    def halt(self) -> None:
+        """Tracing off, the readers done and the tracing state restored (idempotent); Ctrl-C and SIGTERM
+        wait until it is. The pages stay in the raw files until stop() assembles them."""
+        with held():
+            if self._halted:
+                return
+            self._halted = True
             try:
-                self._follow()     # processes that started since the last pass
-            except Exception as exc:
-                self._errors.append(f"following pids: {exc}")
-        finally:
-            self._teardown()
+                self._stop_reading()
+            finally:
+                self._teardown()
+
+    def _stop_reading(self) -> None:
+        end = time.monotonic_ns()
+        for inst in (self.instance, self.unfiltered):
+            if inst and inst.path.exists():
+                try:
+                    inst.write("tracing_on", "0")
+                except MwinvError as exc:
+                    self._errors.append(str(exc))
+        self._stop.set()
+        for t in self._threads:
+            t.join(30)
+        for w in self.windows:   # the window open when tracing stopped
+            w[1] = w[1] or end
+        self.windows = [w for w in self.windows if w[0] < w[1]]
+        try:
+            self._follow()     # processes that started since the last pass
+        except Exception as exc:
+            self._errors.append(f"following pids: {exc}")
+
+    def stop(self, assemble_trace: bool = True) -> dict:
+        """Stop, restore the tracing state, write trace.dat (assemble_trace=False: the raw pages are left
+        to the next correlation); returns the recorder's summary."""
+        self.halt()
         trace = self.out / "trace.dat"
-        if self._reading:
+        if self._reading and assemble_trace:
             assemble(self.out, trace)
-        if self.unfiltered is not None:
+        if self.unfiltered is not None and assemble_trace:
             assemble(self.out / "unfiltered", self.out / "unfiltered.dat")
+        (self.out / OWNER).unlink(missing_ok=True)
         (self.out / "procs.json").write_text(json.dumps(self.procs))
         summary = {"trace": str(trace), "instance": self.instance.name if self.instance else None,
                    "events": self.enabled, "skipped": self.skipped, "tracer": self.tracer,
@@ -598,7 +615,7 @@ class KernelRecorder:
             if inst is None:
                 continue
             try:
-                inst.remove()
+                inst.remove(list(self.triggers) if inst is self.instance else [])   # the only triggers we set
             except (MwinvError, OSError) as exc:   # what follows (our uprobes) is removed all the same
                 self._errors.append(str(exc))
         root = self.instance.root if self.instance else None

@@ -81,12 +81,13 @@ class Instance:
     def has_event(self, event: str) -> bool:
         return (self.path / "events" / event.replace(":", "/") / "enable").exists()
 
-    def remove(self) -> None:
-        remove_instance(self.path)
+    def remove(self, triggers: list[str] | None = None) -> None:
+        remove_instance(self.path, triggers)
 
 
-def remove_instance(path: Path) -> None:
-    """Stop, disable and delete one instance (triggers first: they pin the events)."""
+def remove_instance(path: Path, triggers: list[str] | None = None) -> None:
+    """Stop, disable and delete one instance (triggers first: they pin the events). triggers: the trigger
+    files (relative to the instance) that can hold one, else every event's is read (0.3 s an instance)."""
     if not path.exists():
         return
     for rel, value in (("tracing_on", "0"), ("set_event", ""), ("set_event_pid", "")):
@@ -94,7 +95,7 @@ def remove_instance(path: Path) -> None:
             write(path / rel, value)
         except MwinvError:
             pass
-    for trig in _triggers(path / "events"):
+    for trig in _triggers(path / "events") if triggers is None else (path / t for t in triggers):
         try:
             for line in trig.read_text().splitlines():
                 if line and not line.startswith("#"):
