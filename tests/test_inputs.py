@@ -47,3 +47,60 @@ def test_manifest_not_utf8(tmp_path):
     cap.manifest_path.write_bytes(b'{"format": "\xff"}')
     with pytest.raises(MwinvError, match="manifest.json: byte 12: not UTF-8"):
         cap.manifest()
+
+
+PLAN = {"name": '"p"', "scale": "0.01", "queries": "[1, 6]", "timeout_s": "60"}
+
+
+@pytest.mark.parametrize("line, said", [
+    ('scale = "abc"', 'scale = \'abc\': a positive number'),
+    ("scale = inf", "scale = inf: a positive number"),
+    ('timeout_s = "1m"', "timeout_s = '1m': a positive number of seconds"),
+    ("timeout_s = -5", "timeout_s = -5: a positive number of seconds"),
+    ("queries = [1.7]", "queries = [1.7]: a non-empty list"),
+    ("queries = []", "queries = []: a non-empty list"),
+    ("factors = 3", "factors = 3: a table of factors"),
+    ("[factors]\nnode_cpu = [0]", "[factors] node_cpu: 0 is not a number of CPUs, 0.01 or more"),
+    ("[factors]\nnode_cpu = [-1.0]", "[factors] node_cpu: -1.0 is not a number of CPUs"),
+    ("[factors]\nnode_memory_mb = [0]", "[factors] node_memory_mb: 0 is not a positive integer"),
+    ("[factors]\nlink_mbit = [-100]", "[factors] link_mbit: -100 is not a positive number"),
+    ("[factors]\nlink_latency_ms = [-5]", "[factors] link_latency_ms: -5 is not a number of ms, 0 or more"),
+    ("[factors]\nstreams = [0]", "[factors] streams: 0 is not an integer from 1 to 64"),
+    ("[factors]\nnodes = [true]", "[factors] nodes: True is not an integer"),
+    ("[factors]\ncold = [1]", "[factors] cold: 1 is not true or false"),
+])
+def test_plan_value_out_of_its_domain(tmp_path, line, said):
+    from mwinv.experiment.plan import load_plan
+
+    key = line.split(" ")[0]
+    top = "".join(f"{k} = {v}\n" for k, v in PLAN.items() if k != key)
+    body = top + line + "\n" if line.startswith(("[", "factors")) else top + line + "\n[factors]\nnodes = [1]\n"
+    plan = tmp_path / "plan.toml"
+    plan.write_text(body)
+    with pytest.raises(MwinvError) as err:
+        load_plan(plan)
+    assert str(err.value).startswith(f"{plan}: {said}"), err.value
+
+
+def test_example_plans_load():
+    from mwinv.experiment.plan import load_plan
+
+    for p in (Path(__file__).parent.parent / "examples" / "plans").glob("*.toml"):
+        assert load_plan(p).cells()
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--scale", "0"], "scale factor must be a finite number > 0, got 0"),
+    (["--scale", "inf"], "scale factor must be a finite number > 0, got inf"),
+    (["--node-cpu", "-1"], "--node-cpu: -1.0 is not a number of CPUs, 0.01 or more"),
+])
+def test_cluster_up_refuses_a_bad_value_before_any_server_starts(args, said):
+    """The refusal comes first: before the fix, `--scale 0` started the network and every server and
+    was refused when the data was generated."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([str(Path(sys.executable).parent / "mwinv"), "cluster", "up", *args],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip() == f"mwinv: error: {said}", r.stderr
+    assert "server" not in r.stdout + r.stderr

@@ -42,7 +42,14 @@ def up(nodes, scale, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit
       mwinv cluster up --nodes 2 --scale 0.01
     """
     from mwinv.cluster.harness import Cluster, NodeCaps
+    from mwinv.experiment.plan import check_level
 
+    tpch.check_scale(scale)   # before any server starts: generating the data refused it after
+    for option, factor, value in (("--node-cpu", "node_cpu", node_cpu), ("--node-memory-mb", "node_memory_mb",
+                                  node_memory_mb), ("--node-read-mbps", "node_read_mbps", node_read_mbps),
+                                  ("--link-mbit", "link_mbit", link_mbit)):
+        if value is not None:
+            check_level(option, factor, value)
     console = progress_console()
     caps = NodeCaps(cpu=node_cpu, memory_mb=node_memory_mb, read_mbps=node_read_mbps, link_mbit=link_mbit)
     cl = Cluster(nodes=nodes, scale=scale, scheme=scheme, node_caps=caps, progress=console.log).up()

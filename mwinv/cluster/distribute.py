@@ -49,6 +49,8 @@ def read_toml(p: Path) -> dict:
         return tomllib.loads(p.read_text())
     except OSError as exc:
         raise MwinvError(f"{p}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise MwinvError(f"{p}: byte {exc.start}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise MwinvError(f"{p}: {exc}") from None
 
@@ -78,9 +80,12 @@ def scheme_from_file(path: str | Path) -> Scheme:
             raise MwinvError(f"{p}: [partitioned] {table} = {key!r}: no such column (one of "
                              f"{', '.join(_columns(table))})")
     parts = data.get("parts")
-    if parts is not None and (not isinstance(parts, int) or not 1 <= parts <= 64):
+    if parts is not None and (type(parts) is not int or not 1 <= parts <= 64):   # true is an int to Python
         raise MwinvError(f"{p}: parts = {parts!r}: an integer from 1 to 64")
-    return Scheme(str(data.get("name", p.stem)), dict(part), parts)
+    name = data.get("name", p.stem)
+    if not isinstance(name, str) or not name:
+        raise MwinvError(f"{p}: name = {name!r}: a string")
+    return Scheme(name, dict(part), parts)
 
 
 def resolve_scheme(spec: "str | Scheme") -> Scheme:

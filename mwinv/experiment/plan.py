@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,37 +78,84 @@ class Plan:
         return [n for n, v in self.factors.items() if len(v) > 1]
 
 
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _integer(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+# Each factor's levels: a test and what it says when a level fails it (None, where the factor's
+# default is None, is written by leaving the factor out). A CPU quota below 0.01 became 0.01 (the
+# cgroup's least quota, 1 ms a 100 ms period); a memory cap of 0 was no cap at all.
+LEVELS = {
+    "nodes": (lambda v: _integer(v) and 1 <= v <= MAX_DATA_NODES, f"an integer from 1 to {MAX_DATA_NODES}"),
+    "scheme": (lambda v: isinstance(v, str) and v != "", "a scheme name or a scheme file"),
+    "node_cpu": (lambda v: _number(v) and v >= 0.01, "a number of CPUs, 0.01 or more"),
+    "node_memory_mb": (lambda v: _integer(v) and v >= 1, "a positive integer (MB)"),
+    "node_read_mbps": (lambda v: _number(v) and v > 0, "a positive number (MB/s)"),
+    "link_mbit": (lambda v: _number(v) and v > 0, "a positive number (Mbit/s)"),
+    "link_latency_ms": (lambda v: _number(v) and v >= 0, "a number of ms, 0 or more"),
+    "parallel_workers": (lambda v: _integer(v) and 0 <= v <= 1024, "an integer from 0 to 1024"),
+    "streams": (lambda v: _integer(v) and 1 <= v <= 64, "an integer from 1 to 64"),
+    "cold": (lambda v: isinstance(v, bool), "true or false"),
+}
+
+
+def check_level(where: str, factor: str, value) -> None:
+    """A one-line error, `where` first, if `value` is not a level of `factor`."""
+    test, what = LEVELS[factor]
+    if not test(value):
+        raise MwinvError(f"{where}: {value!r} is not {what}")
+
+
 def load_plan(path: str | Path) -> Plan:
+    """The plan in `path`, every value checked before anything starts: a value of the wrong type or
+    out of its factor's domain is a one-line error naming the file and the key."""
     p = Path(path)
     data = read_toml(p)
     unknown = set(data) - {"name", "scale", "queries", "repetitions", "timeout_s", "factors"}
     if unknown:
         raise MwinvError(f"{p}: unknown key {sorted(unknown)[0]!r}")
-    factors = data.get("factors") or {}
-    for name, levels in factors.items():
-        if name not in FACTORS:
-            raise MwinvError(f"{p}: [factors] {name}: unknown factor (one of {', '.join(FACTORS)})")
-        if not isinstance(levels, list) or not levels:
-            raise MwinvError(f"{p}: [factors] {name}: a non-empty list of levels")
-    for n in factors.get("nodes", []):
-        if not isinstance(n, int) or not 1 <= n <= MAX_DATA_NODES:
-            raise MwinvError(f"{p}: [factors] nodes: {n!r} is not 1 to {MAX_DATA_NODES}")
-    if "scheme" in factors:
-        resolved = []
-        for s in factors["scheme"]:
-            spec = str(s)
-            if spec.endswith(".toml") and not Path(spec).is_absolute():
-                spec = str(p.parent / spec)
-            resolve_scheme(spec)            # an unknown scheme fails here, before any cluster starts
-            resolved.append(spec)
-        factors["scheme"] = resolved
+
+    def check(ok: bool, key: str, value, what: str) -> None:
+        if not ok:
+            raise MwinvError(f"{p}: {key} = {value!r}: {what}")
+
+    name = data.get("name", p.stem)
+    check(isinstance(name, str) and name != "", "name", name, "a string")
+    scale = data.get("scale", 0.01)
+    check(_number(scale) and scale > 0, "scale", scale, "a positive number (the TPC-H scale factor)")
+    timeout = data.get("timeout_s", 60)
+    check(_number(timeout) and timeout > 0, "timeout_s", timeout, "a positive number of seconds")
+    reps = data.get("repetitions", 1)
+    check(_integer(reps) and reps >= 1, "repetitions", reps, "a positive integer")
     queries = data.get("queries", "all")
+    check(isinstance(queries, str) or (isinstance(queries, list) and queries and all(map(_integer, queries))),
+          "queries", queries, 'a non-empty list of query numbers, or a list like "1-6,12" or "all"')
     try:
         numbers = tpch.parse_query_list(queries) if isinstance(queries, str) else tpch.check_queries(queries)
     except MwinvError as exc:
         raise MwinvError(f"{p}: queries: {exc}") from None
-    reps = data.get("repetitions", 1)
-    if not isinstance(reps, int) or reps < 1:
-        raise MwinvError(f"{p}: repetitions = {reps!r}: a positive integer")
-    return Plan(p, str(data.get("name", p.stem)), tpch.check_scale(float(data.get("scale", 0.01))), numbers, reps,
-                float(data.get("timeout_s", 60)), factors)
+    factors = data.get("factors", {})
+    check(isinstance(factors, dict), "factors", factors, "a table of factors ([factors])")
+    for name_, levels in factors.items():
+        if name_ not in FACTORS:
+            raise MwinvError(f"{p}: [factors] {name_}: unknown factor (one of {', '.join(FACTORS)})")
+        if not isinstance(levels, list) or not levels:
+            raise MwinvError(f"{p}: [factors] {name_}: a non-empty list of levels")
+        for v in levels:
+            check_level(f"{p}: [factors] {name_}", name_, v)
+    if "scheme" in factors:
+        resolved = []
+        for spec in factors["scheme"]:
+            if spec.endswith(".toml") and not Path(spec).is_absolute():
+                spec = str(p.parent / spec)
+            try:
+                resolve_scheme(spec)            # an unknown scheme fails here, before any cluster starts
+            except MwinvError as exc:
+                raise MwinvError(f"{p}: [factors] scheme: {exc}") from None
+            resolved.append(spec)
+        factors["scheme"] = resolved
+    return Plan(p, name, float(scale), numbers, reps, float(timeout), factors)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import functools
 import glob
 import os
+import math
 import re
 from decimal import Decimal
 from pathlib import Path
 
+from mwinv.correlator.load import literal
 from mwinv.errors import MwinvError
 
 TABLES = ("region", "nation", "part", "supplier", "partsupp", "customer", "orders", "lineitem")
@@ -79,8 +81,8 @@ def check_scale(scale: float) -> float:
         scale = float(scale)
     except (TypeError, ValueError):
         raise MwinvError(f"scale factor {scale!r} is not a number") from None
-    if not scale > 0:
-        raise MwinvError(f"scale factor must be > 0, got {scale:g}")
+    if not 0 < scale < math.inf:
+        raise MwinvError(f"scale factor must be a finite number > 0, got {scale:g}")
     return scale
 
 
@@ -128,7 +130,7 @@ def duckdb_tpch():
     import duckdb
 
     con = duckdb.connect(config={"allow_unsigned_extensions": "true", "autoinstall_known_extensions": "false"})
-    con.execute(f"LOAD '{_extension_path()}'")
+    con.execute(f"LOAD {literal(_extension_path())}")
     return con
 
 
@@ -179,7 +181,7 @@ def generate(scale: float, out_dir: Path | None = None, progress=None) -> Path:
     for t in TABLES:
         if progress:
             progress(f"generate {t}")
-        con.execute(f"COPY {t} TO '{out / (t + '.tbl')}' (FORMAT csv, DELIMITER '|', HEADER false)")
+        con.execute(f"COPY {t} TO {literal(out / (t + '.tbl'))} (FORMAT csv, DELIMITER '|', HEADER false)")
     done.write_text(f"{scale}\n")
     return out
 
