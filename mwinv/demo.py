@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from mwinv import privfile
 from mwinv.node_capture import NodeCapture
 from mwinv.correlator import terminal
 from mwinv.calibrate import calibrate, store
@@ -24,7 +25,7 @@ def _fresh(out: str) -> tuple[Path, Path]:
     capture_dir = out_dir / "capture"
     if capture_dir.exists():
         shutil.rmtree(capture_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    privfile.make_dir(out_dir)
     return out_dir, capture_dir
 
 

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mwinv.capture.columns import empty_table, table_from_rows
+from mwinv import privfile
 from mwinv.capture.manifest import check_manifest
 from mwinv.errors import MwinvError
 
@@ -219,7 +220,7 @@ class Capture:
         self.path = Path(path)
 
     def create(self, **manifest) -> "Capture":
-        self.path.mkdir(parents=True, exist_ok=True)
+        privfile.make_dir(self.path)
         with self._manifest_lock():
             m = {"format": "mwinv-capture", "version": 1, "created_wall_ns": time.time_ns(), "nodes": {},
                  **self.manifest(), **manifest}
@@ -230,7 +231,7 @@ class Capture:
     def _manifest_lock(self):
         """Several writers (one per node of a cluster capture) update one manifest: read-modify-write
         under an exclusive lock."""
-        with open(self.path / ".manifest.lock", "a") as f:
+        with privfile.append(self.path / ".manifest.lock") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             yield
 
@@ -252,9 +253,8 @@ class Capture:
             raise MwinvError(f"{self.manifest_path}: cannot read ({exc.strerror})") from None
 
     def write_manifest(self, m: dict) -> None:
-        tmp = self.manifest_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(m, indent=2, sort_keys=True, default=str))
-        tmp.replace(self.manifest_path)  # atomic: a crash never leaves half a manifest
+        with privfile.replacing(self.manifest_path, binary=False, tmp=self.manifest_path.with_suffix(".tmp")) as f:
+            f.write(json.dumps(m, indent=2, sort_keys=True, default=str))
 
     def update_manifest(self, **changes) -> dict:
         with self._manifest_lock():
@@ -285,24 +285,23 @@ class Capture:
         elif isinstance(data, pa.Table):
             data = conform(data, schema)
         d = self.table_dir(table)
-        d.mkdir(parents=True, exist_ok=True)
+        privfile.make_dir(d)
         prefix = node or node_name()
         n = len(list(d.glob(f"{prefix}-*.parquet")))
         path = d / f"{prefix}-{n:05d}.parquet"
-        tmp = path.with_suffix(".tmp")
         # dictionaries only where values repeat (names): tried on every column, they cost a quarter of
         # the writing time of a million statement records and made the file larger
         options = {"compression": CODEC.get(table, "zstd"),
                    "use_dictionary": [f.name for f in schema if pa.types.is_string(f.type)]}
         if delta := [c for c in DELTA_ENCODED.get(table, ()) if c in schema.names]:
             options["column_encoding"] = dict.fromkeys(delta, "DELTA_BINARY_PACKED")
-        if isinstance(data, pa.RecordBatchReader):
-            with pq.ParquetWriter(tmp, schema, **options) as writer:
-                for batch in data:
-                    writer.write_table(conform(pa.Table.from_batches([batch]), schema).cast(schema))
-        else:
-            pq.write_table(data, tmp, **options)
-        tmp.replace(path)
+        with privfile.replacing(path, tmp=path.with_suffix(".tmp")) as f:
+            if isinstance(data, pa.RecordBatchReader):
+                with pq.ParquetWriter(f, schema, **options) as writer:
+                    for batch in data:
+                        writer.write_table(conform(pa.Table.from_batches([batch]), schema).cast(schema))
+            else:
+                pq.write_table(data, f, **options)
         return path
 
     def parts(self, table: str) -> list[Path]:

@@ -10,7 +10,16 @@ from typing import Callable, Iterator
 import click
 from rich.console import Console
 
+from mwinv import privfile
 from mwinv.errors import MwinvError
+
+
+def group_option(command: Callable) -> Callable:
+    """--group: what the command writes (captures, reports) readable by that group, not only by its owner."""
+    return click.option("--group", metavar="GROUP", envvar=privfile.GROUP_ENV, expose_value=False,
+                        callback=lambda ctx, param, value: privfile.set_group(value),
+                        help="share the files written with GROUP (directories 0750, files 0640; default: "
+                             "0700/0600, private to their owner; also $MWINV_GROUP).")(command)
 
 
 def progress_console() -> Console:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from rich.console import Console
 
-from mwinv.cli.common import progress_console, run_main
+from mwinv.cli.common import group_option, progress_console, run_main
 from mwinv.correlator import terminal
 from mwinv.correlator.derive import ADVICE_TABLES, advice_of, derive, node_parts_of
 from mwinv.correlator.pipeline import RANK_BY, correlate, top_statements
@@ -25,6 +25,7 @@ from mwinv.correlator.pipeline import merge as merge_nodes
               help="a second capture to compare with (differential report; needs --report).")
 @click.option("--node", default=None, help="correlate this node's tables only (as it could on that node).")
 @click.option("--merge", is_flag=True, help="the cluster view from every node's own correlation (--node).")
+@group_option
 def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge) -> None:
     """Attribute every statement's wall time in CAPTURE to CPU (user/sys), disk (sequential/random),
     network, lock waits, run queue, other waits and not-allocated time; show the top statements with
@@ -39,6 +40,7 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge) -> N
       mwinv-correlate CAPTURE --query-id -4224445212121 --format json
       mwinv-correlate CAPTURE --format csv > top.csv
       mwinv-correlate CAPTURE --report out/report
+      mwinv-correlate CAPTURE --report out/report --group dba   # the report readable by group dba
       mwinv-correlate after/ --report out/diff --baseline before/
       for n in coord d1 d2; do mwinv-correlate CLUSTER --node $n; done   # each node on its own
       mwinv-correlate CLUSTER --merge --top-sql 5                         # then the cluster view

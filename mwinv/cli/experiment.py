@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from mwinv.cli.common import progress_console
+from mwinv.cli.common import group_option, progress_console
 
 
 @click.group("experiment")
@@ -23,6 +23,7 @@ def experiment_cli() -> None:
 @click.option("-o", "--out", "out", required=True, type=click.Path(file_okay=False),
               help="the experiment's directory: results, a capture per cell, the report.")
 @click.option("--drop-captures", is_flag=True, help="keep only the results of each cell, not its capture.")
+@group_option
 def run_cmd(plan, out, drop_captures) -> None:
     """Run every cell of PLAN (a TOML file: factors and levels, queries, repetitions; see
     examples/plans/) on a fresh cluster each, under a capture of every node; write one results row per
@@ -32,6 +33,7 @@ def run_cmd(plan, out, drop_captures) -> None:
     Examples:
       mwinv experiment run examples/plans/nodes-and-schemes.toml -o out/exp1
       mwinv experiment run examples/plans/memory-sweep.toml -o out/mem --drop-captures
+      mwinv experiment run examples/plans/memory-sweep.toml -o out/mem --group dba   # dba may read it
     """
     from mwinv.experiment.plan import load_plan
     from mwinv.experiment.report import render
@@ -51,6 +53,7 @@ def run_cmd(plan, out, drop_captures) -> None:
 
 @experiment_cli.command("report")
 @click.argument("out", type=click.Path(file_okay=False))
+@group_option
 def report_cmd(out) -> None:
     """Write the report of an experiment directory again (report.md, report.html with charts,
     results.csv, summary.json in OUT/report).

@@ -8,8 +8,9 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from mwinv import privfile
 from mwinv.cli.cluster import clean_cmd, cluster_cli
-from mwinv.cli.common import run_main
+from mwinv.cli.common import group_option, run_main
 from mwinv.cli.experiment import experiment_cli
 from mwinv.cli.mariadb import mariadb_cli
 from mwinv.cli.oracle import oracle_cli
@@ -63,6 +64,7 @@ def tpch_cmd(scale, query_spec, streams, cold, memory_mb, port, check) -> None:
               help="a directory on the filesystem that holds the database (default: CAPTURE itself).")
 @click.option("--link", "links", multiple=True, metavar="[NETNS:]ADDRESS",
               help="a node link to measure (repeatable); default: loopback 127.0.0.1.")
+@group_option
 def calibrate(capture, data_dir, links) -> None:
     """Measure the platform factors of the model (disk rate, random access time, CPU speed, link rate and
     latency) and store them in CAPTURE's manifest under "calibration".
@@ -76,7 +78,7 @@ def calibrate(capture, data_dir, links) -> None:
 
     console = Console()
     target = Path(capture)
-    target.mkdir(parents=True, exist_ok=True)
+    privfile.make_dir(target)
     cal = measure(data_dir or target, list(links) or None, progress=console.log)
     store(target, cal)
     d = cal["disk"]
@@ -96,6 +98,7 @@ def calibrate(capture, data_dir, links) -> None:
               help="data nodes of a cluster (1-4; 0: one server).")
 @click.option("--dbms", type=click.Choice(["postgresql", "mariadb"]), default="postgresql", show_default=True,
               help="the DBMS of the single-server demo.")
+@group_option
 def demo(scale, out, nodes, dbms) -> None:
     """Set up, load TPC-H, run the 22 queries under a capture, show where the time went and what to
     change, and write a report.

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from mwinv.cli.common import progress_console
+from mwinv.cli.common import group_option, progress_console
 
 
 @click.group("mariadb")
@@ -24,6 +24,7 @@ def mariadb_cli() -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("-o", "--out", "out", required=True, type=click.Path(file_okay=False), help="capture directory.")
 @click.option("--node", default="mariadb", show_default=True, help="node name in the tables.")
+@group_option
 def slowlog_cmd(files, out, node) -> None:
     """Read slow query logs (long_query_time=0 for every statement; log_slow_verbosity for more
     counters) into a capture: each entry a statement with its duration, lock time, rows and counters.

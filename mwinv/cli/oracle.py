@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from mwinv.cli.common import progress_console
+from mwinv.cli.common import group_option, progress_console
 from mwinv.errors import MwinvError
 from mwinv.fmt import ms
 
@@ -35,6 +35,7 @@ def _console() -> Console:
 @click.option("--clock-offset", type=float, default=0.0, show_default=True,
               help="seconds the database host's wall clock was ahead of the capture host's.")
 @click.option("--lenient", is_flag=True, help="exit 0 even when lines were malformed or a file was truncated.")
+@group_option
 def import_cmd(files, out, node, pid, clock_offset, lenient) -> None:
     """Read 10046 trace files (sessions, RAC instances) into one capture: one statement per execution,
     the trace's calls, waits and plans; then `mwinv-correlate OUT` attributes them and `mwinv oracle
@@ -237,6 +238,7 @@ def _call_table(rows) -> Table:
 @click.option("--seconds", type=float, default=None, help="trace this long (default: until Ctrl-C).")
 @click.option("-o", "--out", "out", type=click.Path(dir_okay=False), default=None,
               help="where to write the session's trace file, fetched from the server.")
+@group_option
 def trace_cmd(dsn, user, sid, serial, service, module, seconds, out) -> None:
     """Switch the extended SQL trace (waits and binds) on for a session or a service/module, wait, switch
     it off again (also on Ctrl-C and SIGTERM), and fetch the session's trace file from the server

@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from mwinv.cli.common import progress_console, run_main, status_line
+from mwinv.cli.common import group_option, progress_console, run_main, status_line
 from mwinv.errors import MwinvError
 
 
@@ -27,6 +27,7 @@ from mwinv.errors import MwinvError
 @click.option("--interval", "interval_s", default=1.0, show_default=True, help="seconds between samples (>= 0.01).")
 @click.option("--duration", type=float, help="stop after this many seconds.")
 @click.option("--node", help="node name in the tables (default: $MWINV_NODE or the host name).")
+@group_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def cli(capture_dir, postmaster_pid, data_dir, conninfo, interval_s, duration, node, command) -> None:
     from mwinv.engines.postgresql.capture import postmaster_of

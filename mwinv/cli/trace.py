@@ -19,7 +19,7 @@ import time
 import click
 from rich.console import Console
 
-from mwinv.cli.common import progress_console, run_main, status_line
+from mwinv.cli.common import group_option, progress_console, run_main, status_line
 from mwinv.errors import MwinvError
 from mwinv.kernel_trace.recorder import DEFAULT_EVENT_BUDGET, duty_change_text
 
@@ -50,6 +50,7 @@ def cli() -> None:
               help="kernel events/s per CPU: above it, fewer windows are traced (said, and in the "
                    "manifest); 0: no budget.")
 @click.option("--node", help="node name in the tables (default: $MWINV_NODE or the host name).")
+@group_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def capture(capture_dir, postmaster_pid, other_pids, data_dir, conninfo, duration, stacks, page_faults,
             sample_interval_s, no_trace, duty, window_s, event_budget, node, command) -> None:
@@ -62,6 +63,7 @@ def capture(capture_dir, postmaster_pid, other_pids, data_dir, conninfo, duratio
       mwinv-trace capture out/run1 --data-dir /srv/pg15 --stacks -- pgbench -T 20 bench
       mwinv-trace capture out/oltp --data-dir /srv/pg15 --duty 0.1 --duration 600   # 1 s in 10 traced
       mwinv-trace capture out/all --data-dir /srv/pg15 --event-budget 0 --duration 60   # every event
+      mwinv-trace capture out/run1 --pid 4242 --duration 30 --group dba   # readable by group dba
       mwinv-trace capture out/run1 --conninfo "host=/tmp port=5432 dbname=tpch" \\
           -- psql -f q1.sql "host=/tmp port=5432 dbname=tpch"
     """
@@ -122,6 +124,7 @@ def _print_summary(console: Console, capture_dir: str, summary: dict) -> None:
 @click.option("--out", "capture_dir", required=True, type=click.Path(file_okay=False), help="capture directory.")
 @click.option("--node", help="node name in the tables (default: $MWINV_NODE or the host name).")
 @click.option("--procs", type=click.Path(exists=True, dir_okay=False), help="procs.json written by the recorder.")
+@group_option
 def parse(trace, capture_dir, node, procs) -> None:
     """Parse TRACE (trace.dat version 6, or text: raw ftrace / trace-cmd report) into the
     kernel_event, kernel_stack and process tables of a capture directory.

@@ -20,6 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mwinv import privfile
 from mwinv.capture.columns import empty_table
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS, Capture
 from mwinv.correlator import derive as derived
@@ -521,10 +522,10 @@ def render_report(capture: str | os.PathLike | ReportData, out_dir: str | os.Pat
     page = string.Template((TEMPLATES / "report.html").read_text()).substitute(
         title=escape(title), style=(TEMPLATES / "report.css").read_text(), toc=toc, body=body)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    html_path, md_path = out / "report.html", out / "report.md"
-    html_path.write_text(page)
-    md_path.write_text(f"# {title}\n\n" + "".join(f"## {s.title}\n\n{s.md}\n" for s in sections))
+    privfile.make_dir(out)
+    html_path = privfile.write(out / "report.html", page)
+    md_path = privfile.write(out / "report.md",
+                             f"# {title}\n\n" + "".join(f"## {s.title}\n\n{s.md}\n" for s in sections))
     for d in (base, None if data is capture else data):
         if d is not None:
             d.db.con.close()

@@ -8,6 +8,7 @@ CSV and JSON; derived by the SQL steps in `sql/`, rendered here."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from dataclasses import asdict, dataclass
 from html import escape
@@ -15,10 +16,11 @@ from pathlib import Path
 
 import duckdb
 
+from mwinv import privfile
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
 from mwinv.cluster.distribute import resolve_scheme
 from mwinv.correlator import svg
-from mwinv.correlator.load import connect, duck_type
+from mwinv.correlator.load import connect, duck_type, literal
 from mwinv.errors import MwinvError
 from mwinv.experiment.results import NODE_SCHEMA, RESULT_SCHEMA
 from mwinv.fmt import ms
@@ -422,12 +424,15 @@ def render(out: str | Path) -> tuple[Path, Path]:
     out = Path(out)
     s = summarize(out)
     rep = out / "report"
-    rep.mkdir(parents=True, exist_ok=True)
+    privfile.make_dir(rep)
     con = open_results(out)
-    con.execute(f"COPY (SELECT * FROM results ORDER BY cell, query, repetition, stream) TO '{rep / 'results.csv'}' "
+    csv, tmp = rep / "results.csv", rep / "results.csv.tmp"
+    tmp.unlink(missing_ok=True)   # DuckDB writes it: in a directory only we may write to, then made private
+    con.execute(f"COPY (SELECT * FROM results ORDER BY cell, query, repetition, stream) TO {literal(tmp)} "
                 "(HEADER, DELIMITER ',')")
     con.close()
-    (rep / "summary.json").write_text(json.dumps(s, indent=1, default=str))
+    os.replace(privfile.restrict(tmp), csv)
+    privfile.write(rep / "summary.json", json.dumps(s, indent=1, default=str))
     md, html = [f"# Experiment {s['plan'].get('name', out.name)}", ""], []
     md += ["## Cells", "", "| cell | nodes | scheme | cpu | memory MB | read MB/s | link Mbit | link ms | workers | "
            "streams | cold | queries | timeouts | failures |", "|" + "---|" * 14]
@@ -517,12 +522,11 @@ def render(out: str | Path) -> tuple[Path, Path]:
             "The other scheme predicted, then run", _scheme_rule(s), None, ["query", "nodes", "from", "to"],
             [[f"Q{p['query']}", p["nodes"], p["from_scheme"], p["scheme"]] for p in s["scheme_predictions"]],
             s["scheme_predictions"])
-    md_path = rep / "report.md"
-    md_path.write_text("\n".join(md))
-    html_path = rep / "report.html"
-    html_path.write_text("<!doctype html><meta charset='utf-8'><title>mwinv experiment</title>"
-                         "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
-                         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}</style>"
-                         + "<section class='charts'>" + "".join(f"<div>{h}</div>" for h in html) + "</section>"
-                         + "<pre>" + escape("\n".join(md)) + "</pre>")
+    md_path = privfile.write(rep / "report.md", "\n".join(md))
+    html_path = privfile.write(rep / "report.html",
+                               "<!doctype html><meta charset='utf-8'><title>mwinv experiment</title>"
+                               "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
+                               "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}</style>"
+                               + "<section class='charts'>" + "".join(f"<div>{h}</div>" for h in html) + "</section>"
+                               + "<pre>" + escape("\n".join(md)) + "</pre>")
     return html_path, md_path

@@ -15,6 +15,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from mwinv import privfile
 from mwinv.errors import MwinvError
 from mwinv.experiment.plan import Cell, Plan
 from mwinv.experiment.results import NODE_SCHEMA, RESULT_SCHEMA, cell_rows, plan_figures
@@ -30,10 +31,10 @@ def done_cells(out: Path) -> set[str]:
 
 def _write(out: Path, table: str, cell: Cell, rows: list[dict], schema: pa.Schema) -> None:
     d = results_dir(out, table)
-    d.mkdir(parents=True, exist_ok=True)
-    tmp = d / f"{cell.id}.tmp"
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
-    tmp.replace(d / f"{cell.id}.parquet")   # the results part is what marks a cell done: written last
+    privfile.make_dir(d)
+    # the results part is what marks a cell done: written last
+    with privfile.replacing(d / f"{cell.id}.parquet", tmp=d / f"{cell.id}.tmp") as f:
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), f)
 
 
 def cluster_key(cell: Cell) -> tuple:
@@ -60,11 +61,11 @@ def run_plan(plan: Plan, out: str | Path, progress: Callable[[str], None] | None
 
     say = progress or (lambda _: None)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "plan.json").write_text(json.dumps({"name": plan.name, "path": str(plan.path), "scale": plan.scale,
-                                               "queries": plan.queries, "repetitions": plan.repetitions,
-                                               "timeout_s": plan.timeout_s, "factors": plan.factors,
-                                               "schemes": plan.schemes()}, indent=1))
+    privfile.make_dir(out)
+    privfile.write(out / "plan.json", json.dumps({"name": plan.name, "path": str(plan.path), "scale": plan.scale,
+                                                  "queries": plan.queries, "repetitions": plan.repetitions,
+                                                  "timeout_s": plan.timeout_s, "factors": plan.factors,
+                                                  "schemes": plan.schemes()}, indent=1))
     cells = plan.cells()
     done = done_cells(out)
     summary = {"ran": 0, "skipped": len([c for c in cells if c.id in done]), "failed": []}
@@ -159,7 +160,7 @@ def run_cell(plan: Plan, cell: Cell, cluster, out: Path, say,
     else:
         say("calibrate disk and CPU (once per experiment)")
         cal = calibrate(cluster.servers["d1"].data_dir)
-        cal_file.write_text(json.dumps(cal))
+        privfile.write(cal_file, json.dumps(cal))
     d1 = cluster.net.links["d1"]
     cal = {**cal, "links": {d1.address: calibrate_link(f"{d1.netns}:{d1.address}", bulk_mb=8, pings=50)}}
     store(capture_dir, cal)

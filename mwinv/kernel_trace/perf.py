@@ -16,6 +16,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
+from mwinv import privfile
 from mwinv.capture.tables import SCHEMAS, Capture
 from mwinv.errors import MwinvError
 from mwinv.kernel_trace.decode import stack_id_of
@@ -61,7 +62,8 @@ def start_perf(out: Path, freq_hz: int = 99, control: bool = False) -> Perf:
         ours[1], ack_w = os.pipe()
         cmd += ["--control", f"fd:{ctl_r},{ack_w}"]
         theirs = [ctl_r, ack_w]
-    log = open(out.with_suffix(".log"), "w")
+    privfile.create(out).close()   # private: perf truncates it and keeps its mode
+    log = privfile.create(out.with_suffix(".log"), binary=False)
     try:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
                                 pass_fds=theirs)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mwinv import privfile
 from mwinv.errors import MwinvError
 from mwinv.kernel_trace import perf as perf_mod
 from mwinv.kernel_trace.tracedat import write_tracedat
@@ -195,7 +196,7 @@ class KernelRecorder:
     def start(self) -> "KernelRecorder":
         root = tracefs_root()
         self.removed_stale = clean_stale(root)
-        self.out.mkdir(parents=True, exist_ok=True)
+        privfile.make_dir(self.out)
         _own(self.out)
         self.instance = inst = Instance.create(root)
         try:
@@ -231,7 +232,7 @@ class KernelRecorder:
             self.unfiltered.write("trace_clock", "mono")
             self.unfiltered.write("buffer_size_kb", str(max(1024, self.cfg.buffer_kb // 8)))
             events = self._enable(self.unfiltered, unfiltered)
-            (self.out / "unfiltered").mkdir(exist_ok=True)
+            privfile.make_dir(self.out / "unfiltered")
             self._event_formats(root, events, self.out / "unfiltered")
             self.unfiltered.write("tracing_on", "1")
             sources.append((self.unfiltered, self.out / "unfiltered", "unfiltered"))
@@ -341,7 +342,7 @@ class KernelRecorder:
         for ev in events:
             system, name = ev.split(":")
             out.append((system, (root / "events" / system / name / "format").read_text()))
-        (out_dir / "formats.json").write_text(json.dumps(out))
+        privfile.write(out_dir / "formats.json", json.dumps(out))
 
     # ------------------------------------------------------------ running
     def _follow(self, full: bool = True) -> None:
@@ -501,7 +502,7 @@ class KernelRecorder:
             return
         pipe_r, pipe_w = os.pipe()
         try:
-            with open(dest, "wb") as out:
+            with privfile.create(dest) as out:
                 draining = False
                 while True:
                     moved = self._splice_pages(fd, pipe_r, pipe_w, out.fileno(), 16 * page, src)
@@ -514,6 +515,8 @@ class KernelRecorder:
                         return
                     if self._stop.wait(self.cfg.poll_interval_s):
                         draining = True   # tracing is off: move what is left, then stop
+        except MwinvError as exc:   # a name taken already (a killed capture's file): said, not written over
+            self._errors.append(str(exc))
         finally:
             for f in (fd, pipe_r, pipe_w):
                 os.close(f)
@@ -587,7 +590,7 @@ class KernelRecorder:
         if self.unfiltered is not None and assemble_trace:
             assemble(self.out / "unfiltered", self.out / "unfiltered.dat")
         (self.out / OWNER).unlink(missing_ok=True)
-        (self.out / "procs.json").write_text(json.dumps(self.procs))
+        privfile.write(self.out / "procs.json", json.dumps(self.procs))
         summary = {"trace": str(trace), "instance": self.instance.name if self.instance else None,
                    "events": self.enabled, "skipped": self.skipped, "tracer": self.tracer,
                    "unfiltered": str(self.out / "unfiltered.dat") if self.unfiltered else None,
@@ -596,7 +599,7 @@ class KernelRecorder:
                    "duty": self.cfg.duty, "event_budget": self.cfg.event_budget,
                    "duty_changes": self.duty_changes, "windows": self.windows,
                    "off": [w for w in self.off if w[1] is not None]}
-        (self.out / "recorder.json").write_text(json.dumps(summary, indent=2))
+        privfile.write(self.out / "recorder.json", json.dumps(summary, indent=2))
         return summary
 
     def _teardown(self) -> None:

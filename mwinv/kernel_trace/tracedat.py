@@ -13,6 +13,7 @@ from typing import BinaryIO, Iterator
 
 import numpy as np
 
+from mwinv import privfile
 from mwinv.errors import MwinvError
 from mwinv.kernel_trace.formats import EventFormat, parse_format
 
@@ -203,8 +204,7 @@ def write_tracedat(out: str | os.PathLike, headers: dict[str, bytes], formats: l
     headers: the header_page and header_event texts (tracefs events/header_*);
     formats: (system, format text) of every enabled event."""
     out = Path(out)
-    tmp = out.with_suffix(".tmp")
-    with open(tmp, "wb") as f:
+    with privfile.replacing(out, tmp=out.with_suffix(".tmp")) as f:
         w = f.write
         w(MAGIC + b"6\0" + bytes([0, 8]) + struct.pack("<I", page_size))
         for tag in ("header_page", "header_event"):
@@ -251,4 +251,3 @@ def write_tracedat(out: str | os.PathLike, headers: dict[str, bytes], formats: l
         f.seek(table_pos)
         for start, size in table:
             w(struct.pack("<QQ", start, size))
-    tmp.replace(out)

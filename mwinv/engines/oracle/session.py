@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from mwinv import privfile
 from mwinv.errors import MwinvError
 
 ENABLE_SESSION = ("BEGIN DBMS_MONITOR.SESSION_TRACE_ENABLE(session_id => :sid, serial_num => :serial, "
@@ -84,13 +85,11 @@ def fetch_trace(conn, trace_file: str, out: str | Path) -> Path:
     cur = conn.cursor()
     cur.arraysize = 10_000
     n = 0
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    with open(tmp, "w") as f:
+    with privfile.replacing(out, binary=False) as f:
         for (payload,) in cur.execute(TRACE_CONTENTS, name=name):
             f.write(payload if payload.endswith("\n") else payload + "\n")
             n += 1
-    if n == 0:
-        tmp.unlink()
-        raise MwinvError(f"{trace_file}: V$DIAG_TRACE_FILE_CONTENTS has no lines of it (not yet written, or purged)")
-    tmp.replace(out)
+        if n == 0:
+            raise MwinvError(f"{trace_file}: V$DIAG_TRACE_FILE_CONTENTS has no lines of it "
+                             "(not yet written, or purged)")
     return out

@@ -20,11 +20,13 @@ import struct
 import threading
 import time
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import psycopg
 import pyarrow as pa
 
+from mwinv import privfile
 from mwinv.capture.columns import empty_table, numpy_ints
 from mwinv.capture.tables import SCHEMAS, Capture, node_name
 from mwinv.engines.postgresql.records import RecordConverter, record_dtype
@@ -382,7 +384,7 @@ class Spool:
     def __init__(self, directory: Path, node: str, limit_bytes: int):
         self.directory, self.node, self.limit_bytes = directory, node, limit_bytes
         self.slot: np.dtype | None = None
-        self._fd: int | None = None
+        self._file: IO | None = None
         self._path: Path | None = None
         self._n = 0   # files begun
         self._prefix = f".statement-{node}-{os.getpid()}"
@@ -392,28 +394,28 @@ class Spool:
 
     def write(self, ring: MappedRing) -> int:
         """Everything in the ring now, appended to the current file; returns the records taken."""
-        if self._fd is None:
+        if self._file is None:
             self.slot = ring.slot
             self._path = self.directory / f"{self._prefix}-{self._n}.spool"
-            self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            self._file = privfile.create(self._path)   # written by the ring's fd, never through the buffer
             self._n += 1
         total = 0
         while True:
-            n = ring.spool(self._fd, DRAIN_BATCH)
+            n = ring.spool(self._file.fileno(), DRAIN_BATCH)
             total += n
             if n < DRAIN_BATCH:
                 return total
 
     @property
     def full(self) -> bool:
-        return self._fd is not None and os.fstat(self._fd).st_size >= self.limit_bytes
+        return self._file is not None and os.fstat(self._file.fileno()).st_size >= self.limit_bytes
 
     def close(self) -> Path | None:
         """The current file, finished (None: nothing spooled since the last one)."""
-        if self._fd is None:
+        if self._file is None:
             return None
-        os.close(self._fd)
-        self._fd, path = None, self._path
+        self._file.close()
+        self._file, path = None, self._path
         return path
 
     def last(self, count: int) -> np.ndarray | None:
@@ -433,13 +435,12 @@ class Spool:
             return
         self.described = True
         if texts:
-            with open(self.texts, "a") as f:
+            with privfile.append(self.texts) as f:
                 f.writelines(json.dumps([q, t]) + "\n" for q, t in texts.items())
-        tmp = self.meta.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"node": self.node, "since_ns": since_ns,
-                                   "slot": np.lib.format.dtype_to_descr(self.slot),
-                                   "names": {kind: {str(k): v for k, v in d.items()} for kind, d in names.items()}}))
-        os.replace(tmp, self.meta)
+        privfile.write(self.meta, json.dumps({"node": self.node, "since_ns": since_ns,
+                                              "slot": np.lib.format.dtype_to_descr(self.slot),
+                                              "names": {kind: {str(k): v for k, v in d.items()}
+                                                        for kind, d in names.items()}}))
 
 
 def convert_spooled(conv: RecordConverter, path: Path, slot: np.dtype) -> int:
