@@ -14,6 +14,7 @@ import hashlib
 import fcntl
 import json
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -21,8 +22,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mwinv.capture.columns import empty_table, table_from_rows
 from mwinv import privfile
+from mwinv.capture.columns import empty_table, table_from_rows
 from mwinv.capture.manifest import check_manifest
 from mwinv.errors import MwinvError
 
@@ -287,7 +288,8 @@ class Capture:
         d = self.table_dir(table)
         privfile.make_dir(d)
         prefix = node or node_name()
-        n = len(list(d.glob(f"{prefix}-*.parquet")))
+        # the node's own parts: a name with glob characters or another node's prefix matched others
+        n = sum(1 for p in d.iterdir() if re.fullmatch(re.escape(prefix) + r"-\d{5}\.parquet", p.name))
         path = d / f"{prefix}-{n:05d}.parquet"
         # dictionaries only where values repeat (names): tried on every column, they cost a quarter of
         # the writing time of a million statement records and made the file larger

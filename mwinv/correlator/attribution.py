@@ -58,7 +58,7 @@ SEQ_GAP_SECTORS = 256
 
 
 def _in(values) -> str:
-    return "(" + ", ".join(str(v) if isinstance(v, int) else f"'{v}'" for v in values) + ")"
+    return "(" + ", ".join(map(literal, values)) + ")"
 
 
 def build_disk_requests(db: CaptureDB) -> None:

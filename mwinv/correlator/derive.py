@@ -23,7 +23,7 @@ import pyarrow as pa
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS
 from mwinv.correlator.advice import Advice, advise_capture
 from mwinv.correlator.classify import classify
-from mwinv.correlator.load import CaptureDB, create_empty, literal, session_tables
+from mwinv.correlator.load import CaptureDB, create_empty, literal, read_parquet, session_tables
 from mwinv.correlator.model import add_model_views, disk_wait_check, estimate, model_frames, predict
 from mwinv.correlator.nodes import NodePart, cluster_model_inputs, node_parts
 from mwinv.correlator.pipeline import ranked_queries
@@ -120,7 +120,7 @@ def _store(db: CaptureDB, table: str, rows: pa.Table | str, write: bool) -> None
     # streamed (no other query on the connection until it is read)
     db.capture.write_part(table, rows if isinstance(rows, pa.Table) else
                           db.sql(f"SELECT * FROM {rows}").to_arrow_reader(1 << 20), node="derived")
-    db.con.execute(f"CREATE VIEW main.{table} AS SELECT * FROM read_parquet('{db.capture.glob(table)}')")
+    db.con.execute(f"CREATE VIEW main.{table} AS SELECT * FROM {read_parquet(db.capture.parts(table))}")
     db.tables.add(table)
 
 

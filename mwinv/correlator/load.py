@@ -4,6 +4,8 @@ warnings naming the table and row and what was excluded, or a one-line error."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import tempfile
 import weakref
@@ -36,14 +38,22 @@ class CaptureDB:
 THREAD_SLACK_NS = 1_000_000
 
 
-def literal(value: int | str | None) -> str:
-    """An integer, a string or None as a SQL literal: binding query parameters makes DuckDB import pandas,
-    which took seconds (29 s on a slow disk) in a command that needs none of it."""
+def literal(value: int | str | os.PathLike | None) -> str:
+    """An integer, a string (a path, a node name) or None as a SQL literal, the one way any value goes
+    into SQL text: binding query parameters makes DuckDB import pandas, which took seconds (29 s on a
+    slow disk) in a command that needs none of it, and a view refuses them."""
     if value is None:
         return "NULL"
     if isinstance(value, int):
         return str(int(value))
-    return "'" + str(value).replace("'", "''") + "'"
+    return "'" + os.fspath(value).replace("'", "''") + "'"
+
+
+def read_parquet(paths: list[Path]) -> str:
+    """DuckDB's read_parquet() of exactly these files: each name a literal with its glob characters
+    bracketed (DuckDB expands *, ? and [ in a file name: a part named `*.parquet` read every part)."""
+    names = (re.sub(r"([*?\[])", r"[\1]", str(p)) for p in paths)
+    return f"read_parquet([{', '.join(map(literal, names))}], union_by_name=true)"
 
 
 def sql_file(name: str) -> str:
@@ -107,12 +117,10 @@ def open_capture(path: str | Path, threads: int | None = None, memory_limit: str
         if not parts:
             create_empty(con, table, "VIEW")
             continue
-        files = ", ".join(f"'{p}'" for p in parts)
         only = (f" WHERE node IN ({', '.join(literal(n) for n in nodes)})"
                 if nodes and "node" in SCHEMAS[table].names else "")
         try:
-            con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM read_parquet([{files}], union_by_name=true)"
-                        + only)
+            con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {read_parquet(parts)}" + only)
             con.execute(f"SELECT * FROM {table} LIMIT 0")
         except duckdb.Error as exc:
             raise MwinvError(f"{cap.table_dir(table)}: unreadable table ({str(exc).splitlines()[0]})") from None
@@ -138,7 +146,7 @@ def open_correlated(path: str | Path) -> CaptureDB:
     built = session_tables(db)
     for table in DERIVED_TABLES:
         if db.capture.has(table) and table not in built:   # traced_statement: open_capture built it
-            db.con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM read_parquet('{db.capture.glob(table)}')")
+            db.con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {read_parquet(db.capture.parts(table))}")
             db.tables.add(table)
     return db
 

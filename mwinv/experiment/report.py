@@ -20,7 +20,7 @@ from mwinv import privfile
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
 from mwinv.cluster.distribute import resolve_scheme
 from mwinv.correlator import svg
-from mwinv.correlator.load import connect, duck_type, literal
+from mwinv.correlator.load import connect, duck_type, literal, read_parquet
 from mwinv.errors import MwinvError
 from mwinv.experiment.results import NODE_SCHEMA, RESULT_SCHEMA
 from mwinv.fmt import ms
@@ -58,16 +58,14 @@ def open_results(out: str | Path) -> duckdb.DuckDBPyConnection:
     if not parts:
         raise MwinvError(f"{out}: no results (run the plan first: mwinv experiment run PLAN -o {out})")
     con = connect()
-    files = ", ".join(f"'{p}'" for p in parts)
-    con.execute(f"CREATE VIEW results_read AS SELECT * FROM read_parquet([{files}], union_by_name=true)")
+    con.execute(f"CREATE VIEW results_read AS SELECT * FROM {read_parquet(parts)}")
     have = {r[0] for r in con.execute("DESCRIBE results_read").fetchall()}
     # results of an older runner lack the newer factors' columns: NULL, as an absent factor's default
     absent = "".join(f", CAST(NULL AS {duck_type(f.type)}) AS {f.name}" for f in RESULT_SCHEMA if f.name not in have)
     con.execute(f"CREATE VIEW results AS SELECT *{absent} FROM results_read")
     node_parts = sorted((out / "results_node").glob("*.parquet"))
     if node_parts:
-        files = ", ".join(f"'{p}'" for p in node_parts)
-        con.execute(f"CREATE VIEW results_node AS SELECT * FROM read_parquet([{files}], union_by_name=true)")
+        con.execute(f"CREATE VIEW results_node AS SELECT * FROM {read_parquet(node_parts)}")
     else:   # cells that all failed: no node rows
         cols = ", ".join(f"CAST(NULL AS {duck_type(f.type)}) AS {f.name}" for f in NODE_SCHEMA)
         con.execute(f"CREATE VIEW results_node AS SELECT {cols} LIMIT 0")

@@ -33,8 +33,8 @@ def load(conn, data_dir: Path, database: str = "tpch", progress=None) -> dict[st
         for t in tpch.TABLES:
             if progress:
                 progress(f"load {t}")
-            cur.execute(f"LOAD DATA LOCAL INFILE '{data_dir / (t + '.tbl')}' INTO TABLE {t} "
-                        "FIELDS TERMINATED BY '|' OPTIONALLY ENCLOSED BY '\"'")
+            cur.execute(f"LOAD DATA LOCAL INFILE %s INTO TABLE {t} FIELDS TERMINATED BY '|' "   # pymysql quotes
+                        "OPTIONALLY ENCLOSED BY '\"'", [str(data_dir / (t + ".tbl"))])       # the path
             cur.execute(f"SELECT count(*) FROM {t}")
             counts[t] = cur.fetchone()[0]
         if progress:
