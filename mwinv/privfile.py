@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import grp
 import os
+import stat
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -47,27 +48,48 @@ def _restrict(fd: int, directory: bool) -> None:
 
 
 def make_dir(path: str | os.PathLike) -> Path:
-    """`path` and its missing parents, private; an existing directory of ours is made private too.
-    A symlink in its place is refused (a planted one would lead the writes elsewhere)."""
+    """`path` and its missing parents, made private. An existing directory keeps its mode (its owner
+    chose it: /tmp given as the output directory stays /tmp); a symlink in its place is refused (a
+    planted one would lead the writes elsewhere)."""
     path = Path(path)
     missing = []
     p = path
     while not os.path.lexists(p) and p != p.parent:
         missing.append(p)
         p = p.parent
+    _trusted(p)
     for p in reversed(missing):
-        with contextlib.suppress(FileExistsError):   # another writer of the same capture
+        try:
             os.mkdir(p, 0o700)
-    for p in list(reversed(missing)) or [path]:
-        try:
-            fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError as exc:
-            raise MwinvError(f"{p}: not a directory ({exc.strerror}; a symlink is not followed)") from None
-        try:
-            _restrict(fd, directory=True)
-        finally:
-            os.close(fd)
+        except FileExistsError:   # another writer of the same capture made it meanwhile
+            continue
+        _directory(p, restrict=True)
+    _directory(path, restrict=False)
     return path
+
+
+def _trusted(path: Path) -> None:
+    """No other user may replace `path` or a directory above it (with a symlink to elsewhere): each, and
+    a symlink on the way, is ours or root's, and one others may write to has the sticky bit (as /tmp)."""
+    for p in (Path(os.path.abspath(path)), *Path(os.path.abspath(path)).parents):
+        st = os.stat(p)
+        if os.lstat(p).st_uid not in (0, os.geteuid()) or st.st_uid not in (0, os.geteuid()) \
+                or st.st_mode & (stat.S_IWOTH | stat.S_ISVTX) == stat.S_IWOTH:
+            raise MwinvError(f"{p}: owned by uid {st.st_uid} or writable by every user: not a place for a "
+                             "capture or a report (another user could move it or plant a link in it)")
+
+
+def _directory(path: Path, restrict: bool) -> None:
+    """`path` is a directory, not a symlink; `restrict`: made private."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise MwinvError(f"{path}: not a directory ({exc.strerror}; a symlink is not followed)") from None
+    try:
+        if restrict:
+            _restrict(fd, directory=True)
+    finally:
+        os.close(fd)
 
 
 def _open(path: Path, flags: int, binary: bool) -> IO:

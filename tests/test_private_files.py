@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mwinv.capture.tables import Capture
+from mwinv.errors import MwinvError
 from mwinv.pgserver import PgServer
 
 BIN = Path(sys.executable).parent
@@ -203,3 +204,32 @@ def test_a_node_named_like_a_pattern_keeps_every_part(tmp_path):
     for i in range(2):
         cap.write_part("trace_window", [{"node": "n[1]", "lo": i, "hi": i + 1}], node="n[1]")
     assert sorted(cap.read("trace_window").column("lo").to_pylist()) == [0, 1]
+
+
+def test_no_capture_or_report_where_another_user_controls_the_place(open_dir, hostile, tmp_path):
+    """A directory the hostile user owns (or their symlink): they could move what root writes, or lead
+    it elsewhere. A planted symlink at a name in a capture is never written through."""
+    open_dir.chmod(0o1777)   # as /tmp
+    theirs = open_dir / "theirs"
+    assert hostile.python("import os, sys; os.mkdir(sys.argv[1], 0o777); os.symlink(sys.argv[2], sys.argv[3])",
+                          str(theirs), str(tmp_path), str(open_dir / "link")).returncode == 0
+    cap = tmp_path / "cap"
+    shutil.copytree(GOLDEN / "pg_small_capture", cap)
+    for report in (theirs / "report", open_dir / "link" / "report"):
+        r = _correlate(cap, tmp_path, "--report", str(report))
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert "not a place for a capture or a report" in r.stderr, r.stderr
+    assert not (theirs / "report").exists() and not (tmp_path / "report").exists()
+    victim = tmp_path / "created-through-the-link"
+    (cap / ".manifest.lock").symlink_to(victim)
+    with pytest.raises(MwinvError, match="symlink|Too many levels"):
+        Capture(cap).update_manifest(note="x")
+    assert not victim.exists()
+
+
+def test_an_existing_directory_keeps_its_mode(open_dir):
+    """/tmp given as the capture directory stays /tmp: only what mwinv creates is made private."""
+    open_dir.chmod(0o1777)
+    Capture(open_dir).create()
+    assert stat.S_IMODE(open_dir.stat().st_mode) == 0o1777
+    assert stat.S_IMODE((open_dir / "manifest.json").stat().st_mode) == 0o600

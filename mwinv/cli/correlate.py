@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 from rich.console import Console
 
+from mwinv import privfile
 from mwinv.cli.common import group_option, progress_console, run_main
 from mwinv.correlator import terminal
 from mwinv.correlator.derive import ADVICE_TABLES, advice_of, derive, node_parts_of
@@ -49,6 +50,8 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge) -> N
         raise click.UsageError("--baseline needs --report DIR")
     if node and merge:
         raise click.UsageError("--node correlates one node, --merge all of them afterwards: one or the other")
+    if report_dir:
+        privfile.make_dir(report_dir)   # a place it may go: said before the work, not after
     err = progress_console()
     progress = (lambda s: err.log(s)) if fmt == "table" else None
     db = merge_nodes(capture, progress=progress) if merge else correlate(capture, progress=progress, node=node)
