@@ -174,6 +174,10 @@ SCHEMAS: dict[str, pa.Schema] = {
     "disk_wait_check": pa.schema([("requests", i64), ("observed_s", f64), ("calibrated_s", f64)]),
 }
 
+# Columns added to the format since its first version: a part of an older recorder lacks them (read
+# as NULL); every other column is in every part.
+NEWER_COLUMNS = ("parse_ns", "client_wait_ns", "baseline_ns")
+
 # Tables the correlator derives (recomputed on every run, never read back as input).
 DERIVED_TABLES = ("statement_attribution", "statement_kernel_function", "statement_class", "prediction",
                   "statement_io", "statement_estimate", "statement_link", "traced_statement",
@@ -208,6 +212,46 @@ def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
         columns.append(col)
         fields.append(pa.field(f.name, col.type))
     return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+
+def _type_kind(t: pa.DataType) -> str:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return "list of " + _type_kind(t.value_type)
+    for kind, test in (("string", pa.types.is_string), ("string", pa.types.is_large_string),
+                       ("integer", pa.types.is_integer), ("number", pa.types.is_floating),
+                       ("boolean", pa.types.is_boolean), ("null", pa.types.is_null)):
+        if test(t):
+            return kind
+    return str(t)
+
+
+def _check_types(path: Path, got: pa.Schema, want: pa.Schema) -> None:
+    """A column of a part whose type is not its schema's (an integer column is a number too), or one
+    missing that every recorder wrote, or one missing next to one the table lacks (a name corrupted
+    in the footer, a part of another table)."""
+    missing = [n for n in want.names if n not in got.names]
+    unknown = [n for n in got.names if n not in want.names]
+    if missing and (unknown or any(n not in NEWER_COLUMNS for n in missing)):
+        raise MwinvError(f"{path}: no column {missing[0]}"
+                         + (f" (but a column {unknown[0]}, not one of the table's)" if unknown else ""))
+    for f in want:
+        if f.name in got.names:
+            have, need = _type_kind(got.field(f.name).type), _type_kind(f.type)
+            if have != need and have != "null" and not (have == "integer" and need == "number"):
+                raise MwinvError(f"{path}: column {f.name} holds {have} values, expected {need}")
+
+
+@contextlib.contextmanager
+def _unreadable(path: Path):
+    """A part Arrow cannot read (corrupt pages, a checksum that does not match, a value that does not
+    fit its column): a one-line error naming it."""
+    try:
+        yield
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise MwinvError(f"{path}: unreadable Parquet part ({why})") from None
 
 
 def node_name() -> str:
@@ -293,7 +337,8 @@ class Capture:
         path = d / f"{prefix}-{n:05d}.parquet"
         # dictionaries only where values repeat (names): tried on every column, they cost a quarter of
         # the writing time of a million statement records and made the file larger
-        options = {"compression": CODEC.get(table, "zstd"),
+        # page checksums: a corrupt page is found on reading (Capture.check), not read as other values
+        options = {"compression": CODEC.get(table, "zstd"), "write_page_checksum": True,
                    "use_dictionary": [f.name for f in schema if pa.types.is_string(f.type)]}
         if delta := [c for c in DELTA_ENCODED.get(table, ()) if c in schema.names]:
             options["column_encoding"] = dict.fromkeys(delta, "DELTA_BINARY_PACKED")
@@ -317,13 +362,27 @@ class Capture:
         parts = self.parts(table)
         if not parts:
             return empty_table(SCHEMAS[table])
-        tables = []
-        for p in parts:
-            try:
-                tables.append(pq.read_table(p).cast(SCHEMAS[table]))
-            except (pa.ArrowInvalid, OSError) as exc:
-                raise MwinvError(f"{p}: unreadable Parquet part ({str(exc).splitlines()[0]})") from None
-        return pa.concat_tables(tables)
+        return pa.concat_tables([self._read_part(p, table) for p in parts])
+
+    def _read_part(self, p: Path, table: str) -> pa.Table:
+        """One part in its table's schema (a column an older recorder did not write: NULL)."""
+        schema = SCHEMAS[table]
+        with _unreadable(p):
+            t = pq.read_table(p, page_checksum_verification=True)
+            _check_types(p, t.schema, schema)
+            return pa.Table.from_arrays([t[f.name].cast(f.type) if f.name in t.column_names
+                                         else pa.nulls(t.num_rows, f.type) for f in schema], schema=schema)
+
+    def check(self, table: str) -> None:
+        """Every part of `table` read through once, its pages' checksums verified and its columns'
+        types checked: DuckDB verifies no checksum (a flipped bit changed a sum silently) and a column
+        of another type turned a query's comparison into a string one. A bad part: a one-line error."""
+        for p in self.parts(table):
+            with _unreadable(p):
+                f = pq.ParquetFile(p, page_checksum_verification=True)
+                _check_types(p, f.schema_arrow, SCHEMAS[table])
+                for _ in f.iter_batches(batch_size=1 << 16):
+                    pass
 
     def glob(self, table: str) -> str:
         """A glob DuckDB's read_parquet() takes."""

@@ -4,6 +4,7 @@ warnings naming the table and row and what was excluded, or a one-line error."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -64,8 +65,12 @@ def sql_file(name: str) -> str:
 
 def create_empty(con, table: str, kind: str = "TABLE", name: str | None = None) -> None:
     """An empty `table` (or view; named `name`, else as the table) with the columns of its schema."""
+    con.execute(f"CREATE OR REPLACE {kind} {name or table} AS {_no_rows(table)}")
+
+
+def _no_rows(table: str) -> str:
     cols = ", ".join(f"CAST(NULL AS {duck_type(f.type)}) AS \"{f.name}\"" for f in SCHEMAS[table])
-    con.execute(f"CREATE OR REPLACE {kind} {name or table} AS SELECT {cols} WHERE false")
+    return f"SELECT {cols} WHERE false"
 
 
 def duck_type(t) -> str:
@@ -117,21 +122,49 @@ def open_capture(path: str | Path, threads: int | None = None, memory_limit: str
         if not parts:
             create_empty(con, table, "VIEW")
             continue
+        cap.check(table)
         only = (f" WHERE node IN ({', '.join(literal(n) for n in nodes)})"
                 if nodes and "node" in SCHEMAS[table].names else "")
         try:
-            con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {read_parquet(parts)}" + only)
+            # every column of the schema: one a part from an older recorder lacks reads as NULL
+            con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {read_parquet(parts)}" + only
+                        + f" UNION ALL BY NAME {_no_rows(table)}")
             con.execute(f"SELECT * FROM {table} LIMIT 0")
         except duckdb.Error as exc:
             raise MwinvError(f"{cap.table_dir(table)}: unreadable table ({str(exc).splitlines()[0]})") from None
         present.add(table)
-    db = CaptureDB(cap, con, present, duty_cycled=is_duty_cycled(con, manifest))
-    con.execute(f"SET VARIABLE duty_cycled = {str(db.duty_cycled).lower()}")
-    _check(db, manifest)
-    if db.has("statement"):
-        _base_tables(db)
-        _check_coverage(db)
+    with reading_parts(cap):
+        db = CaptureDB(cap, con, present, duty_cycled=is_duty_cycled(con, manifest))
+        con.execute(f"SET VARIABLE duty_cycled = {str(db.duty_cycled).lower()}")
+        _check(db, manifest)
+        if db.has("statement"):
+            _base_tables(db)
+            _check_coverage(db)
     return db
+
+
+@contextlib.contextmanager
+def reading_parts(cap: Capture):
+    """A query over the capture that failed on a part DuckDB cannot scan (its Parquet reader refuses
+    some corruptions Arrow's check let through, e.g. a page header): a one-line error naming the part.
+    Any other failure is left as it is."""
+    try:
+        yield
+    except duckdb.Error as exc:
+        if not isinstance(exc, duckdb.OutOfMemoryException) and (part := _unscannable_part(cap)):
+            raise MwinvError(f"{part}: unreadable Parquet part ({str(exc).splitlines()[0]})") from None
+        raise
+
+
+def _unscannable_part(cap: Capture) -> Path | None:
+    con = connect()
+    for table in SCHEMAS:
+        for p in cap.parts(table):
+            try:
+                con.execute(f"SELECT max(hash(COLUMNS(*))) FROM {read_parquet([p])}").fetchall()
+            except duckdb.Error:
+                return p
+    return None
 
 
 def session_tables(db: CaptureDB, schema: str = "main") -> set[str]:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, Capture
 from mwinv.correlator import attribution, hotspots, links
-from mwinv.correlator.load import (CaptureDB, create_empty, literal, open_capture, open_correlated, remove_stale,
-                                  session_tables, sql_file)
+from mwinv.correlator.load import (CaptureDB, create_empty, literal, open_capture, open_correlated, reading_parts,
+                                  remove_stale, session_tables, sql_file)
 from mwinv.errors import MwinvError
 
 # --by choices: a name and the components it adds up ("total" is the execution: the client's waits
@@ -57,6 +57,11 @@ def correlate(capture_dir: str | Path, write: bool = True, progress=None, node: 
 
     recover_spooled(Capture(capture_dir), progress)   # statements a killed capture left unconverted
     recover_kernel(Capture(capture_dir), progress)    # and its kernel pages
+    with reading_parts(Capture(capture_dir)):
+        return _correlate(capture_dir, write, progress, node)
+
+
+def _correlate(capture_dir: str | Path, write: bool, progress, node: str | None) -> CaptureDB:
     db = open_capture(capture_dir, nodes=[node] if node else None)
     if not db.has("statement"):
         return db
