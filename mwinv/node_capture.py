@@ -312,11 +312,15 @@ class NodeCapture:
 
     def _parse(self) -> None:
         self.progress("parsing the kernel trace")
+        # said until it is done: a second Ctrl-C or SIGTERM may cut it short
+        self._update_node({"kernel_unparsed": f"kernel trace parse interrupted: the kernel tables hold part of "
+                                              f"kernel/{self.node}/trace.dat"})
         done = parse_kernel(self.capture, self.node, self.engine.role, self.sample_interval_s,
                             self.summary["recorder"].get("windows") or [])
         if "trace_tail" in done:
             self.summary["skipped"]["trace_tail"] = done.pop("trace_tail")
         self.summary.update(done)
+        self._update_node({"kernel_unparsed": None})
 
     def __enter__(self) -> "NodeCapture":
         return self.start()
@@ -386,8 +390,9 @@ def recover_kernel(capture: Capture, progress: Callable[[str], None] | None = No
         if "trace_tail" in done:
             info["skipped"]["trace_tail"] = done["trace_tail"]
         if killed:
-            info["kernel_recovered"] = ("kernel trace parsed from the raw pages of a killed capture: its processes' "
-                                        "roles and traced windows were not recorded")
+            info["kernel_recovered"] = ("kernel trace parsed from the raw pages of a capture that did not stop "
+                                        "(killed, or interrupted again): its processes' roles and traced windows "
+                                        "were not recorded")
         capture.update_manifest(nodes={node: info})
 
 

@@ -40,6 +40,9 @@ NODE = {
     "statement_reader": ("str", False),
     "oracle_files": (["list", {"path": ("str", True)}], False),
     "slow_logs": (["list", "str"], False),
+    "engine": ("str", False),
+    "kernel_unparsed": (["null", "str"], False),
+    "kernel_recovered": ("str", False),
 }
 CALIBRATION = {
     "disk": ({"disk_rate_bps": ("number", True), "rand_access_s": ("number", True),

@@ -147,7 +147,8 @@ class ClusterCapture:
         correlation to parse (43 s of a SIGTERM's 45 at SF 1 were parsing)."""
         with held():   # every node's tracing state first: a signal during the slower steps finds it restored
             # at once: removing a node's two trace instances took 0.9 s
-            halts = [threading.Thread(target=cap.halt, name=f"mwinv-halt-{node}") for node, cap in self.captures.items()]
+            halts = [threading.Thread(target=cap.halt, name=f"mwinv-halt-{node}")
+                     for node, cap in self.captures.items()]
             for t in halts:
                 t.start()
             for t in halts:
