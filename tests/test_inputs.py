@@ -178,3 +178,45 @@ def test_flipped_bit_in_a_page_is_found(tmp_path):
         cap.read(table)
     with pytest.raises(MwinvError, match=f"^{part}: unreadable Parquet part"):
         correlate(cap.path)
+
+
+def _edited(src: Path, tmp_path: Path, line: int, old: str, new: str) -> Path:
+    lines = src.read_text().split("\n")
+    assert old in lines[line - 1]
+    lines[line - 1] = lines[line - 1].replace(old, new, 1)
+    out = tmp_path / src.name
+    out.write_text("\n".join(lines))
+    return out
+
+
+def test_oracle_trace_number_that_is_not_one(tmp_path):
+    """A WAIT line's tim= of a corrupt file: that line is reported malformed, the rest imported (before:
+    a ValueError traceback)."""
+    from mwinv.engines.oracle import importer
+
+    src = GOLDEN / "oracle_10046" / "trctools_simple_trace.trc"
+    path = _edited(src, tmp_path, 42, "tim=5793511831255", "tim=%5793511831255")
+    (done,) = importer.import_files(tmp_path / "cap", [path])
+    assert f"{path}:42: malformed line" in done.problems and done.statements
+
+
+def test_oracle_trace_number_out_of_range(tmp_path):
+    from mwinv.engines.oracle import importer
+
+    src = GOLDEN / "oracle_10046" / "trctools_simple_trace.trc"
+    path = _edited(src, tmp_path, 43, "r=10,", "r=99999999999999999999999,")
+    with pytest.raises(MwinvError, match=f"^{path}: column rows: 100000000000000000000003 is out of its range"):
+        importer.import_files(tmp_path / "cap", [path])
+    assert not Capture(tmp_path / "cap").has("statement")   # no table half imported
+
+
+@pytest.mark.parametrize("old, new", [("Rows_sent: 0", "Rows_sent: abc"), ("Query_time: 0.000022", "Query_time: inf"),
+                                      ("Query_time: 0.000022", "Query_time: -1")])
+def test_slow_log_value_that_is_not_one(tmp_path, old, new):
+    from mwinv.engines.mariadb import slowlog
+
+    path = _edited(GOLDEN / "mysql_slowlog" / "percona-go-mysql_slow019.log", tmp_path, 12, old, new)
+    with pytest.raises(MwinvError, match=f"^{path}:10: entry without a valid Query_time, Lock_time or "
+                                         "Rows_sent; the other 3 entries were read"):
+        slowlog.read(path, tmp_path / "cap")
+    assert Capture(tmp_path / "cap").read("statement").num_rows == 3

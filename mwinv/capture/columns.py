@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from mwinv.errors import MwinvError
+
 _ARROW_TYPES = {np.dtype(np.int64): pa.int64(), np.dtype(np.int32): pa.int32(), np.dtype(np.float64): pa.float64()}
 _NUMPY_TYPES = {pa.int64(): np.int64, pa.int32(): np.int32, pa.float64(): np.float64}
 
@@ -31,6 +33,14 @@ def string_array(values: list[str], valid: np.ndarray | None = None) -> pa.Array
                                        _bitmap(valid))
 
 
+def _fits(v, dtype) -> bool:
+    try:
+        np.array([v or 0], dtype)
+    except (OverflowError, TypeError, ValueError):
+        return False
+    return True
+
+
 def table_from_rows(rows: list[dict], schema: pa.Schema) -> pa.Table:
     """pa.Table.from_pylist(rows, schema) without the pandas import it triggers (for the flat types)."""
     columns = []
@@ -41,7 +51,12 @@ def table_from_rows(rows: list[dict], schema: pa.Schema) -> pa.Table:
             columns.append(string_array(values, valid))
         elif f.type in _NUMPY_TYPES:
             dtype = _NUMPY_TYPES[f.type]
-            columns.append(int_array(np.fromiter((v or 0 for v in values), dtype, len(values)), valid))
+            try:
+                columns.append(int_array(np.fromiter((v or 0 for v in values), dtype, len(values)), valid))
+            except (OverflowError, TypeError, ValueError):   # a reader's value from a corrupt file
+                bad = next(i for i, v in enumerate(values) if not _fits(v, dtype))
+                raise MwinvError(f"column {f.name}: {values[bad]!r} is out of its range "
+                                 f"(row {bad + 1} of {len(values)})") from None
         elif pa.types.is_boolean(f.type):
             bits = pa.py_buffer(np.packbits(np.fromiter((bool(v) for v in values), bool, len(values)),
                                             bitorder="little"))
@@ -49,6 +64,18 @@ def table_from_rows(rows: list[dict], schema: pa.Schema) -> pa.Table:
         else:
             columns.append(pa.array(values, f.type))
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def rows_to_tables(path, tables) -> list[tuple[str, pa.Table]]:
+    """(table, rows) a reader made of `path` as Arrow tables, all made before any is written (a value
+    out of its column's range in a corrupt file: a one-line error naming it, and no table half
+    imported)."""
+    from mwinv.capture.tables import SCHEMAS
+
+    try:
+        return [(table, table_from_rows(rows, SCHEMAS[table])) for table, rows in tables if rows]
+    except MwinvError as exc:
+        raise MwinvError(f"{path}: {exc}") from None
 
 
 def coded_strings(codes: np.ndarray, values: list[str]) -> pa.Array:

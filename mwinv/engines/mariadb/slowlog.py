@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from mwinv.capture.columns import rows_to_tables
 from mwinv.capture.tables import Capture, text_hash
 from mwinv.engines.sqltext import normalized
 from mwinv.errors import MwinvError
@@ -53,6 +54,14 @@ def _entries(lines: list[str]):
         yield start, header, user, text
 
 
+def _ns(seconds: str) -> int:
+    """A header's time in seconds as ns; a value that is no finite time of 0 or more: ValueError."""
+    s = float(seconds)
+    if not 0 <= s < 1e9:
+        raise ValueError(seconds)
+    return round(s * 1e9)
+
+
 def read(path: str | Path, capture_dir: str | Path, node: str = "mariadb") -> dict:
     """Read one slow log into the capture; returns counts. A malformed header value is a one-line error
     naming the file and line; what was read before it is written."""
@@ -85,13 +94,13 @@ def read(path: str | Path, capture_dir: str | Path, node: str = "mariadb") -> di
             sql_lines.append(line)
         text = "\n".join(sql_lines).strip().rstrip(";")
         try:
-            query_ns = round(float(header["Query_time"]) * 1e9)
-            lock_ns = round(float(header.get("Lock_time", "0")) * 1e9)
+            query_ns, lock_ns = _ns(header["Query_time"]), _ns(header.get("Lock_time", "0"))
+            rows = int(header.get("Rows_sent", 0) or 0) + int(header.get("Rows_affected", 0) or 0)
         except (KeyError, ValueError):
-            problem = problem or f"{p}:{first}: entry without a valid Query_time"
+            problem = problem or f"{p}:{first}: entry without a valid Query_time, Lock_time or Rows_sent"
             continue
-        if stamp is None:
-            problem = problem or f"{p}:{first}: entry without SET timestamp"
+        if stamp is None or stamp * 1_000_000_000 + query_ns >= 2 ** 63:
+            problem = problem or f"{p}:{first}: entry without a valid SET timestamp"
             continue
         sid = base + len(statements)
         start = stamp * 1_000_000_000
@@ -105,7 +114,7 @@ def read(path: str | Path, capture_dir: str | Path, node: str = "mariadb") -> di
             "node": node, "dbms": DBMS, "pid": None, "statement_id": sid, "query_id": qid, "query_text_hash": h,
             "database": header.get("Schema") or schema, "username": user, "start_ns": start,
             "end_ns": start + query_ns, "start_wall_ns": start,
-            "rows": int(header.get("Rows_sent", 0) or 0) + int(header.get("Rows_affected", 0) or 0),
+            "rows": rows,
             "nesting_level": 0, "errored": header.get("Last_errno", "0") not in ("0", ""),
         })
         calls.append({"node": node, "file": str(p), "line": first, "cursor": int(tid) if tid and tid.isdigit() else None,
@@ -123,10 +132,9 @@ def read(path: str | Path, capture_dir: str | Path, node: str = "mariadb") -> di
                 stats.append({"node": node, "statement_id": sid, "name": name, "value": 1})
         if lock_ns:
             stats.append({"node": node, "statement_id": sid, "name": "lock_time_ns", "value": lock_ns})
-    for table, rows in (("statement", statements), ("statement_text", texts), ("statement_stat", stats),
-                        ("dbms_call", calls), ("dbms_wait", waits)):
-        if rows:
-            cap.write_part(table, rows, node=node)
+    for table, data in rows_to_tables(p, (("statement", statements), ("statement_text", texts),
+                                          ("statement_stat", stats), ("dbms_call", calls), ("dbms_wait", waits))):
+        cap.write_part(table, data, node=node)
     info = cap.manifest().get("nodes", {}).get(node, {})
     cap.update_manifest(nodes={node: {**info, "clock": "realtime", "dbms": DBMS, "statement_source": "slow query log",
                                       "slow_logs": [*info.get("slow_logs", []), str(p)]}})

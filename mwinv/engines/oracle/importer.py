@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 
+from mwinv.capture.columns import rows_to_tables
 from mwinv.capture.tables import Capture, text_hash
 from mwinv.engines.oracle import executions as ex_mod
 from mwinv.engines.oracle.trace10046 import TraceFile, parse
@@ -188,10 +189,10 @@ def import_file(capture: Capture, path: str | Path, node: str | None = None, pid
                  "client_port": None, "backend_start_wall_ns": s.get("wall_ns"), "first_seen_ns": s.get("wall_ns")}
                 for s in tf.sessions if s.get("session_id")]
 
-    for table, rows in (("statement", statements), ("statement_text", texts), ("dbms_call", calls),
-                        ("dbms_wait", waits), ("plan_operation", plans), ("session", sessions)):
-        if rows:
-            capture.write_part(table, rows, node=node)
+    tables = rows_to_tables(tf.path, (("statement", statements), ("statement_text", texts), ("dbms_call", calls),
+                                      ("dbms_wait", waits), ("plan_operation", plans), ("session", sessions)))
+    for table, data in tables:
+        capture.write_part(table, data, node=node)
     files = [f for f in info.get("oracle_files", []) if f.get("path") != file] + [{
         "path": file, "os_pid": pid, "lines": tf.lines, "tim_to_wall_offset_us": offset_us,
         "offset_spread_us": spread_us, "zone_known": tf.zone_known, "version": ".".join(map(str, tf.version)),

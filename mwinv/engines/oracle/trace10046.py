@@ -224,39 +224,40 @@ def parse(path: str | Path) -> TraceFile:
         else:
             tf.malformed.append((lineno, what))
 
-    while i < n:
+    def step() -> None:
+        nonlocal i, bind_cursor, seen_oracle
         line = lines[i].rstrip("\r")
         lineno = i + 1
         i += 1
         if not line.strip():
-            continue
+            return
         if bind_cursor is not None and (line.startswith(" ") or line.startswith("\t")):
             mv = _BIND_VALUE.match(line)
             if mv:
                 binds[bind_cursor].append(mv.group(1))
             elif "No oacdef" in line:
                 binds[bind_cursor].append("")
-            continue
+            return
         if not line.startswith("***"):
             bind_cursor = None
         if line.startswith("WAIT #"):
             m = _WAIT.match(line)
             if not m:
                 bad(lineno, "malformed WAIT line")
-                continue
+                return
             params, obj, tim = _wait_params(m.group(4))
             if tim is None:
                 bad(lineno, "WAIT line without tim=")
-                continue
+                return
             tf.waits.append(Wait(lineno, int(m.group(1)), m.group(2), int(m.group(3)), tim, params, obj))
             got_tim(tim)
-            continue
+            return
         m = _CALL.match(line)
         if m:
             kv = _ints(m.group(3))
             if "e" not in kv or "tim" not in kv or "c" not in kv:
                 bad(lineno, f"malformed {m.group(1)} line")
-                continue
+                return
             try:
                 call = Call(lineno, m.group(1), int(m.group(2)), _int(kv.get("c")), _int(kv.get("e")),
                             _int(kv.get("dep")), int(kv["tim"]), _int(kv.get("p")), _int(kv.get("cr")),
@@ -265,23 +266,23 @@ def parse(path: str | Path) -> TraceFile:
                             f"type={kv['type']}" if "type" in kv else None)
             except ValueError:
                 bad(lineno, f"malformed {m.group(1)} line")
-                continue
+                return
             if call.kind == "EXEC":
                 call.binds = binds.pop(call.cursor, None)
             tf.calls.append(call)
             got_tim(call.tim)
-            continue
+            return
         if line.startswith("STAT #"):
             m = _STAT.match(line)
             if not m:
                 bad(lineno, "malformed STAT line")
-                continue
+                return
             st = {k: _int(v) for k, v in re.findall(r"(\w+)=(-?\d+)", m.group(8))}
             tf.stats.append(Stat(lineno, int(m.group(1)), int(m.group(2)), int(m.group(4)), int(m.group(5)),
                                  int(m.group(6)), m.group(7).strip(), int(m.group(3)), st))
-            continue
+            return
         if line.startswith("==="):
-            continue
+            return
         m = _PARSING.match(line) or _PARSE_ERROR.match(line)
         if m:
             is_error = line.startswith("PARSE ERROR")
@@ -302,7 +303,7 @@ def parse(path: str | Path) -> TraceFile:
                     else "PARSING IN CURSOR without tim=")
                 if not closed:
                     tf.truncated = (lineno, "the file ends inside the text of the statement parsed here")
-                continue
+                return
             try:
                 tf.parsings.append(Parsing(
                     lineno, int(m.group(1)), _int(kv.get("dep")), int(kv["tim"]), "\n".join(sql),
@@ -310,46 +311,46 @@ def parse(path: str | Path) -> TraceFile:
                     _int(kv.get("uid"), None), _int(kv.get("err"), None) if is_error else None))
             except ValueError:
                 bad(lineno, "malformed PARSING IN CURSOR line")
-                continue
+                return
             got_tim(int(kv["tim"]))
-            continue
+            return
         m = _BINDS.match(line)
         if m:
             bind_cursor = int(m.group(1))
             binds[bind_cursor] = []
-            continue
+            return
         if line.startswith(" Bind#") or _BIND_HEAD.match(line):
-            continue
+            return
         m = _LOB_CALL.match(line)
         if m:
             kv = _ints(m.group(2))
             if "e" not in kv or "tim" not in kv:
                 bad(lineno, f"malformed {m.group(1)} line")
-                continue
+                return
             lob = re.search(r"type=([^,]*)", m.group(2))
             tf.calls.append(Call(lineno, m.group(1), 0, _int(kv.get("c")), _int(kv.get("e")), 0, int(kv["tim"]),
                                  _int(kv.get("p")), _int(kv.get("cr")), _int(kv.get("cu")),
                                  detail=(lob.group(1) if lob else None)))
             got_tim(int(kv["tim"]))
-            continue
+            return
         m = _ERROR.match(line)
         if m:
             tf.events.append(Event(lineno, "ERROR", int(m.group(1)), int(m.group(3)), f"err={m.group(2)}"))
             got_tim(int(m.group(3)))
-            continue
+            return
         if line.startswith("ERROR #"):
             bad(lineno, "malformed ERROR line")
-            continue
+            return
         m = _XCTEND.match(line)
         if m:
             kv = _ints(m.group(1))
             if "tim" not in kv:
                 bad(lineno, "malformed XCTEND line")
-                continue
+                return
             tf.events.append(Event(lineno, "XCTEND", 0, int(kv["tim"]),
                                    f"rlbk={kv.get('rlbk', '')} rd_only={kv.get('rd_only', '')}"))
             got_tim(int(kv["tim"]))
-            continue
+            return
         if line.startswith("***"):
             ma = _SESSION_ATTR.match(line)
             stamp = _stamp_ns(line)
@@ -372,7 +373,7 @@ def parse(path: str | Path) -> TraceFile:
                 pending_stamp.append(len(tf.stamps) - 1)
             elif line.startswith("*** [ Unix process pid:"):
                 tf.os_pid = _int(re.search(r"pid:\s*(\d+)", line).group(1))   # trcsess output
-            continue
+            return
         # header and free text (dumps Oracle writes into the same file)
         key, sep, value = line.partition(":")
         key = key.strip()
@@ -381,20 +382,28 @@ def parse(path: str | Path) -> TraceFile:
             if mp:
                 tf.os_pid = int(mp.group(1))
                 tf.header["image"] = value.partition("image:")[2].strip()
-            continue
+            return
         if sep and key in _HEADER:
             tf.header.setdefault(_HEADER[key], value.strip())
-            continue
+            return
         if line.startswith("Oracle") and ("Release" in line or "Database" in line):
             seen_oracle = True
             tf.header.setdefault("banner", line.strip())
             mv = re.search(r"Release (\d+(?:\.\d+)*)", line)
             if mv:
                 tf.version = tuple(int(x) for x in mv.group(1).split("."))
-            continue
+            return
         if line.startswith("Version ") and re.match(r"Version \d", line):
             tf.version = tuple(int(x) for x in line.split()[1].split("."))   # 18c+: the full version
-            continue
+            return
+
+    while i < n:
+        at = i
+        try:
+            step()
+        except (ValueError, OverflowError):   # a number that is not one, a date that is not one
+            bad(at + 1, "malformed line")
+            i = max(i, at + 1)
     if not (seen_oracle or tf.os_pid or tf.calls or tf.waits or tf.parsings):
         raise MwinvError(f"{p}: not an Oracle SQL trace (no header, call or WAIT line in {len(lines)} lines)")
     return tf
