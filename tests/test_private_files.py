@@ -233,3 +233,17 @@ def test_an_existing_directory_keeps_its_mode(open_dir):
     Capture(open_dir).create()
     assert stat.S_IMODE(open_dir.stat().st_mode) == 0o1777
     assert stat.S_IMODE((open_dir / "manifest.json").stat().st_mode) == 0o600
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="clusters need root (namespaces, cgroups)")
+def test_an_experiment_under_a_quote_is_run_reported_and_private(open_dir):
+    """A cell did all its work, then its correlation failed on the quote, and the report step crashed."""
+    (open_dir / "plan.toml").write_text('name = "q"\nscale = 0.01\nqueries = [6]\ntimeout_s = 30\n'
+                                        '[factors]\nnodes = [1]\n')
+    out = open_dir / "exp'o"
+    r = subprocess.run([str(BIN / "mwinv"), "experiment", "run", str(open_dir / "plan.toml"), "-o", str(out)],
+                       capture_output=True, text=True, timeout=600, preexec_fn=lambda: os.umask(0o022))
+    assert r.returncode == 0 and "1 cells run" in r.stderr, r.stderr[-3000:]
+    assert (out / "report" / "results.csv").read_text().count("\n") >= 2
+    loose = {p: m for p, (m, _) in _modes(out).items() if m not in ("d0700", "f0600")}
+    assert not loose, loose
