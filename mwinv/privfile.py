@@ -12,7 +12,7 @@ import stat
 from pathlib import Path
 from typing import IO, Iterator
 
-from mwinv.errors import MwinvError
+from mwinv.errors import MwinvError, is_disk_full
 
 GROUP_ENV = "MWINV_GROUP"
 
@@ -63,6 +63,8 @@ def make_dir(path: str | os.PathLike) -> Path:
             os.mkdir(p, 0o700)
         except FileExistsError:   # another writer of the same capture made it meanwhile
             continue
+        except OSError as exc:   # a capture shared with this user's group is theirs to read only
+            raise MwinvError(f"{p}: cannot create ({exc.strerror})") from None
         _directory(p, restrict=True)
     _directory(path, restrict=False)
     return path
@@ -128,8 +130,10 @@ def replacing(path: str | os.PathLike, binary: bool = True, tmp: Path | None = N
         with create(tmp, binary) as f:
             yield f
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if is_disk_full(exc):   # what was written before stays; this file was never half written
+            raise MwinvError(f"no space left on device writing {path}") from None
         raise
 
 

@@ -220,3 +220,73 @@ def test_slow_log_value_that_is_not_one(tmp_path, old, new):
                                          "Rows_sent; the other 3 entries were read"):
         slowlog.read(path, tmp_path / "cap")
     assert Capture(tmp_path / "cap").read("statement").num_rows == 3
+
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    """A real small file system (tmpfs, 2 MB) to fill; always unmounted."""
+    import os
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "fs"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2M", "tmpfs", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+def fill(fs: Path, leave: int) -> Path:
+    """All but `leave` bytes of `fs` taken by one file (removed to make room again)."""
+    import os
+
+    st = os.statvfs(fs)
+    filler = fs / "filler"
+    filler.write_bytes(bytes(st.f_bavail * st.f_frsize - leave))
+    return filler
+
+
+def no_tmp(path: Path) -> list[Path]:
+    return [p for p in path.rglob("*") if p.suffix == ".tmp" or p.name.endswith(".tmp")]
+
+
+def test_full_disk_during_a_correlation(tiny_fs):
+    """One line naming the file, no temporary file left, the capture's tables kept; the next correlation,
+    with room again, finishes (before: a chained OSError traceback)."""
+    import subprocess
+    import sys
+
+    shutil.copytree(CAPTURE, tiny_fs / "cap")
+    filler = fill(tiny_fs, 8192)
+    correlate = [str(Path(sys.executable).parent / "mwinv-correlate"), str(tiny_fs / "cap")]
+    r = subprocess.run(correlate, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    line = r.stderr.strip().splitlines()[-1]   # after the progress lines
+    assert line.startswith(f"mwinv-correlate: error: no space left on device writing {tiny_fs / 'cap'}/"), line
+    assert not no_tmp(tiny_fs) and Capture(tiny_fs / "cap").read("statement").equals(Capture(CAPTURE).read("statement"))
+    filler.unlink()
+    r = subprocess.run(correlate, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert Capture(tiny_fs / "cap").has("statement_attribution")
+
+
+def test_full_disk_writing_the_manifest(tiny_fs):
+    cap = Capture(tiny_fs / "cap").create(capture_kind="node")
+    before = cap.manifest_path.read_bytes()
+    fill(tiny_fs, 0)
+    with pytest.raises(MwinvError, match=f"^no space left on device writing {cap.manifest_path}$"):
+        cap.update_manifest(settings={f"k{i}": "v" * 100 for i in range(200)})
+    assert cap.manifest_path.read_bytes() == before and not no_tmp(tiny_fs)   # before: a 0-byte manifest.tmp
+
+
+def test_full_disk_during_a_kernel_trace_parse(tiny_fs):
+    from mwinv.kernel_trace.parse import parse_trace
+
+    cap = Capture(tiny_fs / "cap").create()
+    fill(tiny_fs, 0)
+    with pytest.raises(MwinvError, match=f"^no space left on device writing {cap.path}/kernel_event/n1-00000"):
+        parse_trace(GOLDEN / "trappy_raw_trace.dat", cap, node="n1")
+    assert not no_tmp(tiny_fs) and cap.manifest()["format"] == "mwinv-capture"

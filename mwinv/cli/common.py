@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 
 from mwinv import privfile
-from mwinv.errors import MwinvError
+from mwinv.errors import MwinvError, is_disk_full
 
 
 def group_option(command: Callable) -> Callable:
@@ -86,9 +86,15 @@ def run_main(command: click.Command, prog: str) -> None:
     except BrokenPipeError:
         sys.exit(0)
     except Exception as exc:
+        # a full disk where no writer said it (a spool, a trace's pages; DuckDB's spill files), and
         # DuckDB's out-of-memory (its cap, not the machine's), without importing DuckDB in every command
-        if type(exc).__name__ != "OutOfMemoryException":
+        if is_disk_full(exc) or type(exc).__name__ == "IOException" and "No space left on device" in str(exc):
+            what = f"no space left on device writing {exc.filename}" if getattr(exc, "filename", None) else \
+                str(exc).splitlines()[0]
+        elif type(exc).__name__ == "OutOfMemoryException":
+            what = str(exc).splitlines()[0]
+        else:
             raise
-        click.echo(f"{prog}: error: {str(exc).splitlines()[0]} (what was written before is kept)", err=True)
+        click.echo(f"{prog}: error: {what} (what was written before is kept)", err=True)
         sys.exit(2)
 
