@@ -247,3 +247,14 @@ def test_an_experiment_under_a_quote_is_run_reported_and_private(open_dir):
     assert (out / "report" / "results.csv").read_text().count("\n") >= 2
     loose = {p: m for p, (m, _) in _modes(out).items() if m not in ("d0700", "f0600")}
     assert not loose, loose
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("perf"), reason="perf sampling needs root and perf")
+def test_a_second_capture_replaces_the_perf_output_of_the_first(tmp_path):
+    from mwinv.kernel_trace import perf
+
+    out = tmp_path / "perf.data"
+    out.write_bytes(b"the first capture's")
+    out.chmod(0o644)
+    perf.stop_perf(perf.start_perf(out))
+    assert out.read_bytes() != b"the first capture's" and stat.S_IMODE(out.stat().st_mode) == 0o600

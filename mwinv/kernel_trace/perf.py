@@ -62,6 +62,7 @@ def start_perf(out: Path, freq_hz: int = 99, control: bool = False) -> Perf:
         ours[1], ack_w = os.pipe()
         cmd += ["--control", f"fd:{ctl_r},{ack_w}"]
         theirs = [ctl_r, ack_w]
+    out.unlink(missing_ok=True)    # an earlier capture's, its samples in cpu_sample already
     privfile.create(out).close()   # private: perf truncates it and keeps its mode
     log = privfile.create(out.with_suffix(".log"), binary=False)
     try:
