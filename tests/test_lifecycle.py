@@ -44,6 +44,30 @@ def test_empty_statement_table_warns_like_a_missing_one(tmp_path):
     assert "warning: table statement: empty (1 parts, no rows)" in " ".join(empty.stderr.split()), empty.stderr
 
 
+
+def test_sigterm_during_a_long_correlation_is_an_interrupt(tmp_path):
+    """DuckDB ends a query a signal interrupted with a RuntimeError ("Query interrupted"): that was a
+    traceback and exit 1; it is an interrupt, exit 130, within a second."""
+    import duckdb
+
+    types = {"string": "VARCHAR", "int32": "INTEGER", "int64": "BIGINT", "bool": "BOOLEAN"}
+    given = {"node": "'db1'", "pid": "1000 + range % 50", "statement_id": "range", "query_id": "range % 1000",
+             "start_ns": "range * 1000", "end_ns": "range * 1000 + 700", "nesting_level": "0"}
+    cols = ", ".join(f"CAST({given.get(f.name, 'NULL')} AS {types[str(f.type)]}) AS {f.name}"
+                     for f in SCHEMAS["statement"])
+    cap = Capture(tmp_path / "cap").create()
+    # 5 million statements: 80 s of DuckDB queries on 2 cores
+    cap.write_part("statement", duckdb.connect().execute(f"SELECT {cols} FROM range(5000000)").to_arrow_table())
+    proc = subprocess.Popen([BIN / "mwinv-correlate", str(cap.path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    time.sleep(3)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130 and "Traceback" not in err and "mwinv-correlate: interrupted" in err, err[-2000:]
+    assert time.monotonic() - t0 < 1
+
+
 @pytest.mark.kernel
 @kernel
 def test_kill9_capture_is_finished_by_the_next_correlation(tpch_pg, tmp_path):

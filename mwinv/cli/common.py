@@ -37,10 +37,12 @@ def install_signal_handlers() -> None:
         signal.signal(signal.SIGTERM, _raise_interrupt)
 
 
-def _ignore_signals() -> None:
-    """Once interrupted and cleaned up, a further Ctrl-C or SIGTERM would only turn the exit into a traceback."""
+def _interrupted(prog: str) -> None:
+    # cleaned up by now: a further Ctrl-C or SIGTERM would only turn the exit into a traceback
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, signal.SIG_IGN)
+    click.echo(f"{prog}: interrupted", err=True)
+    sys.exit(130)
 
 
 @contextlib.contextmanager
@@ -70,9 +72,7 @@ def run_main(command: click.Command, prog: str) -> None:
     try:
         command.main(prog_name=prog, standalone_mode=False)
     except click.exceptions.Abort:
-        _ignore_signals()
-        click.echo(f"{prog}: interrupted", err=True)
-        sys.exit(130)
+        _interrupted(prog)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
@@ -80,12 +80,12 @@ def run_main(command: click.Command, prog: str) -> None:
         click.echo(f"{prog}: error: {exc}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
-        _ignore_signals()
-        click.echo(f"{prog}: interrupted", err=True)
-        sys.exit(130)
+        _interrupted(prog)
     except BrokenPipeError:
         sys.exit(0)
     except Exception as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):   # DuckDB's "Query interrupted", a RuntimeError
+            _interrupted(prog)
         # a full disk where no writer said it (a spool, a trace's pages; DuckDB's spill files), and
         # DuckDB's out-of-memory (its cap, not the machine's), without importing DuckDB in every command
         if is_disk_full(exc) or type(exc).__name__ == "IOException" and "No space left on device" in str(exc):
