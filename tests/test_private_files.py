@@ -254,7 +254,8 @@ def test_a_second_capture_replaces_the_perf_output_of_the_first(tmp_path):
     from mwinv.kernel_trace import perf
 
     out = tmp_path / "perf.data"
-    out.write_bytes(b"the first capture's")
-    out.chmod(0o644)
+    for f in (out, out.with_suffix(".log")):
+        f.write_bytes(b"the first capture's")
+        f.chmod(0o644)
     perf.stop_perf(perf.start_perf(out))
     assert out.read_bytes() != b"the first capture's" and stat.S_IMODE(out.stat().st_mode) == 0o600

@@ -55,6 +55,10 @@ def start_perf(out: Path, freq_hz: int = 99, control: bool = False) -> Perf:
         raise MwinvError("perf is not installed (package linux-perf, scripts/deps.sh)")
     cmd = [perf, "record", "-q", "-g", "-e", "cpu-clock", "-F", str(freq_hz), "-k", "CLOCK_MONOTONIC",
            "-a", "-o", str(out)]
+    for old in (out, out.with_suffix(".log")):   # an earlier capture's, its samples in cpu_sample already
+        old.unlink(missing_ok=True)
+    privfile.create(out).close()   # private: perf truncates it and keeps its mode
+    log = privfile.create(out.with_suffix(".log"), binary=False)
     theirs: list[int] = []
     ours: list[int | None] = [None, None]
     if control:
@@ -62,9 +66,6 @@ def start_perf(out: Path, freq_hz: int = 99, control: bool = False) -> Perf:
         ours[1], ack_w = os.pipe()
         cmd += ["--control", f"fd:{ctl_r},{ack_w}"]
         theirs = [ctl_r, ack_w]
-    out.unlink(missing_ok=True)    # an earlier capture's, its samples in cpu_sample already
-    privfile.create(out).close()   # private: perf truncates it and keeps its mode
-    log = privfile.create(out.with_suffix(".log"), binary=False)
     try:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
                                 pass_fds=theirs)
