@@ -114,6 +114,31 @@ def _instances_and_uprobes(pid: int) -> tuple[list[str], list[str]]:
 
 @pytest.mark.kernel
 @kernel
+def test_an_interrupted_capture_leaves_its_parse_to_the_next_correlation(tpch_pg, tmp_path):
+    """Ctrl-C in a `with NodeCapture` block: the stop restores the tracing state and does not parse (the
+    run is abandoned: it is what made an experiment's SIGTERM wait); the next correlation parses it all."""
+    from mwinv.correlator.pipeline import correlate, top_statements
+    from mwinv.node_capture import NodeCapture
+    from mwinv.workloads import runner
+
+    out = tmp_path / "cap"
+    with pytest.raises(KeyboardInterrupt):
+        with NodeCapture(out, postmaster_pid=tpch_pg.postmaster_pid(), conninfo=tpch_pg.conninfo("tpch"),
+                         node="db1"):
+            runner.run_queries(tpch_pg, [1, 6, 1, 6])
+            raise KeyboardInterrupt
+    assert _instances_and_uprobes(os.getpid()) == ([], [])
+    assert not Capture(out).has("kernel_event") and list((out / "kernel" / "db1").glob("cpu*.raw"))
+    db = correlate(out)
+    assert not [w for w in db.warnings if "kernel" in w], db.warnings
+    assert Capture(out).has("kernel_event") and Capture(out).has("process")
+    assert "kernel_parse" not in Capture(out).manifest()["nodes"]["db1"]["skipped"]
+    cpu = [s.components["cpu_user"] + s.components["cpu_sys"] for s in top_statements(db, n=2)]
+    assert len(cpu) == 2 and min(cpu) > 0
+
+
+@pytest.mark.kernel
+@kernel
 def test_a_second_sigterm_while_a_capture_stops(tpch_pg, tmp_path):
     """mwinv-trace capture: the second SIGTERM comes while the first one's stop runs; the trace instances
     and uprobes go all the same, and what the stop did not finish is said by the next correlation."""
