@@ -10,6 +10,7 @@ or `record_capture(...)`, which also waits for --duration, Ctrl-C or a command t
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import platform
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 import mwinv
+from mwinv import privfile
 from mwinv.capture.tables import Capture, node_name
 from mwinv.engines import Engine
 from mwinv.engines.postgresql.kernel import POSTGRESQL
@@ -34,6 +36,8 @@ WATCH_S = 0.2           # how often a capture checks that its server still runs
 # server settings the advice reads from the manifest
 RESTART_WAIT_S = 60.0   # how long a capture with a data directory waits for its server to come back
 INTERRUPTED = "the capture was interrupted: the next mwinv-correlate parses its raw kernel pages"
+# in a node's manifest from when its recorder starts until its trace is parsed
+UNPARSED = "kernel trace not parsed yet: kernel/{}/ holds it (the next mwinv-correlate parses it)"
 
 
 def _software_versions(postmaster_pid: int | None) -> dict:
@@ -231,6 +235,7 @@ class NodeCapture:
                                                    config, follow_pid=self.postmaster_pid, notice=self.progress,
                                                    statement_wall=self._median_wall_ns).start()
                     self.progress(f"tracing {len(self.recorder.procs)} pids in {self.recorder.instance.name}")
+                    self._update_node({"kernel_unparsed": UNPARSED.format(self.node)})   # while there is room
                 except MwinvError as exc:
                     if self.trace != "auto":
                         raise
@@ -312,9 +317,6 @@ class NodeCapture:
 
     def _parse(self) -> None:
         self.progress("parsing the kernel trace")
-        # said until it is done: a second Ctrl-C or SIGTERM may cut it short
-        self._update_node({"kernel_unparsed": f"kernel trace parse interrupted: the kernel tables hold part of "
-                                              f"kernel/{self.node}/trace.dat"})
         done = parse_kernel(self.capture, self.node, self.engine.role, self.sample_interval_s,
                             self.summary["recorder"].get("windows") or [])
         if "trace_tail" in done:
@@ -329,11 +331,31 @@ class NodeCapture:
         self.stop(finish=exc_type is not KeyboardInterrupt)
 
 
-def parse_kernel(capture: Capture, node: str, role, sample_interval_s: float, windows: list) -> dict:
+def parse_kernel(capture: Capture, node: str, role, sample_interval_s: float, windows: list,
+                 wait: bool = True) -> dict | None:
     """Parse what a node's recorder assembled in kernel/<node>/ into the capture's tables (events, stacks,
     processes, traced windows, the disk's sequentiality, perf's CPU samples); returns the summary's
-    entries: parse, parse_unfiltered, perf_samples, and trace_tail (a fault that cut the trace short)."""
+    entries: parse, parse_unfiltered, perf_samples, and trace_tail (a fault that cut the trace short).
+    All or nothing: the tables are written aside and moved in when complete, so a parse cut short (a
+    full disk, a second signal) adds no rows and the next correlation parses again (recover_kernel).
+    wait=False: None at once if another process is parsing it."""
     kdir = capture.path / "kernel" / node
+    with privfile.append(kdir / ".parse.lock") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            return None
+        staged = Capture(kdir / "parsed")
+        shutil.rmtree(staged.path, ignore_errors=True)   # what a parse cut short left
+        try:
+            out = _parse_kernel(staged, kdir, node, role, sample_interval_s, windows)
+            capture.take_parts(staged)
+        finally:
+            shutil.rmtree(staged.path, ignore_errors=True)   # and the room it took
+        return out
+
+
+def _parse_kernel(capture: Capture, kdir: Path, node: str, role, sample_interval_s: float, windows: list) -> dict:
     res = parse_trace(kdir / "trace.dat", capture, node, procs_file=kdir / "procs.json", role=role)
     out: dict = {"parse": res.__dict__}
     if (kdir / "unfiltered.dat").exists():   # block completions, from every task's context
@@ -360,7 +382,11 @@ def recover_kernel(capture: Capture, progress: Callable[[str], None] | None = No
 
     for kdir in sorted(capture.path.glob("kernel/*/formats.json")):
         kdir, node = kdir.parent, kdir.parent.name
-        if not any(kdir.glob("cpu*.raw")):
+        info = capture.manifest().get("nodes", {}).get(node, {})
+        raw = any(kdir.glob("cpu*.raw"))
+        # assembled, but its parse failed (a full disk) or was cut short (a second signal)
+        assembled = not raw and (kdir / "trace.dat").exists() and info.get("kernel_unparsed") == UNPARSED.format(node)
+        if not raw and not assembled:
             continue
         try:
             owner = int((kdir / OWNER).read_text())
@@ -368,15 +394,15 @@ def recover_kernel(capture: Capture, progress: Callable[[str], None] | None = No
                 continue
         except (OSError, ValueError):
             pass
-        info = capture.manifest().get("nodes", {}).get(node, {})
         killed = not (kdir / "recorder.json").exists()
         try:
             rec = {} if killed else json.loads((kdir / "recorder.json").read_text())
-            if progress:
-                progress(f"assembling the kernel pages node {node}'s capture left unparsed")
-            assemble(kdir, kdir / "trace.dat")
-            if (kdir / "unfiltered" / "formats.json").exists():
-                assemble(kdir / "unfiltered", kdir / "unfiltered.dat")
+            if raw:
+                if progress:
+                    progress(f"assembling the kernel pages node {node}'s capture left unparsed")
+                assemble(kdir, kdir / "trace.dat")
+                if (kdir / "unfiltered" / "formats.json").exists():
+                    assemble(kdir / "unfiltered", kdir / "unfiltered.dat")
         except (MwinvError, OSError, ValueError) as exc:
             capture.update_manifest(nodes={node: {**info, "kernel_unparsed": (
                 f"kernel trace not parsed: {kdir} holds the raw pages of a capture that did not stop ({exc})")}})
@@ -384,7 +410,10 @@ def recover_kernel(capture: Capture, progress: Callable[[str], None] | None = No
         engine = MARIADB if info.get("engine") == MARIADB.name else POSTGRESQL
         if progress:
             progress(f"parsing node {node}'s kernel trace")
-        done = parse_kernel(capture, node, engine.role, info.get("sample_interval_s") or 1.0, rec.get("windows") or [])
+        done = parse_kernel(capture, node, engine.role, info.get("sample_interval_s") or 1.0, rec.get("windows") or [],
+                            wait=False)
+        if done is None:   # its capture is parsing it now
+            continue
         info = {k: v for k, v in capture.manifest().get("nodes", {}).get(node, {}).items() if k != "kernel_unparsed"}
         info["skipped"] = {k: v for k, v in (info.get("skipped") or {}).items() if k != "kernel_parse"}
         if "trace_tail" in done:
@@ -393,6 +422,9 @@ def recover_kernel(capture: Capture, progress: Callable[[str], None] | None = No
             info["kernel_recovered"] = ("kernel trace parsed from the raw pages of a capture that did not stop "
                                         "(killed, or interrupted again): its processes' roles and traced windows "
                                         "were not recorded")
+        elif assembled:
+            info["kernel_recovered"] = (f"kernel trace parse interrupted or failed when the capture stopped: "
+                                        f"parsed afterwards from kernel/{node}/trace.dat")
         capture.update_manifest(nodes={node: info})
 
 

@@ -224,7 +224,7 @@ def test_slow_log_value_that_is_not_one(tmp_path, old, new):
 
 @pytest.fixture
 def tiny_fs(tmp_path):
-    """A real small file system (tmpfs, 2 MB) to fill; always unmounted."""
+    """A real small file system (tmpfs, 4 MB) to fill; always unmounted."""
     import os
     import subprocess
 
@@ -232,7 +232,7 @@ def tiny_fs(tmp_path):
         pytest.skip("mounting a tmpfs needs root")
     mnt = tmp_path / "fs"
     mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2M", "tmpfs", str(mnt)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4M", "tmpfs", str(mnt)], check=True)
     try:
         yield mnt
     finally:
@@ -290,3 +290,30 @@ def test_full_disk_during_a_kernel_trace_parse(tiny_fs):
     with pytest.raises(MwinvError, match=f"^no space left on device writing {cap.path}/kernel_event/n1-00000"):
         parse_trace(GOLDEN / "trappy_raw_trace.dat", cap, node="n1")
     assert not no_tmp(tiny_fs) and cap.manifest()["format"] == "mwinv-capture"
+
+
+def test_full_disk_during_a_capture_parse_is_finished_by_the_next_correlation(tiny_fs):
+    """A node's trace assembled but not parsed when the disk filled: nothing half parsed is kept, the
+    manifest says so, and the next correlation with room parses it whole (before: the rows parsed
+    so far stayed and nothing parsed the rest)."""
+    from mwinv.correlator.pipeline import correlate
+    from mwinv.kernel_trace.parse import count_events
+    from mwinv.node_capture import UNPARSED
+
+    cap = Capture(tiny_fs / "cap").create(capture_kind="node")
+    kdir = cap.path / "kernel" / "n1"
+    kdir.mkdir(parents=True)
+    shutil.copy(GOLDEN / "trappy_raw_trace.dat", kdir / "trace.dat")
+    (kdir / "formats.json").write_text("{}")
+    (kdir / "recorder.json").write_text("{}")
+    cap.update_manifest(nodes={"n1": {"clock": "mono", "kernel_unparsed": UNPARSED.format("n1")}})
+    filler = fill(tiny_fs, 8192)   # room for the events' part, not for the processes' after it
+    with pytest.raises(MwinvError, match=f"^no space left on device writing {kdir}/parsed/process/"):
+        correlate(cap.path)
+    assert not cap.has("kernel_event") and not (kdir / "parsed").exists() and not no_tmp(tiny_fs)
+    assert cap.manifest()["nodes"]["n1"]["kernel_unparsed"] == UNPARSED.format("n1")
+    filler.unlink()
+    correlate(cap.path)
+    assert cap.read("kernel_event").num_rows == count_events(kdir / "trace.dat")
+    info = cap.manifest()["nodes"]["n1"]
+    assert "kernel_unparsed" not in info and "parsed afterwards from kernel/n1/trace.dat" in info["kernel_recovered"]

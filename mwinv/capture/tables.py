@@ -254,6 +254,12 @@ def _unreadable(path: Path):
         raise MwinvError(f"{path}: unreadable Parquet part ({why})") from None
 
 
+def _next_part(d: Path, prefix: str) -> Path:
+    # the node's own parts: a name with glob characters or another node's prefix matched others
+    n = sum(1 for p in d.iterdir() if re.fullmatch(re.escape(prefix) + r"-\d{5}\.parquet", p.name))
+    return d / f"{prefix}-{n:05d}.parquet"
+
+
 def node_name() -> str:
     return os.environ.get("MWINV_NODE", socket.gethostname())
 
@@ -331,10 +337,7 @@ class Capture:
             data = conform(data, schema)
         d = self.table_dir(table)
         privfile.make_dir(d)
-        prefix = node or node_name()
-        # the node's own parts: a name with glob characters or another node's prefix matched others
-        n = sum(1 for p in d.iterdir() if re.fullmatch(re.escape(prefix) + r"-\d{5}\.parquet", p.name))
-        path = d / f"{prefix}-{n:05d}.parquet"
+        path = _next_part(d, node or node_name())
         # dictionaries only where values repeat (names): tried on every column, they cost a quarter of
         # the writing time of a million statement records and made the file larger
         # page checksums: a corrupt page is found on reading (Capture.check), not read as other values
@@ -350,6 +353,15 @@ class Capture:
             else:
                 pq.write_table(data, f, **options)
         return path
+
+    def take_parts(self, other: "Capture") -> None:
+        """Every part of `other` (written aside, to be added all or not at all) moved into this capture,
+        after this one's parts of the same node."""
+        for table in SCHEMAS:
+            for p in other.parts(table):
+                d = self.table_dir(table)
+                privfile.make_dir(d)
+                os.replace(p, _next_part(d, p.name.rsplit("-", 1)[0]))
 
     def parts(self, table: str) -> list[Path]:
         d = self.table_dir(table)
