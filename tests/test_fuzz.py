@@ -132,6 +132,30 @@ def to_toml(doc) -> str:
     return "".join(f"{json.dumps(k)} = {toml_value(v)}\n" for k, v in doc.items())
 
 
+def corrupt_text(rng: random.Random, src: Path, tmp: Path) -> tuple[Path, str]:
+    """A corrupt copy of a text log in `tmp`: mostly line by line, else byte by byte."""
+    if rng.random() < 0.7:
+        text, how = mutate_lines(rng, src.read_text(errors="replace"))
+        data = text.encode()
+    else:
+        data, how = mutate_bytes(rng, src.read_bytes())
+    (tmp / src.name).write_bytes(data)
+    return tmp / src.name, how
+
+
+def corrupt_toml(rng: random.Random, src: Path, tmp: Path) -> tuple[Path, str]:
+    """A corrupt copy of a TOML file in `tmp`: mostly a value of another type, else byte by byte."""
+    import tomllib
+
+    if rng.random() < 0.8:
+        doc, how = mutate_tree(rng, tomllib.loads(src.read_text()), json_null=False)
+        (tmp / src.name).write_text(to_toml(doc))
+    else:
+        raw, how = mutate_bytes(rng, src.read_bytes())
+        (tmp / src.name).write_bytes(raw)
+    return tmp / src.name, how
+
+
 # ---- one corrupt input per target: (what was done, check) ; check raises AssertionError when a
 # successful call's result is wrong
 def case_manifest(rng, tmp: Path):
@@ -242,14 +266,7 @@ def case_oracle(rng, tmp: Path):
     from mwinv.engines.oracle import importer
 
     src = rng.choice(ORACLE)
-    text = src.read_text(errors="replace")
-    if rng.random() < 0.7:
-        text, how = mutate_lines(rng, text)
-        data = text.encode()
-    else:
-        data, how = mutate_bytes(rng, src.read_bytes())
-    path = tmp / src.name
-    path.write_bytes(data)
+    path, how = corrupt_text(rng, src, tmp)
 
     def run():
         (done,) = importer.import_files(tmp / "cap", [path], node="ora")
@@ -263,13 +280,7 @@ def case_slowlog(rng, tmp: Path):
     from mwinv.engines.mariadb import slowlog
 
     src = rng.choice(SLOWLOGS)
-    if rng.random() < 0.7:
-        text, how = mutate_lines(rng, src.read_text(errors="replace"))
-        data = text.encode()
-    else:
-        data, how = mutate_bytes(rng, src.read_bytes())
-    path = tmp / src.name
-    path.write_bytes(data)
+    path, how = corrupt_text(rng, src, tmp)
 
     def run():
         got = slowlog.read(path, tmp / "cap")
@@ -279,18 +290,10 @@ def case_slowlog(rng, tmp: Path):
 
 
 def case_plan(rng, tmp: Path):
-    import tomllib
-
     from mwinv.experiment.plan import load_plan
 
     src = rng.choice(PLANS)
-    path = tmp / src.name
-    if rng.random() < 0.8:
-        doc, how = mutate_tree(rng, tomllib.loads(src.read_text()), json_null=False)
-        path.write_text(to_toml(doc))
-    else:
-        raw, how = mutate_bytes(rng, src.read_bytes())
-        path.write_bytes(raw)
+    path, how = corrupt_toml(rng, src, tmp)
 
     def run():
         plan = load_plan(path)
@@ -317,19 +320,11 @@ def case_plan(rng, tmp: Path):
 
 
 def case_scheme(rng, tmp: Path):
-    import tomllib
-
     from mwinv.cluster.distribute import _columns, scheme_from_file
     from mwinv.workloads import tpch
 
     src = rng.choice(SCHEMES)
-    path = tmp / src.name
-    if rng.random() < 0.8:
-        doc, how = mutate_tree(rng, tomllib.loads(src.read_text()), json_null=False)
-        path.write_text(to_toml(doc))
-    else:
-        raw, how = mutate_bytes(rng, src.read_bytes())
-        path.write_bytes(raw)
+    path, how = corrupt_toml(rng, src, tmp)
 
     def run():
         s = scheme_from_file(path)
