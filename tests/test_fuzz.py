@@ -162,9 +162,10 @@ def case_manifest(rng, tmp: Path):
     from mwinv.correlator.links import node_clocks
     from mwinv.correlator.load import open_capture
     from mwinv.correlator.model import Platform
+    from mwinv.correlator.report import render_report
 
     d = tmp / "cap"
-    shutil.copytree(CAPTURE, d)
+    shutil.copytree(correlated(tmp.parent), d)
     m = json.loads((CAPTURE / "manifest.json").read_text())
     if rng.random() < 0.8:
         m, how = mutate_tree(rng, m, json_null=True)
@@ -184,7 +185,20 @@ def case_manifest(rng, tmp: Path):
         if m.get("calibration") and "disk" in m["calibration"]:
             Platform.from_calibration(m["calibration"])
         db.con.close()
+        render_report(d, tmp / "report")
     return how, run
+
+
+def correlated(where: Path) -> Path:
+    """The golden capture correlated and its report's tables derived, once per test (a report of it
+    then takes 0.13 s instead of 0.56)."""
+    from mwinv.correlator.report import render_report
+
+    d = where / "correlated"
+    if not d.exists():
+        shutil.copytree(CAPTURE, d)
+        render_report(d, where / "report")
+    return d
 
 
 def _part_case(rng, tmp: Path, typed: bool):

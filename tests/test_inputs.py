@@ -317,3 +317,23 @@ def test_full_disk_during_a_capture_parse_is_finished_by_the_next_correlation(ti
     assert cap.read("kernel_event").num_rows == count_events(kdir / "trace.dat")
     info = cap.manifest()["nodes"]["n1"]
     assert "kernel_unparsed" not in info and "parsed afterwards from kernel/n1/trace.dat" in info["kernel_recovered"]
+
+
+def test_report_of_a_manifest_without_nodes(tmp_path):
+    """nodes = {} (valid): the report names the nodes from the data (before: TypeError, set + list)."""
+    from mwinv.correlator.report import render_report
+
+    cap = copy_capture(tmp_path)
+    m = cap.manifest()
+    cap.write_manifest({**m, "nodes": {}})
+    _, md = render_report(cap.path, tmp_path / "report")
+    assert "**nodes**: pg" in md.read_text()
+
+
+def test_manifest_calibration_without_the_cpu_factor(tmp_path):
+    """The report printed calibration.cpu.cpu_speed_factor and raised KeyError without it."""
+    cap = copy_capture(tmp_path)
+    m = cap.manifest()
+    cap.manifest_path.write_text(json.dumps({**m, "calibration": {**m["calibration"], "cpu": {"cpus": 2}}}))
+    with pytest.raises(MwinvError, match="manifest.json: calibration.cpu.cpu_speed_factor: missing$"):
+        cap.manifest()

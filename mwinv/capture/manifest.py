@@ -44,11 +44,11 @@ NODE = {
     "kernel_unparsed": (["null", "str"], False),
     "kernel_recovered": ("str", False),
 }
-CALIBRATION = {
+CALIBRATION = {   # as `mwinv calibrate` writes it
     "disk": ({"disk_rate_bps": ("number", True), "rand_access_s": ("number", True),
-              "seq_access_s": ("number", False)}, False),
-    "cpu": ({"cpus": (["null", "int"], False)}, False),
-    "links": (["map", {"latency_s": ("number", False), "rate_bps": ("number", True)}], False),
+              "seq_access_s": ("number", False)}, True),
+    "cpu": ({"cpu_speed_factor": ("number", True), "cpus": (["null", "int"], False)}, True),
+    "links": (["map", {"latency_s": ("number", True), "rate_bps": ("number", True)}], False),
 }
 MANIFEST = {
     "format": (("mwinv-capture",), True),

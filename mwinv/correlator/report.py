@@ -245,7 +245,7 @@ def section_summary(data: ReportData) -> Section:
     if data.classes is not None:
         classes = {r["values"]: r["counts"] for r in pc.value_counts(data.classes["limit"]).to_pylist()}
     nodes = sorted(m.get("nodes") or {}) or sorted(set(data.statements.column("node").to_pylist())
-                                                    + data.node_sample.column("node").to_pylist())
+                                                    | set(data.node_sample.column("node").to_pylist()))
     recorded = (datetime.fromtimestamp(m["created_wall_ns"] / 1e9, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
                 if m.get("created_wall_ns") else "-")
     items = [("capture", str(data.path)), ("run", str(m.get("run") or m.get("name") or data.path.name)),
