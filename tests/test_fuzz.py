@@ -28,12 +28,15 @@ ROOT = Path(__file__).parent.parent
 GOLDEN = ROOT / "tests" / "golden"
 CAPTURE = GOLDEN / "pg_small_capture"
 TRACE_DAT = GOLDEN / "trappy_raw_trace.dat"
+TRACE_DAT_XZ = GOLDEN / "pg_tpch_q6_q3.trace.dat.xz"   # recorded by mwinv: syscalls, block, uprobes, stacks
+PROCS = GOLDEN / "pg_tpch_q6_q3.procs.json"
+TRACE_TEXT = GOLDEN / "lisa_trace.txt"   # trace-cmd report's text, the other format parse_trace reads
 ORACLE = sorted((GOLDEN / "oracle_10046").glob("trctools_*.trc"))
 SLOWLOGS = sorted((GOLDEN / "mysql_slowlog").glob("*.log"))
 PLANS = sorted((ROOT / "examples" / "plans").glob("*.toml"))
 SCHEMES = sorted((ROOT / "examples" / "schemes").glob("*.toml"))
 
-TARGETS = ("manifest", "parquet", "parquet_types", "tracedat", "oracle", "slowlog", "plan", "scheme")
+TARGETS = ("manifest", "parquet", "parquet_types", "tracedat", "tracetext", "oracle", "slowlog", "plan", "scheme")
 SECONDS = float(os.environ.get("MWINV_FUZZ_SECONDS", "20"))
 FIRST_SEED = int(os.environ.get("MWINV_FUZZ_SEED", str(time.time_ns() % 1_000_000_007)))
 ONE = bool(os.environ.get("MWINV_FUZZ_ONE"))
@@ -257,22 +260,45 @@ def case_parquet_types(rng, tmp):
 
 
 def case_tracedat(rng, tmp: Path):
+    """trappy's trace (sched events, 4 CPUs) or one of mwinv's own (syscalls, block, uprobes, stacks)."""
     from mwinv.kernel_trace.parse import parse_trace
     from mwinv.kernel_trace.tracedat import read_tracedat
 
-    data = TRACE_DAT.read_bytes()
-    td = read_tracedat(TRACE_DAT)
+    src = rng.choice((TRACE_DAT, unxz(TRACE_DAT_XZ, tmp.parent)))
+    td = read_tracedat(src)
     data_end = max(c.offset + c.size for c in td.cpus)
-    raw, how = mutate_bytes(rng, data)
+    raw, how = mutate_bytes(rng, src.read_bytes())
     path = tmp / "trace.dat"
     path.write_bytes(raw)
 
     def run():
         cap = Capture(tmp / "cap").create()
-        res = parse_trace(path, cap, node="n1")
+        res = parse_trace(path, cap, node="n1", procs_file=PROCS if src != TRACE_DAT else None)
         assert cap.read("kernel_event").num_rows == res.events, "events counted != events written"
         if how.startswith("truncate") and len(raw) < data_end:
             assert res.fault, f"truncated at {len(raw)} of {data_end} bytes of data, no fault reported"
+    return f"{src.name}: {how}", run
+
+
+def unxz(src: Path, where: Path) -> Path:
+    """`src` decompressed into `where`, once."""
+    import lzma
+
+    out = where / src.name.removesuffix(".xz")
+    if not out.exists():
+        out.write_bytes(lzma.decompress(src.read_bytes()))
+    return out
+
+
+def case_tracetext(rng, tmp: Path):
+    from mwinv.kernel_trace.parse import parse_trace
+
+    path, how = corrupt_text(rng, TRACE_TEXT, tmp)
+
+    def run():
+        cap = Capture(tmp / "cap").create()
+        res = parse_trace(path, cap, node="n1")
+        assert cap.read("kernel_event").num_rows == res.events, "events counted != events written"
     return how, run
 
 

@@ -337,3 +337,33 @@ def test_manifest_calibration_without_the_cpu_factor(tmp_path):
     cap.manifest_path.write_text(json.dumps({**m, "calibration": {**m["calibration"], "cpu": {"cpus": 2}}}))
     with pytest.raises(MwinvError, match="manifest.json: calibration.cpu.cpu_speed_factor: missing$"):
         cap.manifest()
+
+
+def test_text_trace_number_out_of_range(tmp_path):
+    """A text trace line with a pid too large for its column: the parse says which line and keeps the
+    events before it (before: an OverflowError from Arrow, nothing written)."""
+    from mwinv.kernel_trace.parse import parse_trace
+
+    path = _edited(GOLDEN / "lisa_trace.txt", tmp_path, 1758, "pid=479 ", "pid=99999999999999999999 ")
+    cap = Capture(tmp_path / "cap").create()
+    res = parse_trace(path, cap, node="n1")
+    assert res.fault.endswith("line 1758: a number out of range"), res.fault
+    assert res.events == cap.read("kernel_event").num_rows > 1000
+
+
+@pytest.mark.parametrize("at, old, new, said", [
+    (14, None, b"\0\0\0\0", "offset 12: corrupt header (long size 8, page size 0)"),            # before: ZeroDivisionError
+    (None, b"field:char next_comm[16]", b"field:char next_comX[16]",
+     "the format of event sched:sched_switch has no field next_comm"),                            # before: KeyError
+])
+def test_trace_dat_corrupt_header(tmp_path, at, old, new, said):
+    from mwinv.kernel_trace.parse import parse_trace
+
+    raw = bytearray((GOLDEN / "trappy_raw_trace.dat").read_bytes())
+    at = raw.index(old) if at is None else at
+    raw[at:at + len(new)] = new
+    path = tmp_path / "trace.dat"
+    path.write_bytes(raw)
+    with pytest.raises(MwinvError) as err:
+        parse_trace(path, Capture(tmp_path / "cap").create(), node="n1")
+    assert str(err.value).startswith(f"{path}: {said}"), err.value

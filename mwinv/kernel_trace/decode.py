@@ -253,6 +253,22 @@ def column_fields(fmt: EventFormat) -> dict[str, tuple[Field, int]]:
     return out
 
 
+# the fields decode_chunk reads besides column_fields' (processes' names, forks)
+_NOTED = {"sched_switch": ("prev_comm", "next_comm"), "sched_process_fork": ("child_comm", "parent_pid"),
+          "mm_filemap_add_to_page_cache": ("i_ino",)}
+
+
+def missing_field(fmt: EventFormat) -> str | None:
+    """A field the decoding of a known event needs and `fmt` lacks (a corrupt trace's format)."""
+    try:
+        column_fields(fmt)
+    except KeyError as exc:
+        return exc.args[0]
+    if fmt.name == "mm_filemap_add_to_page_cache" and "index" not in fmt.fields:
+        return None
+    return next((f for f in _NOTED.get(fmt.name, ()) if f not in fmt.fields), None)
+
+
 def decode_spec(formats: dict[int, EventFormat]) -> np.ndarray:
     """ring_decode's table: per event type and column, (offset, size, signed, shift)."""
     spec = np.full((max(formats, default=0) + 1, len(DECODED), 4), -1, np.int32)

@@ -16,7 +16,7 @@ import pyarrow as pa
 from mwinv.capture.columns import table_from_rows
 from mwinv.capture.tables import SCHEMAS, Capture, node_name
 from mwinv.errors import MwinvError
-from mwinv.kernel_trace.decode import DecodeState, Kallsyms, decode_chunk
+from mwinv.kernel_trace.decode import DecodeState, Kallsyms, decode_chunk, missing_field
 from mwinv.kernel_trace.ringwalk import walk_pages
 from mwinv.kernel_trace.text import iter_text_batches
 from mwinv.kernel_trace.tracedat import MAGIC, TraceDat, TraceFormatError, iter_cpu_chunks, read_tracedat
@@ -60,11 +60,19 @@ def open_trace(path: Path, node: str) -> tuple[DecodeState, Iterator[pa.RecordBa
         raise MwinvError(f"{path}: no such file")
     if is_tracedat(path):
         td = read_tracedat(path)
+        for fmt in td.formats.values():
+            if (lacks := missing_field(fmt)) is not None:
+                raise MwinvError(f"{path}: the format of event {fmt.system}:{fmt.name} has no field {lacks} "
+                                 "(a corrupt header)")
         state = DecodeState(node, td.formats, Kallsyms(td.kallsyms) if td.kallsyms else None)
         state.comms.update(td.cmdlines)
         return state, iter_tracedat_batches(td, state), td.clock
     state = DecodeState(node, {})
     return state, iter_text_batches(path, state), "unknown"
+
+
+def _is_pid(v) -> bool:
+    return isinstance(v, int) and 0 <= v < 1 << 31
 
 
 def process_rows(state: DecodeState, procs: dict[int, dict] | None,
@@ -81,12 +89,13 @@ def process_rows(state: DecodeState, procs: dict[int, dict] | None,
         procs = {}
         pids = sorted(set(state.comms) | set(state.forks))
     rows = []
-    for pid in pids:
+    for pid in filter(_is_pid, pids):   # a text trace's corrupt line may name any number (its parse says so)
         p = procs.get(pid, {})
         cmd = p.get("cmdline", "")
-        parent = procs.get(p.get("ppid", state.forks.get(pid)), {})
+        ppid = p.get("ppid", state.forks.get(pid))
+        parent = procs.get(ppid, {})
         role_of = role(cmd, parent.get("cmdline", "")) if role else None
-        rows.append({"node": state.node, "pid": pid, "ppid": p.get("ppid", state.forks.get(pid)),
+        rows.append({"node": state.node, "pid": pid, "ppid": ppid if _is_pid(ppid) else None,
                      "comm": p.get("comm") or state.comms.get(pid), "role": role_of,
                      "start_ns": state.first_ts.get(pid, p.get("start_ns")), "end_ns": state.exits.get(pid)})
     return table_from_rows(rows, SCHEMAS["process"])

@@ -117,10 +117,17 @@ def _fields_of(event: str, rest: str, row: dict, state: DecodeState) -> None:
     row["fields"] = rest.strip() or None
 
 
+def _fits(v: int | None, bits: int) -> bool:
+    return v is None or -(1 << (bits - 1)) <= v < 1 << (bits - 1)
+
+
 def iter_text_batches(path: Path, state: DecodeState, batch_rows: int = 200_000) -> Iterator[pa.RecordBatch]:
     """Stream a text trace; a line that is neither an event, a stack line nor a header/comment is a
     fault: the batches before it are yielded, then TraceFormatError names the line."""
     cols: dict[str, list] = {n: [] for n in KERNEL_EVENT.names}
+    lines: list[int] = []     # the line and offset of each row, to name a bad one
+    offsets: list[int] = []
+    fault: list[TraceFormatError] = []
     last_on_cpu: dict[int, int] = {}    # cpu -> row index of its last event (stack lines attach there)
     stack: list[str] = []
     stack_cpu = -1
@@ -133,11 +140,27 @@ def iter_text_batches(path: Path, state: DecodeState, batch_rows: int = 200_000)
         stack = []
 
     def batch():
-        rb = pa.RecordBatch.from_pydict(cols, schema=KERNEL_EVENT)
-        for v in cols.values():
+        """The rows so far; those from a corrupt line's on (a number too large for its column) are
+        left out, and the line is the fault raised after the batch."""
+        try:
+            rb = pa.RecordBatch.from_pydict(cols, schema=KERNEL_EVENT)
+        except (OverflowError, pa.ArrowInvalid):
+            row = min(i for f in KERNEL_EVENT if pa.types.is_integer(f.type)
+                      for i, v in enumerate(cols[f.name]) if not _fits(v, f.type.bit_width))
+            fault.append(TraceFormatError(path, offsets[row], f"line {lines[row]}: a number out of range"))
+            state.events -= len(lines) - row
+            for v in cols.values():
+                del v[row:]
+            rb = pa.RecordBatch.from_pydict(cols, schema=KERNEL_EVENT)
+        for v in (*cols.values(), lines, offsets):
             v.clear()
         last_on_cpu.clear()
         return rb
+
+    def emit():
+        yield batch()
+        if fault:
+            raise fault[0]
 
     try:
         f = open(path, "r", errors="replace")
@@ -161,7 +184,7 @@ def iter_text_batches(path: Path, state: DecodeState, batch_rows: int = 200_000)
                     continue
                 flush_stack()
                 if cols["ts_ns"]:
-                    yield batch()
+                    yield from emit()
                 raise TraceFormatError(path, offset - len(line), f"line {lineno}: not a trace event line: {line.strip()[:60]!r}")
             flush_stack()
             event = last_event = m["event"].split(":")[-1]
@@ -185,12 +208,14 @@ def iter_text_batches(path: Path, state: DecodeState, batch_rows: int = 200_000)
             cols["event"].append(event)
             for k in _INT_COLS + _STR_COLS:
                 cols[k].append(row[k])
+            lines.append(lineno)
+            offsets.append(offset - len(line))
             last_on_cpu[cpu] = len(cols["ts_ns"]) - 1
             state.events += 1
             if len(cols["ts_ns"]) >= batch_rows:
-                yield batch()
+                yield from emit()
             if event == "stack" or m["rest"].startswith("<stack trace>"):
                 stack_cpu = cpu
         flush_stack()
         if cols["ts_ns"]:
-            yield batch()
+            yield from emit()

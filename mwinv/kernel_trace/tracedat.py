@@ -112,6 +112,8 @@ def read_tracedat(path: str | os.PathLike) -> TraceDat:
         if endian != 0:
             raise TraceFormatError(path, 12, "big-endian trace.dat is not supported")
         page_size = r.u32()
+        if long_size not in (4, 8) or page_size & (page_size - 1) or not 4096 <= page_size <= 1 << 20:
+            raise TraceFormatError(path, 12, f"corrupt header (long size {long_size}, page size {page_size})")
         td = TraceDat(path, page_size, long_size, "")
         for tag in ("header_page", "header_event"):
             pos = f.tell()
