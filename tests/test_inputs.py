@@ -367,3 +367,51 @@ def test_trace_dat_corrupt_header(tmp_path, at, old, new, said):
     with pytest.raises(MwinvError) as err:
         parse_trace(path, Capture(tmp_path / "cap").create(), node="n1")
     assert str(err.value).startswith(f"{path}: {said}"), err.value
+
+
+@pytest.fixture
+def pg_mwinv():
+    """A fresh server with the mwinv extension preloaded."""
+    from mwinv.pgserver import PgServer
+
+    with PgServer(name="pytest-inputs", shared_preload_libraries=["mwinv"], gucs={"compute_query_id": "on"}) as s:
+        yield s
+
+
+@pytest.mark.kernel
+def test_full_disk_during_a_real_capture(pg_mwinv, tmp_path):
+    """mwinv-trace capture on a file system too small for its trace.dat (which holds the kernel's
+    symbols): one line, the statements kept, the raw kernel pages kept and said to be
+    unparsed; with room again, the next correlation assembles and parses them."""
+    import os
+    import subprocess
+    import sys
+
+    from mwinv.kernel_trace.tracefs import TRACEFS_CANDIDATES
+
+    if os.geteuid() != 0 or not any((r / "instances").is_dir() for r in TRACEFS_CANDIDATES):
+        pytest.skip("kernel tracing needs root and tracefs")
+    symbols = len(Path("/proc/kallsyms").read_bytes())
+    mnt = tmp_path / "fs"
+    mnt.mkdir()
+    # room for everything but trace.dat: the kernel's symbols alone take more
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={symbols // 2}", "tmpfs", str(mnt)], check=True)
+    try:
+        bin_ = Path(sys.executable).parent
+        out = mnt / "cap"
+        r = subprocess.run([bin_ / "mwinv-trace", "capture", str(out), "--conninfo", pg_mwinv.conninfo(), "--",
+                            "psql", "-c", "SELECT count(*) FROM generate_series(1, 100000)", pg_mwinv.conninfo()],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.strip().splitlines()[-1] == \
+            f"mwinv-trace: error: kernel: no space left on device writing {out}/kernel/{os.uname().nodename}/trace.dat"
+        cap = Capture(out)
+        assert cap.has("statement") and not cap.has("kernel_event")
+        assert list(out.glob("kernel/*/cpu*.raw")) and not no_tmp(out)
+        assert "kernel trace not parsed" in next(iter(cap.manifest()["nodes"].values()))["kernel_unparsed"]
+        subprocess.run(["mount", "-o", f"remount,size={4 * symbols}", str(mnt)], check=True)
+        r = subprocess.run([bin_ / "mwinv-correlate", str(out)], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert cap.has("kernel_event") and not list(out.glob("kernel/*/cpu*.raw"))
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=True)
