@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from mwinv.capture.tables import Capture
 from mwinv.engines.mariadb import tpch as mtpch
 from mwinv.engines.mariadb.server import MariaDBServer
 from mwinv.errors import MwinvError
@@ -118,7 +119,9 @@ def test_capture_tpch_with_kernel_tracing(mariadb_server, tmp_path):
     info = cap.summary["statements"]
     # the server counts a statement after its client has the result: the last one may count late
     assert info["statements"] == 22 and info["statements_executed"] in (21, 22) and info["statements_overwritten"] == 0
-    assert info["clock"]["start"]["error_ns"] < 1_000_000 and info["clock"]["end"]["error_ns"] < 1_000_000
+    clock = info["clock_mapping"]
+    assert clock["start"]["error_ns"] < 1_000_000 and clock["end"]["error_ns"] < 1_000_000
+    assert Capture(tmp_path / "cap").manifest()["nodes"]["maria"]["clock"] == "mono"   # the node's, kept
     db = correlate(tmp_path / "cap")
     assert db.warnings == []
     rows = db.sql("""

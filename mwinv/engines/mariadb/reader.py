@@ -251,6 +251,7 @@ class PerfSchemaReader:
                 self.capture.write_part(table, rows, node=self.node)
         info = {"statements": len(statements), "statements_executed": executed, "statements_overwritten": lost,
                 "threads_unknown": unknown_threads, "history_long_size": self.ring_size,
-                "clock": {"method": "marker statement between two CLOCK_MONOTONIC reads", "start": self.clock_start,
-                          "end": self.clock_end}}
+                # not "clock": merged into the node's manifest, it replaced the node's clock ("mono")
+                "clock_mapping": {"method": "marker statement between two CLOCK_MONOTONIC reads",
+                                  "start": self.clock_start, "end": self.clock_end}}
         return info
