@@ -12,8 +12,8 @@ from mwinv import privfile
 from mwinv.cli.cluster import clean_cmd, cluster_cli
 from mwinv.cli.common import group_option, run_main
 from mwinv.cli.experiment import experiment_cli
-from mwinv.cli.mariadb import mariadb_cli
-from mwinv.cli.oracle import oracle_cli
+from mwinv.engines.mariadb.cli import mariadb_cli
+from mwinv.engines.oracle.cli import oracle_cli
 from mwinv.workloads import runner, tpch
 from mwinv.workloads.setup import tpch_server
 
