@@ -71,7 +71,7 @@ def record(capture_dir: Path, seconds: int, clients: int, scale: int, select_onl
     from bench.bench_extension import pgbench
     from mwinv.node_capture import NodeCapture
     from mwinv.engines.postgresql.reader import connect_untracked
-    from mwinv.pgserver import PgServer
+    from mwinv.engines.postgresql.server import PgServer
 
     if capture_dir.exists():
         shutil.rmtree(capture_dir)

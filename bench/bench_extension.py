@@ -40,7 +40,7 @@ from mwinv.cli.common import run_main
 from mwinv.capture.tables import Capture
 from mwinv.engines.postgresql.reader import SPOOL_MB as DEFAULT_SPOOL_MB, StatementDrainer, connect_untracked
 from mwinv.errors import MwinvError
-from mwinv.pgserver import PgServer, pg_bindir
+from mwinv.engines.postgresql.server import PgServer, pg_bindir
 
 CONFIGS = {
     "none": [],

@@ -40,7 +40,7 @@ from mwinv.node_capture import NodeCapture
 from mwinv.correlator.pipeline import correlate
 from mwinv.kernel_trace.recorder import (BLOCK_EVENTS, DEFAULT_EVENT_BUDGET, NET_EVENTS, SCHED_EVENTS, default_events,
                                          descendants)
-from mwinv.pgserver import PgServer, pg_bindir
+from mwinv.engines.postgresql.server import PgServer, pg_bindir
 
 # the default events by family, each alone beside the statements: which family costs what
 FAMILIES = {"sched + block": SCHED_EVENTS + BLOCK_EVENTS, "syscalls": None, "net": NET_EVENTS}

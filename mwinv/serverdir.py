@@ -12,6 +12,7 @@ A server whose owner is gone (pid and start time) is an orphan: `mwinv clean` st
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -19,7 +20,9 @@ import secrets
 import select
 import shutil
 import signal
+import socket
 import stat
+import threading
 from pathlib import Path
 
 from mwinv.cgroup import CGROUP_V1_ROOT, remove_group
@@ -257,3 +260,60 @@ def server_pidfd(pid_file: Path, data_dir: Path, exes: set[str]) -> int | None:
     os.close(pidfd)
     return None
 
+
+_live: set = set()   # the throw-away servers (PostgreSQL, MariaDB) this process started
+_live_lock = threading.Lock()
+
+
+def track(server) -> None:
+    """Stop `server` (anything with stop()) at exit, on SIGTERM, and when the tests end."""
+    with _live_lock:
+        _live.add(server)
+    _install_sigterm_cleanup()
+
+
+def untrack(server) -> bool:
+    """Forget `server`; False if it was not tracked (stopped already)."""
+    with _live_lock:
+        if server not in _live:
+            return False
+        _live.discard(server)
+    return True
+
+
+def _stop_all_live() -> None:
+    for srv in list(_live):
+        srv.stop()
+
+
+def _on_signal(signum, frame):
+    _stop_all_live()
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+atexit.register(_stop_all_live)
+
+
+def _install_sigterm_cleanup() -> None:
+    # Only where nobody else has claimed SIGTERM (the CLI layer and pytest leave it default).
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (
+        signal.SIG_DFL,
+        None,
+    ):
+        signal.signal(signal.SIGTERM, _on_signal)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False

@@ -23,7 +23,7 @@ def tpch_pg():
 @pytest.fixture
 def pg():
     """A fresh empty server per test."""
-    from mwinv.pgserver import PgServer
+    from mwinv.engines.postgresql.server import PgServer
 
     with PgServer(name="pytest-fresh") as server:
         yield server

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mwinv.capture.tables import Capture
-from mwinv.pgserver import PgServer, pg_bindir
+from mwinv.engines.postgresql.server import PgServer, pg_bindir
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not Path("/sys/kernel/tracing/instances").exists(),

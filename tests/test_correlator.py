@@ -12,7 +12,7 @@ from mwinv.capture.tables import Capture
 from mwinv.cgroup import Cgroup, block_device_of, drop_page_cache
 from mwinv.correlator.pipeline import correlate, top_statements
 from mwinv.errors import MwinvError
-from mwinv.pgserver import PgServer
+from mwinv.engines.postgresql.server import PgServer
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not Path("/sys/kernel/tracing/instances").exists(),

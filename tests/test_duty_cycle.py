@@ -15,7 +15,7 @@ from mwinv.node_capture import NodeCapture
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
 from mwinv.correlator.pipeline import correlate, top_statements
 from mwinv.correlator.report import load
-from mwinv.pgserver import PgServer, pg_bindir
+from mwinv.engines.postgresql.server import PgServer, pg_bindir
 
 MWINV_TRACE = str(Path(sys.executable).parent / "mwinv-trace")
 

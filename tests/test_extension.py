@@ -19,7 +19,7 @@ import pytest
 from mwinv.capture.tables import Capture
 from mwinv.engines.postgresql.reader import (StatementDrainer, connect_untracked, drain, extension_available,
                                              remove_stale_rings)
-from mwinv.pgserver import PgServer, pg_bindir
+from mwinv.engines.postgresql.server import PgServer, pg_bindir
 
 EXT_DIR = Path(__file__).resolve().parent.parent / "dbplugins" / "postgresql"
 GUCS = {"compute_query_id": "on"}

@@ -372,7 +372,7 @@ def test_trace_dat_corrupt_header(tmp_path, at, old, new, said):
 @pytest.fixture
 def pg_mwinv():
     """A fresh server with the mwinv extension preloaded."""
-    from mwinv.pgserver import PgServer
+    from mwinv.engines.postgresql.server import PgServer
 
     with PgServer(name="pytest-inputs", shared_preload_libraries=["mwinv"], gucs={"compute_query_id": "on"}) as s:
         yield s

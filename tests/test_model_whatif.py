@@ -249,7 +249,7 @@ def test_link_rate_what_if_checked_by_running(tmp_path):
     the attribution: the backend waits in epoll_wait after a send that would block, which is network time."""
     from mwinv.calibrate import calibrate_cpu, calibrate_disk, calibrate_link
     from mwinv.correlator.classify import classify
-    from mwinv.pgserver import PgServer
+    from mwinv.engines.postgresql.server import PgServer
 
     sql = f"SELECT repeat('x', 1000) FROM generate_series(1, {RESULT_ROWS})"
     with veth_namespace("10.213.79") as (ns, host_if, ns_if, _host_ip, ns_ip):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mwinv.errors import MwinvError
-from mwinv.pgserver import PgServer
+from mwinv.engines.postgresql.server import PgServer
 
 
 def _postgres_running(data_dir: Path) -> bool:
@@ -51,7 +51,7 @@ def test_sigterm_stops_and_removes_server(tmp_path):
     marker = tmp_path / "base"
     script = textwrap.dedent(f"""
         import time
-        from mwinv.pgserver import PgServer
+        from mwinv.engines.postgresql.server import PgServer
         s = PgServer(name="sigterm").start()
         open({str(marker)!r}, "w").write(str(s.base_dir))
         time.sleep(120)

@@ -18,7 +18,7 @@ import pytest
 
 from mwinv.capture.tables import Capture
 from mwinv.errors import MwinvError
-from mwinv.pgserver import PgServer
+from mwinv.engines.postgresql.server import PgServer
 
 BIN = Path(sys.executable).parent
 GOLDEN = Path(__file__).parent / "golden"

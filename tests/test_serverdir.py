@@ -16,7 +16,7 @@ import pytest
 
 from mwinv import serverdir
 from mwinv.kernel_trace.tracefs import pid_alive
-from mwinv.pgserver import PgServer
+from mwinv.engines.postgresql.server import PgServer
 
 MWINV = str(Path(sys.executable).parent / "mwinv")
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="clean and down run as root")

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from mwinv.capture.tables import Capture
-from mwinv.pgserver import PgServer, pg_bindir
+from mwinv.engines.postgresql.server import PgServer, pg_bindir
 from pgwire import Wire  # noqa: E402
 
 needs_tracing = pytest.mark.skipif(

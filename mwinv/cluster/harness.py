@@ -28,7 +28,7 @@ from mwinv.engines.postgresql.reader import remove_stale_rings
 from mwinv import serverdir
 from mwinv.errors import MwinvError
 from mwinv.kernel_trace.tracefs import clean_stale
-from mwinv.pgserver import PgServer
+from mwinv.engines.postgresql.server import PgServer
 from mwinv.signals import held
 from mwinv.workloads import tpch
 

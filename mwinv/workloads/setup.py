@@ -4,7 +4,7 @@ benchmarks."""
 from __future__ import annotations
 
 from mwinv.cgroup import Cgroup
-from mwinv.pgserver import PgServer
+from mwinv.engines.postgresql.server import PgServer
 from mwinv.workloads import tpch
 
 

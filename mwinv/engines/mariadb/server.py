@@ -15,7 +15,7 @@ from pathlib import Path
 
 from mwinv import serverdir
 from mwinv.errors import MwinvError
-from mwinv.pgserver import free_port, port_in_use, track, untrack
+from mwinv.serverdir import free_port, port_in_use, track, untrack
 
 START_TIMEOUT_S = 60
 # performance_schema's statement history on, so that mwinv's reader finds its consumers' tables

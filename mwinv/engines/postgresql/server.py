@@ -3,24 +3,19 @@ remove, also on Ctrl-C, SIGTERM and test failures. Several may run at once."""
 
 from __future__ import annotations
 
-import atexit
 import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mwinv import serverdir
 from mwinv.errors import MwinvError
+from mwinv.serverdir import free_port, port_in_use, track, untrack
 
 PG_BINDIR_CANDIDATES = ("/usr/lib/postgresql/15/bin",)
-
-_live: set["PgServer"] = set()
-_live_lock = threading.Lock()
 
 
 def pg_bindir() -> Path:
@@ -34,60 +29,6 @@ def pg_bindir() -> Path:
         return Path(out.stdout.strip())
     except (OSError, subprocess.CalledProcessError) as exc:
         raise MwinvError("no PostgreSQL 15 binaries found (set MWINV_PG_BINDIR)") from exc
-
-
-def track(server) -> None:
-    """Stop `server` (anything with stop()) at exit, on SIGTERM, and when the tests end."""
-    with _live_lock:
-        _live.add(server)
-    _install_sigterm_cleanup()
-
-
-def untrack(server) -> bool:
-    """Forget `server`; False if it was not tracked (stopped already)."""
-    with _live_lock:
-        if server not in _live:
-            return False
-        _live.discard(server)
-    return True
-
-
-def _stop_all_live() -> None:
-    for srv in list(_live):
-        srv.stop()
-
-
-def _on_signal(signum, frame):
-    _stop_all_live()
-    raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
-atexit.register(_stop_all_live)
-
-
-def _install_sigterm_cleanup() -> None:
-    # Only where nobody else has claimed SIGTERM (the CLI layer and pytest leave it default).
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (
-        signal.SIG_DFL,
-        None,
-    ):
-        signal.signal(signal.SIGTERM, _on_signal)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return True
-    return False
 
 
 @dataclass
