@@ -62,19 +62,23 @@ def q(capture: Path, sql: str):
 
 
 def oracle_unaccounted(path: Path) -> int:
-    """Oracle's unaccounted-for ns of the file's longest top-level execution (PARSE + EXEC of one cursor),
-    from the raw lines: its wall time less its calls' c= and every wait (the client's excepted) that
-    ended inside it."""
+    """Oracle's unaccounted-for ns of the file's longest top-level execution (PARSE + EXEC + CLOSE of one
+    cursor), from the raw lines: its wall time less its calls' c= and every wait (the client's excepted)
+    that ended inside it."""
     lines = path.read_text().splitlines()
     calls = [(m.group(1), m.group(2), int(m.group(3)), int(m.group(4)), int(re.search(r"tim=(\d+)", line).group(1)))
-             for line in lines if (m := re.match(r"^(PARSE|EXEC) (#\d+):c=(\d+),e=(\d+),.*dep=0", line))]
+             for line in lines if (m := re.match(r"^(PARSE|EXEC|CLOSE) (#\d+):c=(\d+),e=(\d+),.*dep=0", line))]
     kind, cursor, c, e, tim = max((x for x in calls if x[0] == "EXEC"), key=lambda x: x[3])
     parse = max((x for x in calls if x[0] == "PARSE" and x[1] == cursor and x[4] <= tim - e), key=lambda x: x[4])
-    start, end = parse[4] - parse[3], tim
+    close = min((x for x in calls if x[0] == "CLOSE" and x[1] == cursor and x[4] > tim), key=lambda x: x[4])
+    start, end = parse[4] - parse[3], close[4]
     waits = sum(int(m.group(1)) for line in lines
                 if (m := re.match(r"^WAIT #\d+: nam='(?!SQL\*Net message from client).*' ela= (\d+) .*tim=(\d+)$", line))
                 and start < int(m.group(2)) <= end)
-    return (end - start - c - parse[2] - waits) * 1000
+    idle = sum(int(m.group(1)) for line in lines
+               if (m := re.match(r"^WAIT #\d+: nam='SQL\*Net message from client' ela= (\d+) .*tim=(\d+)$", line))
+               and start < int(m.group(2)) <= end)
+    return (end - start - c - parse[2] - close[2] - waits - idle) * 1000
 
 
 def test_every_real_trace_is_read(capture):
@@ -100,10 +104,27 @@ def test_components_sum_to_wall_time(capture):
     assert all(wall == total for _, wall, total, _ in rows)
 
 
+def closing_cpu(path: Path) -> int:
+    """c= of the dep=0 CLOSE lines that close a cursor with a PARSE, EXEC or FETCH since it was last
+    parsed or closed (a stray CLOSE ends nothing), read with regexes."""
+    opened, total = set(), 0
+    for line in path.read_text(errors="replace").splitlines():
+        if m := re.match(r"^(?:PARSING IN CURSOR|CLOSE) (#\d+)", line):
+            if line.startswith("CLOSE") and m.group(1) in opened and (mc := re.search(r":c=(\d+),.*dep=0,", line)):
+                total += int(mc.group(1))
+            opened.discard(m.group(1))
+        elif m := re.match(r"^(?:PARSE|EXEC|FETCH) (#\d+):", line):
+            opened.add(m.group(1))
+    return total
+
+
 def test_recursive_calls_counted_once(capture):
-    """The top-level statements' CPU is their own calls' c= (which include the recursive calls'): the
-    sum over them equals the dep=0 call lines' c=, not the sum over all depths."""
+    """The top-level statements' CPU is their own calls' c= (which include the recursive calls'), the
+    CLOSE that ends each one's cursor included: the sum over them equals those dep=0 call lines' c=, not
+    the sum over all depths."""
     want = sum(c for f in CLEAN for call, c, *_rest, dep in raw_calls(f) if dep == 0)
+    want += sum(closing_cpu(f) for f in CLEAN)
+    assert sum(closing_cpu(f) for f in CLEAN) > 0
     everything = sum(c for f in CLEAN for call, c, *_ in raw_calls(f))
     got = q(capture, "SELECT sum(ns) FROM statement_attribution WHERE component = 'cpu_user'")[0][0]
     assert got == want * 1000
@@ -172,12 +193,12 @@ def test_waits_placed_in_their_calls(capture):
 
 
 def test_client_round_trips_are_not_the_statements(capture):
-    """two_statements_one_cursor: twelve fetches of one execution with SQL*Net message from client
-    between them: their sum is client_wait, outside the statement's ranked total."""
+    """two_statements_one_cursor: twelve fetches of one execution and its CLOSE with SQL*Net message
+    from client between them: their sum is client_wait, outside the statement's ranked total."""
     path = TRACES / "trctools_two_statements_one_cursor.trc"
     lines = path.read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if "sqlid='6ssxu7vjxb51a'" in line)
-    end = next(i for i in range(start, len(lines)) if lines[i].startswith("STAT"))
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("CLOSE"))
     idle = sum(int(re.search(r"ela= (\d+)", line).group(1)) for line in lines[start:end]
                if "SQL*Net message from client" in line)
     got = q(capture, f"""
@@ -211,11 +232,30 @@ def test_fetch_array_whatif(capture):
     db = profile.open_oracle(capture)
     qid = q(capture, "SELECT query_id FROM statement WHERE pid = 613102 GROUP BY query_id "
                      "ORDER BY sum(rows) DESC LIMIT 1")[0][0]
-    w = {x.array_size: x for x in profile.fetch_whatif(db, qid)}
+    w = {x.array_size: x for x in profile.fetch_whatif(db, qid, (100, 7))}
     rows_each = [r for (r,) in q(capture, f"""
         SELECT s.rows FROM statement s WHERE s.query_id = {qid} AND s.nesting_level = 0 AND EXISTS (
             SELECT 1 FROM dbms_call c WHERE c.node = s.node AND c.statement_id = s.statement_id AND c.call = 'FETCH')""")]
-    assert w[100].fetches_after == sum(max(1, -(-r // 100)) for r in rows_each)
+    assert w[100].fetches_after == sum(r // 100 + 1 for r in rows_each)
+    # 14 rows at 7 a call: two full calls and the empty one that tells the client the rows are done
+    assert 14 in rows_each and w[7].fetches_after == sum(r // 7 + 1 for r in rows_each)
+    # the model (the client fetches until a call returns fewer rows than its array) against the raw
+    # lines: each multi-fetch execution's FETCH count from its rows and its array (its largest r=)
+    checked = 0
+    for f in CLEAN:
+        per_exec: dict = {}
+        for line in f.read_text(errors="replace").splitlines():
+            if m := re.match(r"^(EXEC|FETCH) (#\d+):.*,r=(\d+),", line):
+                if m.group(1) == "EXEC":
+                    per_exec[m.group(2)] = []
+                elif m.group(2) in per_exec:
+                    per_exec[m.group(2)].append(int(m.group(3)))
+            elif m := re.match(r"^CLOSE (#\d+)", line):
+                rs = per_exec.pop(m.group(1), [])
+                if len(rs) > 1:
+                    assert len(rs) == sum(rs) // max(rs) + 1, (f, rs)
+                    checked += 1
+    assert checked > 10
     assert w[100].fetches > w[100].fetches_after and w[100].saved_ns > 0
 
 

@@ -1,5 +1,5 @@
-"""From a trace file's lines to executions: a statement is one EXEC with its FETCHes (and the PARSE
-just before it), recursive executions (dep > 0) linked to the call they ran inside, every wait placed
+"""From a trace file's lines to executions: a statement is one EXEC with its FETCHes (the PARSE
+just before it and the CLOSE after it), recursive executions (dep > 0) linked to the call they ran inside, every wait placed
 in the deepest call that contains it by time, or between calls.
 
 Containment is by time because a call's line is written when it ends, after the waits and recursive
@@ -15,6 +15,13 @@ from dataclasses import dataclass, field
 from mwinv.engines.oracle.trace10046 import BETWEEN_CALL_EVENTS, Call, Parsing, TraceFile
 
 EXECUTION_CALLS = ("PARSE", "EXEC", "FETCH")
+
+
+def fetch_calls(rows: int, array_size: int) -> int:
+    """Fetch calls an execution of `rows` rows makes with an array of `array_size`: the client fetches
+    until a call returns fewer rows than the array holds, so the last call is partial or empty (every
+    multi-fetch execution in tests/golden/oracle_10046 fetched rows // N + 1 times)."""
+    return rows // array_size + 1
 ENDS_CURSOR = ("CLOSE", "UNMAP", "SORT UNMAP")
 
 
@@ -131,8 +138,10 @@ def build(trace: TraceFile) -> Session:
         elif kind == "C":
             c: Call = item
             if c.kind not in EXECUTION_CALLS:
-                if c.kind in ENDS_CURSOR:
-                    open_exec.pop(c.cursor, None)
+                ex = open_exec.pop(c.cursor, None) if c.kind in ENDS_CURSOR else None
+                if ex is not None:   # the cursor's close is its execution's work (tkprof leaves it out)
+                    ex.calls.append(c)
+                    call_execution[id(c)] = ex
                 continue
             ex = open_exec.get(c.cursor)
             if c.kind == "PARSE" or ex is None or (c.kind == "EXEC" and ex.has_exec):

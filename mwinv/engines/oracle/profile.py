@@ -6,13 +6,13 @@ operators behind the disk waits, and the fetch array size what-if."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
 from mwinv.correlator.load import CaptureDB, literal, open_correlated
+from mwinv.engines.oracle.executions import fetch_calls
 from mwinv.errors import MwinvError
 
 SQL_DIR = Path(__file__).parent / "sql"
@@ -119,7 +119,7 @@ class FetchWhatIf:
 
 
 def fetch_whatif(db: CaptureDB, query_id: int, array_sizes=(100, 500)) -> list[FetchWhatIf]:
-    """Fetch calls a larger array size would need (each execution's rows / size, at least one) and
+    """Fetch calls a larger array size would need (each execution's rows // size + 1: the last is partial) and
     the client round trips saved, each at the trace's mean SQL*Net client wait per trip: an upper bound,
     since that wait holds the client's own work on the rows too, which a larger array does not save.
     With a known round trip (client_rtt: measured or given) also the trips at it: the lower bound."""
@@ -130,7 +130,7 @@ def fetch_whatif(db: CaptureDB, query_id: int, array_sizes=(100, 500)) -> list[F
     execs, fetches, rows, per_exec, trip, rtt = row
     out = []
     for size in array_sizes:
-        after = sum(max(1, math.ceil((r or 0) / size)) for r in per_exec)
+        after = sum(fetch_calls(r or 0, size) for r in per_exec)
         saved = max(0, fetches - after)
         out.append(FetchWhatIf(query_id, execs, fetches, rows, trip, size, after, saved * trip,
                                saved * min(trip, rtt) if rtt is not None else None))
