@@ -1,5 +1,6 @@
-"""The embedded default workload behind `make demo`: a throw-away PostgreSQL with the mwinv
-extension, TPC-H loaded, the 22 queries run under a kernel capture, then the top SQL and a report."""
+"""`mwinv demo`: an engine's demo (by default PostgreSQL's, behind `make demo`: a throw-away server
+with the mwinv extension, TPC-H loaded, the 22 queries run under a kernel capture; each engine's in
+mwinv/engines/<engine>/demo.py), then the top SQL, what to change, and a report."""
 
 from __future__ import annotations
 
@@ -9,14 +10,12 @@ from pathlib import Path
 from rich.console import Console
 
 from mwinv import privfile
-from mwinv.node_capture import NodeCapture
 from mwinv.correlator import terminal
-from mwinv.calibrate import calibrate, store
 from mwinv.correlator.derive import advice_of, derive, node_parts_of
 from mwinv.correlator.pipeline import correlate, top_statements
 from mwinv.correlator.report import load, render_report
-from mwinv.workloads import runner, tpch
-from mwinv.workloads.setup import tpch_server
+from mwinv.engines import registry
+from mwinv.errors import MwinvError
 
 
 def _fresh(out: str) -> tuple[Path, Path]:
@@ -29,75 +28,14 @@ def _fresh(out: str) -> tuple[Path, Path]:
     return out_dir, capture_dir
 
 
-def run_demo(scale: float, out: str) -> Path:
+def run(dbms: str, scale: float, out: str, nodes: int = 0) -> Path:
+    """The engine's demo (its registration's `demo`) into OUT/capture, then what every demo shows."""
+    demo = registry.engines()[dbms].load("demo")
+    if demo is None:
+        raise MwinvError(f"{dbms}: no demo")
     console = Console()
     out_dir, capture_dir = _fresh(out)
-    server = tpch_server(scale, name="demo", preload=["mwinv"],
-                         gucs={"compute_query_id": "on", "mwinv.node_name": "'demo'"},
-                         progress=lambda s: console.log(s))
-    try:
-        server.psql("CREATE EXTENSION mwinv", dbname="tpch")
-        with NodeCapture(capture_dir, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo("tpch"),
-                         node="demo", stacks=True, trace="auto", progress=lambda s: console.log(s),
-                         # the 22 queries take seconds: node timelines need samples well under a second
-                         sample_interval_s=0.1) as cap:
-            runs = runner.run_with_progress(server, list(tpch.QUERY_NUMBERS), console=console)
-        for what, why in cap.summary.get("skipped", {}).items():
-            console.print(f"[yellow]skipped[/] {what}: {why}")
-        console.print(runner.timing_table(runs, title=f"TPC-H SF {scale:g}, 22 queries, warm"))
-        # the model's platform factors, measured where the database lives
-        store(capture_dir, calibrate(server.data_dir, progress=lambda s: console.log(f"calibrate {s}")))
-    finally:
-        server.stop()
-    return _show(capture_dir, out_dir, console)
-
-
-def run_cluster_demo(scale: float, out: str, nodes: int) -> Path:
-    """The same on a cluster: a coordinator and `nodes` data nodes (mwinv/cluster), TPC-H partitioned over
-    them, one capture of every node; the top statements with their parts on each data node."""
-    from mwinv.cluster.capture import ClusterCapture
-    from mwinv.cluster.harness import Cluster
-    from mwinv.calibrate import calibrate_link
-
-    console = Console()
-    out_dir, capture_dir = _fresh(out)
-    with Cluster(nodes=nodes, scale=scale, progress=lambda s: console.log(s)) as cluster:
-        with ClusterCapture(cluster, capture_dir, progress=lambda s: console.log(s)):
-            runs = runner.run_with_progress(cluster.coordinator, list(tpch.QUERY_NUMBERS), console=console)
-        console.print(runner.timing_table(runs, title=f"TPC-H SF {scale:g} on {nodes} data nodes, 22 queries"))
-        d1 = cluster.net.links["d1"]
-        cal = calibrate(cluster.servers["d1"].data_dir, progress=lambda s: console.log(f"calibrate {s}"))
-        cal["links"] = {d1.address: calibrate_link(f"{d1.netns}:{d1.address}", bulk_mb=8, pings=50)}
-        store(capture_dir, cal)
-    return _show(capture_dir, out_dir, console)
-
-
-def run_mariadb_demo(scale: float, out: str) -> Path:
-    """The same on MariaDB: a throw-away server, TPC-H in its dialect, the 22 queries under a capture of
-    its threads and its performance_schema statements."""
-    import time
-
-    from mwinv.engines.mariadb import tpch as mtpch
-    from mwinv.engines.mariadb.capture import MariaDBCapture
-    from mwinv.engines.mariadb.server import MariaDBServer
-
-    console = Console()
-    out_dir, capture_dir = _fresh(out)
-    with MariaDBServer(name="demo") as server:
-        console.log(f"MariaDB on port {server.port}")
-        with server.connect() as conn:
-            mtpch.load(conn, tpch.generate(scale, progress=lambda s: console.log(s)), progress=lambda s: console.log(s))
-        with server.connect("tpch") as conn, conn.cursor() as cur:
-            with MariaDBCapture(server, capture_dir, node="demo", stacks=True, trace="auto",
-                                progress=lambda s: console.log(s)) as cap:
-                for q in tpch.QUERY_NUMBERS:
-                    t0 = time.monotonic()
-                    cur.execute(mtpch.query_sql(q))
-                    rows = cur.fetchall()
-                    console.log(f"Q{q}: {len(rows)} rows in {time.monotonic() - t0:.3f} s")
-        for what, why in cap.summary.get("skipped", {}).items():
-            console.print(f"[yellow]skipped[/] {what}: {why}")
-        store(capture_dir, calibrate(server.data_dir, progress=lambda s: console.log(f"calibrate {s}")))
+    demo(scale, capture_dir, console, nodes)
     return _show(capture_dir, out_dir, console)
 
 

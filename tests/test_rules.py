@@ -6,11 +6,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from mwinv.correlator import rules as r
+from mwinv.engines.postgresql import rules as r
+from mwinv.rules import what_ifs
 
 SHARES = {"cpu": 0.0, "disk_seq": 0.0, "disk_random": 0.0, "network": 0.0, "lock": 0.0, "run_queue": 0.0,
           "remote": 0.0, "unexplained": 0.0}
-GAINS = {w: 1_000_000 * (i + 1) for i, w in enumerate(r.what_ifs(4))}  # each what-if its own gain: 1, 2, ... ms
+GAINS = {w: 1_000_000 * (i + 1) for i, w in enumerate(what_ifs(4))}  # each what-if its own gain: 1, 2, ... ms
 
 
 def evidence(shares=None, **kw) -> r.Evidence:

@@ -12,15 +12,35 @@ from mwinv import privfile
 from mwinv.cli.cluster import clean_cmd, cluster_cli
 from mwinv.cli.common import group_option, run_main
 from mwinv.cli.experiment import experiment_cli
-from mwinv.engines.mariadb.cli import mariadb_cli
-from mwinv.engines.oracle.cli import oracle_cli
+from mwinv.engines import registry
 from mwinv.workloads import runner, tpch
 from mwinv.workloads.setup import tpch_server
 
 
-@click.group(help=__doc__)
+class EngineGroup(click.Group):
+    """mwinv's own commands and each registered engine's under its name (`mwinv oracle`, `mwinv mariadb`;
+    mwinv/engines/registry.py), looked up when asked for: a broken engine is a one-line error then."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *(n for n, e in registry.engines().items() if e.cli)})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        engine = registry.engines().get(name)
+        if name in self.commands or engine is None or engine.cli is None:
+            return super().get_command(ctx, name)
+        return engine.load("cli")
+
+
+@click.group(cls=EngineGroup, help=__doc__)
 def cli() -> None:
     pass
+
+
+def _demo_engine(ctx: click.Context, param: click.Parameter, name: str) -> str:
+    have = sorted(n for n, e in registry.engines().items() if e.demo)
+    if name not in have:
+        raise click.BadParameter(f"{name!r} is no engine with a demo; those with one: {', '.join(have)}")
+    return name
 
 
 @cli.command("tpch")
@@ -96,8 +116,8 @@ def calibrate(capture, data_dir, links) -> None:
 @click.option("--out", default="out/demo", show_default=True, help="where the capture and report go.")
 @click.option("--nodes", type=int, default=0, show_default=True,
               help="data nodes of a cluster (1-4; 0: one server).")
-@click.option("--dbms", type=click.Choice(["postgresql", "mariadb"]), default="postgresql", show_default=True,
-              help="the DBMS of the single-server demo.")
+@click.option("--dbms", default=registry.DEFAULT, show_default=True, callback=_demo_engine,
+              help="the DBMS of the demo: a registered engine with a demo (mariadb, ...).")
 @group_option
 def demo(scale, out, nodes, dbms) -> None:
     """Set up, load TPC-H, run the 22 queries under a capture, show where the time went and what to
@@ -109,23 +129,14 @@ def demo(scale, out, nodes, dbms) -> None:
       mwinv demo --nodes 3 --scale 0.01 --out out/demo-cluster
       mwinv demo --dbms mariadb --scale 0.01 --out out/demo-mariadb
     """
-    from mwinv.demo import run_cluster_demo, run_demo, run_mariadb_demo
+    from mwinv.demo import run
 
-    if nodes and dbms != "postgresql":
-        raise click.UsageError("--nodes is a PostgreSQL cluster (postgres_fdw)")
-    if dbms == "mariadb":
-        run_mariadb_demo(scale=scale, out=out)
-    elif nodes:
-        run_cluster_demo(scale=scale, out=out, nodes=nodes)
-    else:
-        run_demo(scale=scale, out=out)
+    run(dbms, scale=scale, out=out, nodes=nodes)
 
 
 cli.add_command(cluster_cli)
 cli.add_command(clean_cmd, "clean")
-cli.add_command(oracle_cli)
 cli.add_command(experiment_cli)
-cli.add_command(mariadb_cli)
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Tuning advice: the rules (rules.RULES) over one statement's evidence (class shares, I/O counts, kernel
+"""Tuning advice: an engine's rules (rules_for) over one statement's evidence (class shares, I/O counts, kernel
 hot spots, text) and the model's expected gain. A rule fires only on evidence it names; a statement with
 too little data gets one "data too thin" note instead of guesses. This module gathers the evidence.
 
@@ -22,14 +22,11 @@ from mwinv.correlator.load import CaptureDB, create_empty, open_correlated, sess
 from mwinv.correlator.model import (Platform, add_model_views, estimate_components, inputs_from, model_connection,
                                    model_total)
 from mwinv.correlator.nodes import node_parts
-from mwinv.correlator.rules import (MIN_LOCK_SHARE, MIN_RUN_QUEUE_SHARE, MIN_WALL_NS, RULES, Advice, Evidence, _ms,
-                                    make_advice, what_ifs)
-from mwinv.engines.mariadb.rules import MARIADB_RULES
 from mwinv.engines.oracle.executions import fetch_calls
-from mwinv.engines.oracle.rules import ORACLE_RULES
+from mwinv.engines.registry import rules_for
+from mwinv.fmt import ms_text as _ms
+from mwinv.rules import MIN_LOCK_SHARE, MIN_RUN_QUEUE_SHARE, MIN_WALL_NS, Advice, Evidence, make_advice, what_ifs
 
-# An engine's statements get its own rules (its settings and remedies); PostgreSQL's are the default.
-ENGINE_RULES = {"oracle": ORACLE_RULES, "mariadb": MARIADB_RULES}
 BLOCKER_LOOKBACK_NS = 60_000_000_000  # a blocker's statement that took the lock started at most this long before
 
 
@@ -78,8 +75,8 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
             continue
         e = evidence_of(st, classes[sid], row, kfuncs.get(sid, []), idle.get(sid), (node_parts or {}).get(sid), ctx)
         e.dbms = (dbms_evidence or {}).get(sid) or {}
-        rules = ENGINE_RULES.get(row.get("dbms"), RULES)
-        out.extend(advice for rule in rules if (advice := rule(e)) is not None)
+        # an engine's statements get its own rules (its settings and remedies)
+        out.extend(advice for rule in rules_for(row.get("dbms")) if (advice := rule(e)) is not None)
     return out
 
 

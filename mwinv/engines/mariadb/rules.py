@@ -5,9 +5,9 @@ replace the PostgreSQL rules for MariaDB's statements: the settings and remedies
 
 from __future__ import annotations
 
-from mwinv.correlator.classify import _pct
-from mwinv.correlator.rules import (MIN_LOCK_SHARE, MIN_RUN_QUEUE_SHARE, MIN_SHARE, Advice, Evidence, Rule, _ms,
-                                    KERNEL_HOT_SPOTS, kernel_hot_spot)
+from mwinv.fmt import ms_text as _ms, pct as _pct
+from mwinv.rules import (KERNEL_HOT_SPOTS, MIN_LOCK_SHARE, MIN_RUN_QUEUE_SHARE, MIN_SHARE, Advice, Evidence, Rule,
+                         kernel_hot_spot)
 
 EXAMINED_PER_ROW = 100      # rows examined per row returned before an index is worth a word
 MIN_EXAMINED = 10_000

@@ -5,8 +5,8 @@ the remedies are Oracle's."""
 
 from __future__ import annotations
 
-from mwinv.correlator.classify import _pct
-from mwinv.correlator.rules import MIN_LOCK_SHARE, MIN_SHARE, Advice, Evidence, Rule, _ms
+from mwinv.fmt import ms_text as _ms, pct as _pct
+from mwinv.rules import MIN_LOCK_SHARE, MIN_SHARE, Advice, Evidence, Rule
 
 MIN_EVENT_SHARE = 0.10     # a wait event worth naming holds a tenth of the wall time
 ONE_OBJECT = 0.5           # reads "on one object" when it took half of them
