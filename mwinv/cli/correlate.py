@@ -11,6 +11,7 @@ from mwinv.correlator import terminal
 from mwinv.correlator.derive import ADVICE_TABLES, advice_of, derive, node_parts_of
 from mwinv.correlator.pipeline import RANK_BY, correlate, top_statements
 from mwinv.correlator.pipeline import merge as merge_nodes
+from mwinv.correlator.timeline import parse_range, timeline
 
 
 @click.command()
@@ -26,8 +27,16 @@ from mwinv.correlator.pipeline import merge as merge_nodes
               help="a second capture to compare with (differential report; needs --report).")
 @click.option("--node", default=None, help="correlate this node's tables only (as it could on that node).")
 @click.option("--merge", is_flag=True, help="the cluster view from every node's own correlation (--node).")
+@click.option("--timeline", "timeline_file", type=click.Path(dir_okay=False), default=None,
+              help="also write the statements, their components, remote-statement flows and node samples as a "
+                   "Trace Event JSON file (Perfetto UI, chrome://tracing).")
+@click.option("--timeline-top", type=click.IntRange(min=1), default=500, show_default=True,
+              help="the timeline's longest top-level statements (and the remote statements linked to them).")
+@click.option("--timeline-range", default=None, metavar="FROM:TO",
+              help="the timeline's statements in this window, seconds from the first statement (e.g. 10:20, 30:).")
 @group_option
-def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge) -> None:
+def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge, timeline_file, timeline_top,
+        timeline_range) -> None:
     """Attribute every statement's wall time in CAPTURE to CPU (user/sys), disk (sequential/random),
     network, lock waits, run queue, other waits and not-allocated time; show the top statements with
     their breakdown, hot kernel functions and what to change (advice with the model's expected gain).
@@ -45,6 +54,7 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge) -> N
       mwinv-correlate after/ --report out/diff --baseline before/
       for n in coord d1 d2; do mwinv-correlate CLUSTER --node $n; done   # each node on its own
       mwinv-correlate CLUSTER --merge --top-sql 5                         # then the cluster view
+      mwinv-correlate CAPTURE --timeline out/timeline.json --timeline-range 10:20   # open it in Perfetto UI
     """
     if baseline and not report_dir:
         raise click.UsageError("--baseline needs --report DIR")
@@ -52,6 +62,7 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge) -> N
         raise click.UsageError("--node correlates one node, --merge all of them afterwards: one or the other")
     if report_dir:
         privfile.make_dir(report_dir)   # a place it may go: said before the work, not after
+    span = parse_range(timeline_range)
     err = progress_console()
     progress = (lambda s: err.log(s)) if fmt == "table" else None
     db = merge_nodes(capture, progress=progress) if merge else correlate(capture, progress=progress, node=node)
@@ -86,6 +97,10 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge) -> N
         err.log("writing the report")
         html, md = render_report(data, report_dir, baseline_capture=baseline)
         err.print(f"report: {html} (and {md})")
+    if timeline_file:
+        tl = timeline(db, top=timeline_top, range_s=span)
+        privfile.write(timeline_file, tl.json())
+        err.print(f"timeline: {timeline_file}: {tl.summary()}", highlight=False, markup=False)
 
 
 def main() -> None:
