@@ -339,6 +339,32 @@ def test_profile_cli_groups_and_filters(capture):
     assert r.returncode == 0 and "OVERALL TOTALS FOR ALL RECURSIVE STATEMENTS" in r.stdout
 
 
+def test_tkprof_shows_sql_ids_plan_hashes_and_waits(tmp_path):
+    """tkprof's identifiers (`SQL ID:`, `Plan Hash:`) from the PARSING IN CURSOR and call lines, and its
+    "Elapsed times include waiting on following events" table, per statement and overall, against the
+    raw WAIT lines (one file: three texts that fold into one query id, every wait on its cursor)."""
+    path = TRACES / "trctools_two_statements_one_cursor.trc"
+    text = path.read_text()
+    importer.import_files(tmp_path / "cap", [path])
+    r = run_cli("oracle", "tkprof", str(tmp_path / "cap"))
+    assert r.returncode == 0, r.stderr
+    ids = re.search(r"^SQL ID: (.*) Plan Hash: (.*)$", r.stdout, re.M)
+    assert ids and sorted(ids.group(1).split(", ")) == sorted(set(re.findall(r"sqlid='(\w+)'", text)))
+    assert sorted(ids.group(2).split(", ")) == sorted(set(re.findall(r"^PARSE #\d+:.*plh=(\d+)", text, re.M)))
+    want: dict = {}
+    for name, ela in re.findall(r"^WAIT #\d+: nam='(.*?)' ela= (\d+)", text, re.M):
+        w = want.setdefault(name, [0, 0, 0])
+        w[0], w[1], w[2] = w[0] + 1, max(w[1], int(ela)), w[2] + int(ela)
+    tables = r.stdout.split("Elapsed times include waiting on following events:")
+    assert len(tables) == 3          # the statement's, and the overall non-recursive totals
+    for table in tables[1:]:
+        got = {m.group(1): [int(m.group(2).replace(",", "")), round(float(m.group(3)) * 1e6),
+                            round(float(m.group(4)) * 1e6)]
+               for m in re.finditer(r"│ (\S[^│]*?)\s+│\s+([\d,]+) │\s+([\d.]+) │\s+([\d.]+) │", table.split("└")[0])}
+        assert got == want
+    assert q(tmp_path / "cap", "SELECT count(*) FROM dbms_call WHERE call = 'EXEC' AND sql_id IS NULL")[0][0] == 0
+
+
 def test_session_hook_fails_in_one_line_without_a_server():
     """The hook is unverified against a live server (none runs here): what can be checked is that it
     refuses bad arguments and reports an unreachable server in one line."""
@@ -355,8 +381,6 @@ def test_session_hook_fails_in_one_line_without_a_server():
     assert r.returncode == 2 and "--sid and --serial go together" in r.stderr
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not Path("/sys/kernel/tracing/instances").exists(),
-                    reason="needs root and tracefs (kernel tracing)")
 def test_kernel_side_of_the_traced_host(tmp_path):
     """The join with a kernel capture of the host, by the server process's pid and time: no Oracle server
     runs here, so a process replays the 12.2 session's timeline (tests/oracle_replay.py: c= busy, waits

@@ -55,12 +55,13 @@ SCHEMAS: dict[str, pa.Schema] = {
     # database calls, its wait events (component: the attribution component the engine maps the event
     # to) and its plan's row source operations. statement_id: the execution the row belongs to (for a
     # wait between calls, the execution whose cursor it names); top_statement_id: its top-level
-    # execution, the one a wait inside a call is attributed to.
+    # execution, the one a wait inside a call is attributed to. A call's sql_id and plh: its cursor's
+    # SQL_ID and plan hash value, the identifiers tkprof shows.
     "dbms_call": pa.schema([
         ("node", s), ("pid", i32), ("file", s), ("line", i64), ("cursor", i64), ("call", s), ("dep", i32),
         ("statement_id", i64), ("top_statement_id", i64), ("start_ns", i64), ("end_ns", i64), ("c_ns", i64),
         ("e_ns", i64), ("p", i64), ("cr", i64), ("cu", i64), ("mis", i64), ("r", i64), ("og", i32),
-        ("plh", i64), ("detail", s), ("binds", pa.list_(s)),
+        ("plh", i64), ("detail", s), ("binds", pa.list_(s)), ("sql_id", s),
     ]),
     "dbms_wait": pa.schema([
         ("node", s), ("pid", i32), ("file", s), ("line", i64), ("cursor", i64), ("event", s), ("component", s),

@@ -161,9 +161,10 @@ def unaccounted_cmd(capture, top) -> None:
               help="the client's network round trip (e.g. from ping): the fetch what-if's lower bound.")
 def tkprof_cmd(capture, query_id, top, rtt_ms) -> None:
     """tkprof's tables — count, cpu, elapsed, disk, query, current, rows per Parse/Execute/Fetch and misses
-    in library cache — with statements that differ only in literals under one query id, each
-    statement's row source operations with the disk waits on their objects, the fetch array size
-    what-if, and the overall totals with recursive statements apart.
+    in library cache — with statements that differ only in literals under one query id (its SQL IDs
+    and plan hash values listed), the waits its elapsed times include, each statement's row source
+    operations with the disk waits on their objects, the fetch array size what-if, and the overall
+    totals with recursive statements apart.
 
     \b
     Examples:
@@ -182,11 +183,15 @@ def tkprof_cmd(capture, query_id, top, rtt_ms) -> None:
     for qid in order:
         mine = [r for r in rows if r[0] == qid]
         console.rule(f"query id {qid}{' (recursive)' if mine[0][2] else ''}")
+        sql_ids, plans = prof.tkprof_ids(db, qid)
+        console.print(f"SQL ID: {', '.join(sql_ids) or 'unknown'} Plan Hash: {', '.join(map(str, plans)) or 'unknown'}",
+                      highlight=False)
         console.print(mine[0][1][:2000], highlight=False)
         console.print(_call_table(mine))
         for r in mine:
             if r[11]:
                 console.print(f"misses in library cache during {r[3].lower()}: {r[11]}", highlight=False)
+        _print_waits(console, prof.tkprof_waits(db, qid))
         plan = prof.plan_rows(db, qid)
         if plan:
             t = Table(title="row source operations (disk waits on their object)")
@@ -212,6 +217,19 @@ def tkprof_cmd(capture, query_id, top, rtt_ms) -> None:
         if mine:
             console.rule(f"OVERALL TOTALS FOR ALL {'RECURSIVE' if recursive else 'NON-RECURSIVE'} STATEMENTS")
             console.print(_call_table(mine))
+            _print_waits(console, prof.tkprof_waits(db, recursive=recursive))
+
+
+def _print_waits(console: Console, waits: list[tuple]) -> None:
+    """tkprof's wait table, in seconds as tkprof prints it."""
+    if not waits:
+        return
+    t = Table(title="Elapsed times include waiting on following events:", title_justify="left")
+    for col in ("Event waited on", "Times Waited", "Max. Wait s", "Total Waited s"):
+        t.add_column(col, justify="left" if col.startswith("Event") else "right")
+    for event, n, longest, total in waits:
+        t.add_row(event, f"{n:,}", f"{longest / 1e9:.6f}", f"{total / 1e9:.6f}")
+    console.print(t)
 
 
 def _call_table(rows) -> Table:

@@ -151,7 +151,7 @@ def import_file(capture: Capture, path: str | Path, node: str | None = None, pid
             "statement_id": sid[id(exn)] if exn is not None else None, "top_statement_id": top_id(c),
             "start_ns": ns(c.start), "end_ns": ns(c.tim), "c_ns": c.c * unit * 1000, "e_ns": c.e * unit * 1000,
             "p": c.p, "cr": c.cr, "cu": c.cu, "mis": c.mis, "r": c.r, "og": c.og, "plh": c.plh, "detail": c.detail,
-            "binds": c.binds,
+            "binds": c.binds, "sql_id": exn.parsing.sqlid if exn is not None and exn.parsing else None,
         })
     for ev in tf.events:
         calls.append({"node": node, "pid": pid, "file": file, "line": ev.line, "cursor": ev.cursor, "call": ev.kind,

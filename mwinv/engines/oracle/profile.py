@@ -32,7 +32,7 @@ def open_oracle(capture_dir: str | Path, rtt_ms: float | None = None) -> Capture
     if not db.has("dbms_call") and not db.has("dbms_wait"):
         raise MwinvError(f"{capture_dir}: no Oracle trace in this capture (import one with `mwinv oracle import`)")
     db.con.execute(f"SET VARIABLE client_rtt_ns = {round(rtt_ms * 1e6) if rtt_ms is not None else 'NULL'}")
-    for name in ("client_rtt", "response_item", "tkprof", "plan_waits", "fetch_trips"):
+    for name in ("client_rtt", "response_item", "tkprof", "tkprof_waits", "plan_waits", "fetch_trips"):
         db.con.execute((SQL_DIR / f"{name}.sql").read_text())
     return db
 
@@ -98,6 +98,27 @@ def overall(db: CaptureDB) -> list[tuple]:
                sum(rows), sum(misses)
         FROM tkprof GROUP BY recursive, call ORDER BY recursive, CASE call WHEN 'Parse' THEN 0 WHEN 'Execute' THEN 1 ELSE 2 END
         """).fetchall()
+
+
+def tkprof_ids(db: CaptureDB, query_id: int) -> tuple[list[str], list[int]]:
+    """The SQL_IDs and plan hash values of a query id's executions (several where texts differ only in
+    literals, or where the plan changed), most executed first."""
+    ids = [db.sql(f"""SELECT {col} FROM dbms_call c JOIN statement s ON s.node = c.node AND s.statement_id = c.statement_id
+                      WHERE s.query_id = {literal(query_id)} AND {col} IS NOT NULL
+                      GROUP BY {col} ORDER BY count(DISTINCT c.statement_id) DESC, {col}""").fetchall()
+           for col in ("c.sql_id", "c.plh")]
+    return [r[0] for r in ids[0]], [r[0] for r in ids[1]]
+
+
+def tkprof_waits(db: CaptureDB, query_id: int | None = None, recursive: bool | None = None) -> list[tuple]:
+    """(event, waits, max_ns, total_ns) of one query id's executions, or (query_id None) of all statements,
+    recursive or not, as tkprof's OVERALL TOTALS list them; the longest total first."""
+    cond = [f"query_id = {literal(query_id)}"] if query_id is not None else []
+    if recursive is not None:
+        cond.append(f"recursive = {bool(recursive)}")
+    where = f"WHERE {' AND '.join(cond)}" if cond else ""
+    return db.sql(f"""SELECT event, sum(waits), max(max_ns), sum(total_ns) FROM tkprof_waits {where}
+                      GROUP BY event ORDER BY 4 DESC, event""").fetchall()
 
 
 def plan_rows(db: CaptureDB, query_id: int) -> list[tuple]:
