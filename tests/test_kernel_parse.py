@@ -221,3 +221,14 @@ def test_process_roles_of_children_forked_during_a_capture():
     assert {r["pid"]: r["role"] for r in process_rows(state, maria, MARIADB.role).to_pylist()} == \
         {100: "server", 200: None, 201: None}
     assert {r["role"] for r in process_rows(state, procs).to_pylist()} == {None}
+
+
+def test_an_empty_trace_is_said_not_parsed_as_no_events(tmp_path):
+    empty = tmp_path / "trace.dat"
+    empty.write_bytes(b"")
+    res, _ = parsed(empty, tmp_path, "a")
+    assert res.events == 0 and res.fault == f"{empty}: empty file (0 bytes): no trace was written into it"
+    proc = subprocess.run([BIN / "mwinv-trace", "parse", str(empty), "--out", str(tmp_path / "b")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"mwinv-trace: error: {empty}: empty file (0 bytes)")

@@ -111,6 +111,8 @@ def parse_trace(path: str | os.PathLike, capture: Capture, node: str | None = No
     without the pid filter, whose events ran in any task's context)."""
     path = Path(path)
     node = node or node_name()
+    if path.is_file() and path.stat().st_size == 0:   # a recorder that wrote nothing: a fault, not 0 events
+        return ParseResult(0, 0, 0, 0, "unknown", f"{path}: empty file (0 bytes): no trace was written into it")
     state, batches, clock = open_trace(path, node)
     pending: list[pa.RecordBatch] = []
     rows = 0
