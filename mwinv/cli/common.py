@@ -23,8 +23,15 @@ def group_option(command: Callable) -> Callable:
 
 
 def progress_console() -> Console:
-    """stderr, for progress and summary lines: never wrapped (a log or a script reads them whole)."""
-    return Console(stderr=True, soft_wrap=True)
+    """stderr, for progress and summary lines: never wrapped (a log or a script reads them whole), and
+    without rich's source file and line on each logged line ("correlate.py:51" tells a user nothing)."""
+    return Console(stderr=True, soft_wrap=True, log_path=False)
+
+
+def progress_logger(console: Console) -> Callable[[str], None]:
+    """progress(step) as time-stamped lines, printed as they are: a step's text is not rich markup (a
+    cell id "[ab3f…]" in it was taken for a style and dropped) nor highlighted."""
+    return lambda step: console.log(step, markup=False, highlight=False)
 
 
 def _raise_interrupt(signum, frame):

@@ -6,7 +6,7 @@ import click
 from rich.console import Console
 
 from mwinv import privfile
-from mwinv.cli.common import group_option, progress_console, run_main
+from mwinv.cli.common import group_option, progress_console, progress_logger, run_main
 from mwinv.correlator import terminal
 from mwinv.correlator.derive import ADVICE_TABLES, advice_of, derive, node_parts_of
 from mwinv.correlator.pipeline import RANK_BY, correlate, top_statements
@@ -64,7 +64,7 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge, time
         privfile.make_dir(report_dir)   # a place it may go: said before the work, not after
     span = parse_range(timeline_range)
     err = progress_console()
-    progress = (lambda s: err.log(s)) if fmt == "table" else None
+    progress = progress_logger(err) if fmt == "table" else None
     db = merge_nodes(capture, progress=progress) if merge else correlate(capture, progress=progress, node=node)
     for w in db.warnings:
         err.print(f"[yellow]warning:[/] {w}")
@@ -93,7 +93,7 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge, time
         if baseline:
             correlate(baseline).con.close()  # its tables must be as current as the capture's
         # the session mwinv-correlate just built (a node's own is that node's: the report is the capture's)
-        data = load(capture, progress=lambda s: err.log(s), db=None if node else db)
+        data = load(capture, progress=progress_logger(err), db=None if node else db)
         err.log("writing the report")
         html, md = render_report(data, report_dir, baseline_capture=baseline)
         err.print(f"report: {html} (and {md})")

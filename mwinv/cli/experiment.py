@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from mwinv.cli.common import group_option, progress_console
+from mwinv.cli.common import group_option, progress_console, progress_logger
 
 
 @click.group("experiment")
@@ -43,7 +43,7 @@ def run_cmd(plan, out, drop_captures) -> None:
     p = load_plan(plan)
     err.print(f"plan {p.name}: {len(p.cells())} cells x {len(p.queries)} queries x {p.repetitions} "
               f"repetitions, SF {p.scale:g}", highlight=False)
-    summary = run_plan(p, out, progress=lambda s: err.log(s, highlight=False), keep_captures=not drop_captures)
+    summary = run_plan(p, out, progress=progress_logger(err), keep_captures=not drop_captures)
     err.print(f"{summary['ran']} cells run, {summary['skipped']} already done", highlight=False)
     for f in summary["failed"]:
         err.print(f"[yellow]cell failed:[/] {f}")
