@@ -15,7 +15,7 @@ import pyarrow as pa
 from mwinv.capture.columns import coded_array, coded_strings, int_array, string_array
 from mwinv.capture.tables import SCHEMAS
 from mwinv.kernel_trace.formats import EventFormat, Field, state_bits, state_text
-from mwinv.kernel_trace.ringwalk import decode_records, format_int_fields
+from mwinv.kernel_trace.ringwalk import Decoded, decode_records, format_int_fields
 
 KERNEL_EVENT = SCHEMAS["kernel_event"]
 PID_MAX_LIMIT = 4 * 1024 * 1024   # the kernel's upper bound of pid_max (64-bit)
@@ -291,6 +291,20 @@ def _rwbs_text(raw: int) -> str:
     return raw.to_bytes(8, "little", signed=True).split(b"\0", 1)[0].decode(errors="replace")
 
 
+@dataclass
+class _Chunk:
+    """One walked chunk (one CPU, time-ordered) as decode_chunk works through it: the records, the
+    columns ring_decode filled (cols/valid, per DECODED column) and the text columns Python fills."""
+    buf: np.ndarray
+    ts: np.ndarray
+    off: np.ndarray
+    length: np.ndarray
+    cols: np.ndarray
+    valid: np.ndarray
+    fields_txt: _StringColumn
+    rwbs_text: _StringColumn
+
+
 def decode_chunk(state: DecodeState, buf: np.ndarray, cpu: int, ts: np.ndarray, off: np.ndarray,
                  length: np.ndarray) -> pa.RecordBatch:
     """Decode the records of one walked chunk (one CPU, time-ordered) into a kernel_event batch: the
@@ -302,8 +316,32 @@ def decode_chunk(state: DecodeState, buf: np.ndarray, cpu: int, ts: np.ndarray, 
     depth_off = stack_fmt.fields["size"].offset if stack_fmt and "size" in stack_fmt.fields else 8
     addr_off = stack_fmt.fields["caller"].offset if stack_fmt and "caller" in stack_fmt.fields else 16
     d = decode_records(buf, off, length, state.spec, state.stack_type, depth_off, addr_off)
-    types, pids, cols, valid = d.types, d.pids, d.cols, d.valid
-    stack_id = np.full(n, -1, np.int64)
+    stack_id = _stack_ids(state, buf, d, addr_off)
+    c = _Chunk(buf, ts, off, length, d.cols, d.valid, _StringColumn(n), _StringColumn(n))
+    event_idx = np.zeros(n, np.int32)      # into event_names
+    event_names: list[str] = []
+    # the records of each type, from one stable sort (not one scan of the chunk per type)
+    order = np.argsort(d.types, kind="stable")
+    bounds_t, bounds = np.unique(d.types[order], return_index=True)
+    bounds = np.append(bounds, n)
+    for j, t in enumerate(bounds_t.tolist()):
+        if t == state.stack_type:
+            continue
+        sel = order[bounds[j]:bounds[j + 1]]
+        event_idx[sel] = len(event_names)
+        fmt = state.formats.get(t)
+        event_names.append(f"unknown_{t}" if fmt is None else fmt.name)
+        if fmt is not None:
+            _decode_type(state, fmt, c, sel)
+    k = np.flatnonzero(d.types != state.stack_type)
+    state.events += len(k)
+    return _event_batch(state, c, k, cpu, d.pids, stack_id, coded_strings(event_idx[k], event_names))
+
+
+def _stack_ids(state: DecodeState, buf: np.ndarray, d: Decoded, addr_off: int) -> np.ndarray:
+    """Per record, the stack_id of the stack record that follows it (-1: none); each distinct stack
+    hashed once per run."""
+    stack_id = np.full(len(d.types), -1, np.int64)
     has_stack = d.stack_off >= 0
     if has_stack.any():
         uniq, first, inv = np.unique(d.stack_hash[has_stack], return_index=True, return_inverse=True)
@@ -315,76 +353,66 @@ def decode_chunk(state: DecodeState, buf: np.ndarray, cpu: int, ts: np.ndarray, 
                 sid = state.raw_stack_ids[h] = state.stack_id(buf[o + addr_off:o + addr_off + 8 * depth].tobytes())
             sids.append(sid)
         stack_id[has_stack] = np.array(sids, np.int64)[inv.ravel()]
-    keep = types != state.stack_type
-    event_idx = np.zeros(n, np.int32)      # into event_names
-    event_names: list[str] = []
-    fields_txt = _StringColumn(n)
-    rwbs_text = _StringColumn(n)
-    # the records of each type, from one stable sort (not one scan of the chunk per type)
-    order = np.argsort(types, kind="stable")
-    bounds_t, bounds = np.unique(types[order], return_index=True)
-    bounds = np.append(bounds, n)
-    for j, t in enumerate(bounds_t.tolist()):
-        if t == state.stack_type:
-            continue
-        sel = order[bounds[j]:bounds[j + 1]]
-        event_idx[sel] = len(event_names)
-        fmt = state.formats.get(t)
-        if fmt is None:
-            event_names.append(f"unknown_{t}")
-            continue
-        event_names.append(fmt.name)
-        o, F, name = off[sel], fmt.fields, fmt.name
-        if name == "sched_switch":
-            _note_comms(state, buf, o, cols[_COL["prev_pid"]][sel], F["prev_comm"])
-            _note_comms(state, buf, o, cols[_COL["next_pid"]][sel], F["next_comm"])
-        elif name in _WAKE_EVENTS and "pid" in F:
-            tp = cols[_COL["target_pid"]][sel]
-            if "comm" in F:
-                _note_comms(state, buf, o, tp, F["comm"], length[sel])
-            if name == "sched_process_exit":
-                state.exits.update(zip(tp.tolist(), ts[sel].tolist()))
-        elif name == "sched_process_fork":
-            child = cols[_COL["target_pid"]][sel]
-            _note_comms(state, buf, o, child, F["child_comm"], length[sel])
-            for c, p, tt in zip(child.tolist(), _gather(buf, o, F["parent_pid"]).tolist(), ts[sel].tolist()):
-                state.forks[c] = p
-                state.first_ts.setdefault(c, tt)
-        elif name.startswith(("block_rq", "block_bio")) and "sector" in F:
-            if "rwbs" in F and F["rwbs"].size != 8:
-                rwbs_text.put(sel, _strings(buf, o, F["rwbs"]).tolist())
-        elif name == "mm_filemap_add_to_page_cache" and "index" in F:
-            order_ = _gather(buf, o, F["order"]).astype(np.int64) if "order" in F else np.zeros(len(o), np.int64)
-            cols[_COL["nr_bytes"]][sel] = np.left_shift(np.int64(4096), order_)
-            valid[_COL["nr_bytes"]][sel] = True
-            fields_txt.put(sel, [f"ino={v}" for v in _gather(buf, o, F["i_ino"]).tolist()])
-        elif _is_syscall(fmt):
-            if "ret" not in F and name.startswith("sys_enter"):
-                fields_txt.put(sel, _fields_text(buf, o, length[sel], fmt))
-        else:
-            if name in ("sock_recv_length", "sock_send_length") and "ret" in F:
-                cols[_COL["nr_bytes"]][sel] = np.maximum(cols[_COL["nr_bytes"]][sel], 0)
-            fields_txt.put(sel, _fields_text(buf, o, length[sel], fmt))
+    return stack_id
 
-    k = np.flatnonzero(keep)
-    state.events += len(k)
+
+def _decode_type(state: DecodeState, fmt: EventFormat, c: _Chunk, sel: np.ndarray) -> None:
+    """What the C pass leaves to Python for the records `sel`, all of event `fmt`: the processes'
+    names and forks into `state`, the text columns and derived values into `c`."""
+    buf, ts, length, cols, valid = c.buf, c.ts, c.length, c.cols, c.valid
+    o, F, name = c.off[sel], fmt.fields, fmt.name
+    if name == "sched_switch":
+        _note_comms(state, buf, o, cols[_COL["prev_pid"]][sel], F["prev_comm"])
+        _note_comms(state, buf, o, cols[_COL["next_pid"]][sel], F["next_comm"])
+    elif name in _WAKE_EVENTS and "pid" in F:
+        tp = cols[_COL["target_pid"]][sel]
+        if "comm" in F:
+            _note_comms(state, buf, o, tp, F["comm"], length[sel])
+        if name == "sched_process_exit":
+            state.exits.update(zip(tp.tolist(), ts[sel].tolist()))
+    elif name == "sched_process_fork":
+        child = cols[_COL["target_pid"]][sel]
+        _note_comms(state, buf, o, child, F["child_comm"], length[sel])
+        for ch, p, tt in zip(child.tolist(), _gather(buf, o, F["parent_pid"]).tolist(), ts[sel].tolist()):
+            state.forks[ch] = p
+            state.first_ts.setdefault(ch, tt)
+    elif name.startswith(("block_rq", "block_bio")) and "sector" in F:
+        if "rwbs" in F and F["rwbs"].size != 8:
+            c.rwbs_text.put(sel, _strings(buf, o, F["rwbs"]).tolist())
+    elif name == "mm_filemap_add_to_page_cache" and "index" in F:
+        order_ = _gather(buf, o, F["order"]).astype(np.int64) if "order" in F else np.zeros(len(o), np.int64)
+        cols[_COL["nr_bytes"]][sel] = np.left_shift(np.int64(4096), order_)
+        valid[_COL["nr_bytes"]][sel] = True
+        c.fields_txt.put(sel, [f"ino={v}" for v in _gather(buf, o, F["i_ino"]).tolist()])
+    elif _is_syscall(fmt):
+        if "ret" not in F and name.startswith("sys_enter"):
+            c.fields_txt.put(sel, _fields_text(buf, o, length[sel], fmt))
+    else:
+        if name in ("sock_recv_length", "sock_send_length") and "ret" in F:
+            cols[_COL["nr_bytes"]][sel] = np.maximum(cols[_COL["nr_bytes"]][sel], 0)
+        c.fields_txt.put(sel, _fields_text(buf, o, length[sel], fmt))
+
+
+def _event_batch(state: DecodeState, c: _Chunk, k: np.ndarray, cpu: int, pids: np.ndarray,
+                 stack_id: np.ndarray, event: pa.Array) -> pa.RecordBatch:
+    """The kernel_event batch of the chunk's records `k` (all but the stack records)."""
     nk = len(k)
 
     def column(name: str) -> tuple[np.ndarray, np.ndarray]:
-        return cols[_COL[name]][k], valid[_COL[name]][k]
+        return c.cols[_COL[name]][k], c.valid[_COL[name]][k]
 
     rwbs, rwbs_ok = column("rwbs")
     arrays = {
         "node": coded_strings(np.zeros(nk, np.int32), [state.node]),
-        "ts_ns": int_array(ts[k]),
+        "ts_ns": int_array(c.ts[k]),
         "cpu": int_array(np.full(nk, cpu, np.int32)),
         "pid": int_array(pids[k]),
-        "event": coded_strings(event_idx[k], event_names),
+        "event": event,
         "prev_state": _text_codes(*column("prev_state"), lambda v: state_text(v, state.state_bits)),
         "dev": _text_codes(*column("dev"), _dev_text),
-        "rwbs": _text_codes(rwbs, rwbs_ok, _rwbs_text) if rwbs_ok.any() else rwbs_text.arrow(k),
+        "rwbs": _text_codes(rwbs, rwbs_ok, _rwbs_text) if rwbs_ok.any() else c.rwbs_text.arrow(k),
         "stack_id": int_array(stack_id[k], stack_id[k] >= 0),
-        "fields": fields_txt.arrow(k),
+        "fields": c.fields_txt.arrow(k),
     }
     for name in ("prev_pid", "next_pid", "target_pid", "syscall_nr"):
         values, ok = column(name)

@@ -121,47 +121,84 @@ def _fits(v: int | None, bits: int) -> bool:
     return v is None or -(1 << (bits - 1)) <= v < 1 << (bits - 1)
 
 
-def iter_text_batches(path: Path, state: DecodeState, batch_rows: int = 200_000) -> Iterator[pa.RecordBatch]:
-    """Stream a text trace; a line that is neither an event, a stack line nor a header/comment is a
-    fault: the batches before it are yielded, then TraceFormatError names the line."""
-    cols: dict[str, list] = {n: [] for n in KERNEL_EVENT.names}
-    lines: list[int] = []     # the line and offset of each row, to name a bad one
-    offsets: list[int] = []
-    fault: list[TraceFormatError] = []
-    last_on_cpu: dict[int, int] = {}    # cpu -> row index of its last event (stack lines attach there)
-    stack: list[str] = []
-    stack_cpu = -1
-    last_event = ""
+# header and notice lines of trace-cmd report and the raw trace files: no event, no fault
+_NOT_EVENTS = re.compile(r"^\s*(cpus=\d+|version = \d+|CPU \d+ is empty|CPU:\d+ \[\w+ \d+ EVENTS DROPPED\])")
 
-    def flush_stack():
-        nonlocal stack
-        if stack and stack_cpu in last_on_cpu:
-            cols["stack_id"][last_on_cpu[stack_cpu]] = state.stack_id_of_names(without_tracing_frames(stack))
-        stack = []
 
-    def batch():
+class _TextRows:
+    """The rows of a text trace not yet yielded, where each came from (to name a bad one) and the stack
+    lines waiting to be attached to the event before them on their CPU."""
+
+    def __init__(self, path: Path, state: DecodeState):
+        self.path, self.state = path, state
+        self.cols: dict[str, list] = {n: [] for n in KERNEL_EVENT.names}
+        self.lines: list[int] = []     # the line and offset of each row
+        self.offsets: list[int] = []
+        self.fault: TraceFormatError | None = None
+        self.last_on_cpu: dict[int, int] = {}    # cpu -> row index of its last event (stack lines attach there)
+        self.stack: list[str] = []
+        self.stack_cpu = -1
+
+    def __len__(self) -> int:
+        return len(self.cols["ts_ns"])
+
+    def flush_stack(self) -> None:
+        if self.stack and self.stack_cpu in self.last_on_cpu:
+            self.cols["stack_id"][self.last_on_cpu[self.stack_cpu]] = \
+                self.state.stack_id_of_names(without_tracing_frames(self.stack))
+        self.stack = []
+
+    def add(self, m: re.Match, event: str, cpu: int, lineno: int, offset: int) -> None:
+        """The event line `m` (at `offset`) as a row."""
+        state, cols = self.state, self.cols
+        row = dict.fromkeys(_INT_COLS + _STR_COLS)
+        _fields_of(event, m["rest"], row, state)
+        cols["node"].append(state.node)
+        cols["ts_ns"].append(int(m["sec"]) * 1_000_000_000 + int(m["frac"].ljust(9, "0")[:9]))
+        cols["cpu"].append(cpu)
+        pid = int(m["pid"])
+        cols["pid"].append(pid)
+        if pid and m["comm"] not in ("<...>", "<idle>"):
+            state.comms.setdefault(pid, m["comm"])
+        cols["event"].append(event)
+        for k in _INT_COLS + _STR_COLS:
+            cols[k].append(row[k])
+        self.lines.append(lineno)
+        self.offsets.append(offset)
+        self.last_on_cpu[cpu] = len(self) - 1
+        state.events += 1
+
+    def batch(self) -> pa.RecordBatch:
         """The rows so far; those from a corrupt line's on (a number too large for its column) are
-        left out, and the line is the fault raised after the batch."""
+        left out, and the line becomes the fault raised after the batch."""
+        cols = self.cols
         try:
             rb = pa.RecordBatch.from_pydict(cols, schema=KERNEL_EVENT)
         except (OverflowError, pa.ArrowInvalid):
             row = min(i for f in KERNEL_EVENT if pa.types.is_integer(f.type)
                       for i, v in enumerate(cols[f.name]) if not _fits(v, f.type.bit_width))
-            fault.append(TraceFormatError(path, offsets[row], f"line {lines[row]}: a number out of range"))
-            state.events -= len(lines) - row
+            self.fault = self.fault or TraceFormatError(self.path, self.offsets[row],
+                                                        f"line {self.lines[row]}: a number out of range")
+            self.state.events -= len(self.lines) - row
             for v in cols.values():
                 del v[row:]
             rb = pa.RecordBatch.from_pydict(cols, schema=KERNEL_EVENT)
-        for v in (*cols.values(), lines, offsets):
+        for v in (*cols.values(), self.lines, self.offsets):
             v.clear()
-        last_on_cpu.clear()
+        self.last_on_cpu.clear()
         return rb
 
-    def emit():
-        yield batch()
-        if fault:
-            raise fault[0]
+    def emit(self) -> Iterator[pa.RecordBatch]:
+        yield self.batch()
+        if self.fault:
+            raise self.fault
 
+
+def iter_text_batches(path: Path, state: DecodeState, batch_rows: int = 200_000) -> Iterator[pa.RecordBatch]:
+    """Stream a text trace; a line that is neither an event, a stack line nor a header/comment is a
+    fault: the batches before it are yielded, then TraceFormatError names the line."""
+    rows = _TextRows(path, state)
+    last_event = ""
     try:
         f = open(path, "r", errors="replace")
     except OSError as exc:
@@ -172,50 +209,31 @@ def iter_text_batches(path: Path, state: DecodeState, batch_rows: int = 200_000)
             offset += len(line)
             m = _STACK.match(line)
             if m:
-                stack.append(m["func"].split("+")[0])
+                rows.stack.append(m["func"].split("+")[0])
                 continue
             m = _LINE.match(line)
             if m is None:
-                if last_event in _FREE_TEXT and cols["ts_ns"] and line.strip():
+                if last_event in _FREE_TEXT and len(rows) and line.strip():
                     # a message with a newline continues on the next line
-                    cols["fields"][-1] = (cols["fields"][-1] or "") + "\n" + line.rstrip("\n")
+                    rows.cols["fields"][-1] = (rows.cols["fields"][-1] or "") + "\n" + line.rstrip("\n")
                     continue
-                if not line.strip() or line.startswith("#") or re.match(r"^\s*(cpus=\d+|version = \d+|CPU \d+ is empty|CPU:\d+ \[\w+ \d+ EVENTS DROPPED\])", line):
+                if not line.strip() or line.startswith("#") or _NOT_EVENTS.match(line):
                     continue
-                flush_stack()
-                if cols["ts_ns"]:
-                    yield from emit()
+                rows.flush_stack()
+                if len(rows):
+                    yield from rows.emit()
                 raise TraceFormatError(path, offset - len(line), f"line {lineno}: not a trace event line: {line.strip()[:60]!r}")
-            flush_stack()
+            rows.flush_stack()
             event = last_event = m["event"].split(":")[-1]
             cpu = int(m["cpu"])
-            if event in ("kernel_stack", "<stack trace>"):
-                stack_cpu = cpu
+            if event in ("kernel_stack", "<stack trace>") or m["rest"].startswith("<stack trace>"):
+                rows.stack_cpu = cpu
                 continue
-            if m["rest"].startswith("<stack trace>"):
-                stack_cpu = cpu
-                continue
-            row = dict.fromkeys(_INT_COLS + _STR_COLS)
-            _fields_of(event, m["rest"], row, state)
-            frac = m["frac"]
-            cols["node"].append(state.node)
-            cols["ts_ns"].append(int(m["sec"]) * 1_000_000_000 + int(frac.ljust(9, "0")[:9]))
-            cols["cpu"].append(cpu)
-            pid = int(m["pid"])
-            cols["pid"].append(pid)
-            if pid and m["comm"] not in ("<...>", "<idle>"):
-                state.comms.setdefault(pid, m["comm"])
-            cols["event"].append(event)
-            for k in _INT_COLS + _STR_COLS:
-                cols[k].append(row[k])
-            lines.append(lineno)
-            offsets.append(offset - len(line))
-            last_on_cpu[cpu] = len(cols["ts_ns"]) - 1
-            state.events += 1
-            if len(cols["ts_ns"]) >= batch_rows:
-                yield from emit()
-            if event == "stack" or m["rest"].startswith("<stack trace>"):
-                stack_cpu = cpu
-        flush_stack()
-        if cols["ts_ns"]:
-            yield from emit()
+            rows.add(m, event, cpu, lineno, offset - len(line))
+            if len(rows) >= batch_rows:
+                yield from rows.emit()
+            if event == "stack":
+                rows.stack_cpu = cpu
+        rows.flush_stack()
+        if len(rows):
+            yield from rows.emit()
