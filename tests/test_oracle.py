@@ -210,6 +210,44 @@ def test_client_round_trips_are_not_the_statements(capture):
     assert got == [(idle * 1000, idle * 1000)]
 
 
+RECURSIVE_BETWEEN_FETCHES = """\
+PARSING IN CURSOR #140641987000001 len=46 dep=1 uid=0 oct=6 lid=0 tim=5793511831525 hv=1 ad='1' sqlid='0aaaaaaaaaaaa'
+update sys.mon_mods$ set inserts = inserts + 1
+END OF STMT
+PARSE #140641987000001:c=4,e=5,p=0,cr=0,cu=0,mis=0,r=0,dep=1,og=4,plh=0,tim=5793511831530
+WAIT #140641987000001: nam='log file sync' ela= 10 buffer#=1 sync scn=1 p3=0 obj#=-1 tim=5793511831542
+EXEC #140641987000001:c=2,e=12,p=0,cr=0,cu=1,mis=0,r=1,dep=1,og=4,plh=0,tim=5793511831543
+CLOSE #140641987000001:c=1,e=1,dep=1,type=3,tim=5793511831545
+"""
+
+
+def test_recursive_statement_between_fetches(tmp_path):
+    """A recursive statement that ran between its parent's two fetches (in none of its calls; inserted
+    into the real simple_trace, in the 24 µs gap between the client's wait and the second FETCH): its
+    log file sync and its calls are its own, not the parent's disk time; it is linked to the parent;
+    the parent's components still sum to its wall time and the profile to the file's span."""
+    lines = (TRACES / "trctools_simple_trace.trc").read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if "SQL*Net message from client" in line) + 1
+    trace = tmp_path / "rec.trc"
+    trace.write_text("".join(lines[:at]) + RECURSIVE_BETWEEN_FETCHES + "".join(lines[at:]))
+    importer.import_files(tmp_path / "cap", [trace])
+    correlate(tmp_path / "cap")
+    (parent, wall), = q(tmp_path / "cap", "SELECT statement_id, end_ns - start_ns FROM statement WHERE nesting_level = 0")
+    assert q(tmp_path / "cap", "SELECT parent_statement_id FROM statement WHERE nesting_level = 1") == [(parent,)]
+    rec = q(tmp_path / "cap", "SELECT statement_id FROM statement WHERE nesting_level = 1")[0][0]
+    assert q(tmp_path / "cap", "SELECT statement_id, top_statement_id, in_call, call_dep FROM dbms_wait "
+                               "WHERE event = 'log file sync'") == [(rec, rec, True, 1)]
+    comps = dict(q(tmp_path / "cap", f"SELECT component, ns FROM statement_attribution WHERE statement_id = {parent}"))
+    assert comps.get("disk_seq", 0) == 0 and sum(comps.values()) == wall
+    # the recursive calls' e= (PARSE 5, EXEC 12, CLOSE 1 µs) are in the parent's window, not in its calls
+    assert comps["client_wait"] == (186 + 223 + 5 + 12 + 1) * 1000
+    db = profile.open_oracle(tmp_path / "cap")
+    rows, total = profile.profile(db)
+    first_start = 5793511830706 - 33
+    assert total == (5793511831927 - first_start) * 1000
+    assert {r.group: r.duration_ns for r in rows}["log file sync"] == 10_000
+
+
 def test_literals_fold_into_one_query_id():
     a = normalized("select * from t where id = 42 and name = 'x''y'")
     b = normalized("SELECT *  FROM t WHERE id = 7 AND name = 'z'")

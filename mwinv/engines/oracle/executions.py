@@ -34,6 +34,7 @@ class Execution:
     calls: list[Call] = field(default_factory=list)
     parent: "Execution | None" = None
     errored: bool = False
+    between_calls: bool = False   # ran between its parent's calls, not inside one: its own work, not the parent's
 
     @property
     def has_exec(self) -> bool:
@@ -49,8 +50,9 @@ class Execution:
 
     @property
     def top(self) -> "Execution":
+        """The outermost execution whose calls contain this one's (itself where it ran between calls)."""
         e = self
-        while e.parent is not None:
+        while e.parent is not None and not e.between_calls:
             e = e.parent
         return e
 
@@ -99,15 +101,11 @@ class _ByDepth:
             return c if c.start <= t else None
         return None
 
-    def deepest(self, t: int, line: int, below: int = 1 << 30) -> Call | None:
+    def deepest(self, t: int, line: int) -> Call | None:
+        """Every depth is searched: a recursive call can run between its parent's calls, in no call above."""
         found = None
         for d in sorted(self.depth):
-            if d >= below:
-                break
-            c = self.containing(d, t, line)
-            if c is None:
-                break
-            found = c
+            found = self.containing(d, t, line) or found
         return found
 
 
@@ -173,6 +171,7 @@ def build(trace: TraceFile) -> Session:
         while p is not None and id(p) not in call_execution:
             p = call_parent.get(id(p))   # ran inside a CLOSE or LOB call: the execution above that
         ex.parent = call_execution.get(id(p)) if p is not None else None
+    _link_between_calls(executions)
 
     placed = []
     for w in trace.waits:
@@ -185,6 +184,26 @@ def build(trace: TraceFile) -> Session:
             ex = call_execution.get(id(p)) if p is not None else None
         placed.append(PlacedWait(w, call, ex))
     return Session(trace, executions, call_execution, call_parent, placed, stat_execution)
+
+
+def _link_between_calls(executions: list[Execution]) -> None:
+    """A recursive execution in no call of the depth above (it ran between its parent's fetches, e.g. a
+    commit's recursive work) is linked to the execution of that depth whose window holds it, the latest
+    to start, and marked as having run between that one's calls."""
+    by_dep: dict[int, list[Execution]] = {}
+    for ex in executions:
+        by_dep.setdefault(ex.dep, []).append(ex)
+    for exs in by_dep.values():
+        exs.sort(key=lambda x: x.start)
+    starts = {d: [x.start for x in exs] for d, exs in by_dep.items()}
+    for ex in executions:
+        if ex.dep == 0 or ex.parent is not None:
+            continue
+        above = by_dep.get(ex.dep - 1, [])
+        k = bisect.bisect_right(starts.get(ex.dep - 1, []), ex.start)
+        holder = next((x for x in reversed(above[:k]) if x.end >= ex.end), None)
+        if holder is not None:
+            ex.parent, ex.between_calls = holder, True
 
 
 # Oracle wait events -> attribution components (docs/oracle.md); first match wins, the rest other_wait.

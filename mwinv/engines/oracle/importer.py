@@ -92,8 +92,9 @@ def import_file(capture: Capture, path: str | Path, node: str | None = None, pid
     file = str(tf.path)
     first_session = tf.sessions[0] if tf.sessions else {}
     database = tf.header.get("container") or first_session.get("service_name")
-    # interleaved cursors: a top-level execution's window holds calls of others, which are the client's
-    top = sorted((c for c in tf.calls if c.dep == 0), key=lambda c: c.start)
+    # interleaved cursors: a top-level execution's window holds calls of others, which are the client's,
+    # and recursive calls that ran between its calls, which are their own statements'
+    top = sorted((c for c in tf.calls if c.dep == 0 or id(c) not in session.call_parent), key=lambda c: c.start)
     top_starts = [c.start for c in top]
     top_e = list(accumulate((c.e for c in top), initial=0))
     idle = sorted((w.tim, w.ela) for w in tf.waits if ex_mod.component(w.name) == "client_wait")
@@ -101,7 +102,7 @@ def import_file(capture: Capture, path: str | Path, node: str | None = None, pid
     idle_ela = list(accumulate((e for _, e in idle), initial=0))
 
     def client_time(e) -> int:
-        """Between its calls: the client's waits, and other cursors' calls (dep 0 only)."""
+        """Between its calls: the client's waits, and the calls in no call of others (dep 0 only)."""
         start, end = e.start, e.end
         lo, hi = bisect.bisect_right(idle_tims, start), bisect.bisect_right(idle_tims, end)
         t = idle_ela[hi] - idle_ela[lo]

@@ -1,5 +1,6 @@
 -- response_item: a trace file's response time, each microsecond counted once (Method R's rule):
--- the CPU of top-level calls (c= includes their recursive calls'), every wait once, what the calls'
+-- the CPU of top-level calls (c= includes their recursive calls'; a recursive call that ran between
+-- its parent's calls is top-level here), every wait once, what the calls'
 -- e= leave unexplained ("unaccounted-for within calls", possibly negative), and the gaps between
 -- top-level calls that no wait explains ("unaccounted-for between calls").
 --
@@ -11,8 +12,10 @@
 -- columns: node, pid, file, line, statement_id (top-level execution), query_id, text, kind (cpu,
 --          wait, unaccounted), name, call, dep, dur_ns, obj
 CREATE OR REPLACE TABLE response_item AS
-WITH top_call AS (
-    SELECT * FROM dbms_call WHERE dep = 0 AND e_ns IS NOT NULL AND call NOT IN ('XCTEND', 'ERROR')),
+WITH top_call AS (   -- calls in no other call: dep 0, and recursive calls that ran between their parent's
+    SELECT * FROM dbms_call c WHERE e_ns IS NOT NULL AND call NOT IN ('XCTEND', 'ERROR')
+      AND (dep = 0 OR NOT EXISTS (SELECT 1 FROM dbms_call p WHERE p.file = c.file AND p.dep = c.dep - 1
+                                  AND p.start_ns <= c.end_ns AND p.end_ns >= c.end_ns))),
 in_top AS (   -- waits inside each top-level call, at any depth
     SELECT c.file, c.line, sum(w.ela_ns) AS ns
     FROM top_call c JOIN dbms_wait w ON w.file = c.file AND w.in_call
