@@ -237,7 +237,7 @@ def test_time_slices_give_the_same_result(capture, monkeypatch):
 
     db = capture[0]
     monkeypatch.setattr(attribution, "CHUNK_POINTS", 3000)
-    assert len(attribution._slice_bounds(db, attribution.CHUNK_POINTS)) >= 10
+    assert len(attribution.slice_bounds(db, attribution.CHUNK_POINTS)) >= 10
     sliced = correlate(db.capture.path, write=False)
     for table in ("statement_attribution", "statement_io", "statement_kernel_function"):
         whole = sorted(db.sql(f"SELECT * FROM {table}").fetchall(), key=repr)

@@ -81,15 +81,19 @@ def test_advice_names_the_blocker_and_the_report_reads_what_was_derived(correlat
     assert "SELECT count(*) FROM nation" in md and "lock.wait" in md
 
 
-def test_asking_for_a_table_builds_what_it_needs(tmp_path):
-    """The kernel hot spots need the attribution's segments, the derived tables the model's inputs: asked
-    for in a session that has neither, each builds them first."""
-    from mwinv.correlator import derive, hotspots
+def test_a_table_asked_for_is_built_with_what_it_needs_once(tmp_path):
+    """The kernel hot spots need the attribution's segments, not the attribution: asked for in a session
+    that has neither, the runner builds exactly their inputs, each once; the derived tables then build
+    on the attribution."""
+    from mwinv.correlator import derive
     from mwinv.correlator.load import open_capture
 
     shutil.copytree(CAPTURE, tmp_path / "cap")
     db = open_capture(tmp_path / "cap")
-    hotspots.kernel_functions(db)
+    db.build("statement_kernel_function")
+    assert "seg_off_stack" in db.modules.built and not db.modules.holds("statement_attribution")
+    db.build("statement_attribution", "statement_kernel_function")
+    assert len(db.modules.built) == len(set(db.modules.built))
     assert db.sql("SELECT count(DISTINCT statement_id) FROM statement_attribution").fetchone()[0] == 56
     derive.derive(db, derive.MODEL_TABLES, write=False)
     assert db.sql("SELECT count(*) FROM statement_class").fetchone()[0] == 56

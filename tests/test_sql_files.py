@@ -10,6 +10,7 @@ import pytest
 
 from mwinv.capture.columns import empty_table
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS
+from mwinv.correlator import modules
 from mwinv.correlator.classify import CLASS_COMPONENTS, LIMIT_CLASSES
 from mwinv.correlator.model import model_connection
 
@@ -23,6 +24,73 @@ def test_each_file_names_its_table_inputs_and_columns(path):
     header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("--"))
     assert text.startswith(f"-- {path.stem}: "), f"{path}: begins with '-- {path.stem}: what it is'"
     assert re.search(r"^-- inputs: ", header, re.M) and re.search(r"^-- columns: ", header, re.M), path
+
+
+def test_every_correlator_module_declares_what_it_builds_and_reads():
+    # the checks run when the modules load: a table built twice, CREATE OR REPLACE, a statement creating
+    # another table than the header's builds:, a table read but not declared, a cycle
+    loaded = modules.load_modules()
+    assert {m.name for m in loaded if m.sql} == {p.stem for p in SQL_DIRS[0].glob("*.sql")}
+    assert {"segment_walk", "node_clock"} <= {m.name for m in loaded if m.is_python}
+
+
+def _module(tmp_path, name, text):
+    path = tmp_path / f"{name}.sql"
+    path.write_text(text)
+    return modules.from_sql(path)
+
+
+@pytest.mark.parametrize("sql, error", [
+    ("-- b2: x\n-- builds:  b2\n-- inputs:  a\nCREATE TABLE b2 AS SELECT * FROM a JOIN c USING (k);",
+     "reads c, not among its inputs"),
+    ("-- b2: x\n-- builds:  b2\n-- inputs:  a\nCREATE OR REPLACE TABLE b2 AS SELECT * FROM a;", "CREATE OR REPLACE"),
+    ("-- b2: x\n-- builds:  b2\n-- inputs:  a\nCREATE TABLE b3 AS SELECT * FROM a;", "creates ['b3']"),
+    ("-- b2: x\n-- builds:  b\n-- inputs:  a\nCREATE TABLE b AS SELECT * FROM a;", "which"),
+    ("-- b2: x\n-- builds:  b2\n-- inputs:  b\nCREATE TABLE b2 AS SELECT * FROM b;", "cycle"),
+    ("-- b2: x\n-- builds:  c\n-- inputs:  a\nCREATE TABLE c AS SELECT * FROM a;", "the capture's table c"),
+])
+def test_the_runner_refuses_a_module_that_contradicts_the_others(tmp_path, sql, error):
+    b = _module(tmp_path, "b", "-- b: x\n-- builds:  b\n-- inputs:  a, b2 (why)\nCREATE VIEW b AS "
+                               "SELECT * FROM a JOIN b2 USING (k);")
+    with pytest.raises(modules.ModuleError, match=re.escape(error)):
+        modules.check([b, _module(tmp_path, "b2", sql)], known_tables={"a", "c"})
+
+
+def test_the_runner_builds_in_order_once_and_per_slice(tmp_path):
+    # a sliced module runs once per slice (the first creates its table, the others append), after what
+    # it reads; a table already built is refused, not rebuilt
+    import duckdb
+
+    from mwinv.correlator.load import CaptureDB
+
+    ms = [_module(tmp_path, "ev", "-- ev: x\n-- builds:  ev\n-- inputs:  src\n"
+                                  "CREATE TABLE ev AS SELECT * FROM src WHERE t % 2 = 0;"),
+          _module(tmp_path, "part", "-- part: x\n-- builds:  part\n-- inputs:  ev; the variables slice_lo, slice_hi\n"
+                                    "-- slice:   pid\nCREATE TABLE part AS SELECT count(*) AS n FROM ev\n"
+                                    "WHERE t >= getvariable('slice_lo') AND t < getvariable('slice_hi');"),
+          _module(tmp_path, "total", "-- total: x\n-- builds:  total\n-- inputs:  part\n"
+                                     "CREATE TABLE total AS SELECT sum(n) AS n, count(*) AS slices FROM part;")]
+    modules.check(ms, {"src"})
+    con = duckdb.connect()
+    con.execute("CREATE TABLE src AS SELECT range AS t FROM range(100)")
+    run = modules.Modules(CaptureDB(None, con, set()), {"src"}, slices=lambda: [(0, 30), (30, 60), (60, 100)])
+    monkey = modules._LOADED
+    modules._LOADED = ms
+    try:
+        run.build("total")
+        assert con.execute("SELECT n, slices FROM total").fetchone() == (50, 3)
+        assert run.built == ["ev", "part", "total"]
+        run.build("total")   # held: nothing runs again
+        assert run.built == ["ev", "part", "total"]
+        with pytest.raises(modules.ModuleError, match="exists already"):
+            run._run(ms[0])
+    finally:
+        modules._LOADED = monkey
+
+
+def test_the_architecture_doc_shows_the_current_module_graph():
+    doc = (Path(__file__).parent.parent / "docs" / "architecture.md").read_text()
+    assert modules.graph() in doc, "docs/architecture.md: paste `python -m mwinv.correlator.modules --graph`"
 
 
 def _model_connection():
@@ -51,5 +119,5 @@ def test_class_shares_has_the_classes_and_ranks_them_in_order():
         [("cpu", 0.6, 0.4, 1.0)]
     sql = (SQL_DIRS[0] / "class_shares.sql").read_text()
     assert re.findall(r"WHEN s_(\w+) = top THEN '(\w+)'", sql) == [(c, c) for c in LIMIT_CLASSES]
-    evidence = (SQL_DIRS[0] / "statement_class.sql").read_text()
+    evidence = (SQL_DIRS[0] / "class_evidence.sql").read_text()
     assert re.findall(r"'name': '(\w+)'", evidence) == list(LIMIT_CLASSES)

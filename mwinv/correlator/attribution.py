@@ -2,10 +2,14 @@
 
 One pass per node: all state-changing points of each DBMS pid — scheduler switches and wakeups,
 syscall entries and exits, block requests issued and completed, PostgreSQL lock-wait probes and the
-statement boundaries themselves — go into one stream ordered by (pid, time). Forward fills carry
-the state, so each stretch between two points has a known CPU state, syscall, lock state,
+statement boundaries themselves — go into one stream ordered by (pid, time) (sql/point.sql). Forward
+fills carry the state, so each stretch between two points has a known CPU state, syscall, lock state,
 I/O in flight and statement. Summing the stretches per statement and component is linear in the
-number of events; no interval join of statements against events is needed."""
+number of events; no interval join of statements against events is needed.
+
+The SQL modules (sql/*.sql) build the points and sum the segments; this module is the one step SQL
+cannot do, the walk that carries each pid's state (`segment_walk`), and the constants the modules read
+as variables (`variables`)."""
 
 from __future__ import annotations
 
@@ -16,7 +20,8 @@ import pyarrow as pa
 
 from mwinv.capture.columns import numpy_ints
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
-from mwinv.correlator.load import CaptureDB, literal, sql_file
+from mwinv.correlator.load import CaptureDB, literal
+from mwinv.correlator.modules import step
 from mwinv.kernel_trace.syscalls import numbers
 
 # x86_64 syscalls. Network: the client/remote socket calls; PostgreSQL reads its client socket
@@ -36,7 +41,7 @@ NET_TX_SYSCALLS = numbers("sendto", "sendmsg")
 EPOLL_SYSCALLS = numbers("epoll_wait", "epoll_pwait")
 EAGAIN = 11
 
-# The kinds of point (build_points) and the labels of the segment's code columns (build_segments).
+# The kinds of point (sql/point.sql) and the labels of the segment's code columns (segment_walk).
 POINT_KINDS = ("on", "off", "wake", "enter", "exit", "lock_start", "lock_done", "lwlock_start", "lwlock_done",
                "io_start", "io_done", "stmt_start", "stmt_end")
 CPU_STATES = ("running", "runnable", "sleeping")
@@ -61,158 +66,20 @@ def _in(values) -> str:
     return "(" + ", ".join(map(literal, values)) + ")"
 
 
-def build_disk_requests(db: CaptureDB) -> None:
-    """disk_request: one row per disk I/O a DBMS task caused, with its sequential flag and, where the
-    request's completion is known, its completion time.
-
-    Reads come from the pages the task added to the page cache inside a read syscall (its own context,
-    also for readahead and when blk-throttle dispatches the bios from a kworker), grouped into runs of
-    adjacent pages; the stride between runs of one file decides sequential or random. Writes, and the
-    reads of tasks that read mostly past the page cache (O_DIRECT, as InnoDB does), come from
-    block_bio_queue (the submitting task's context) or else block_rq_issue; block_rq_issue can run in a
-    kworker and completions in interrupts (recorded without the pid filter), so issue/complete pairs
-    only serve to time requests."""
-    has_bio = db.sql("SELECT count(*) FROM kernel_event WHERE event = 'block_bio_queue'").fetchone()[0] > 0
-    source = "block_bio_queue" if has_bio else "block_rq_issue"
-    # A request completes at the sector it was issued at: the first completion there after the issue,
-    # unless the sector was issued again first (then it is the later one's; a bio merged behind
-    # another has no completion of its own and stays untimed).
-    db.con.execute(f"""
-        CREATE OR REPLACE TABLE block_request AS
-        WITH issue AS (
-            SELECT node, ts_ns, pid, dev, sector, nr_bytes, rwbs,
-                   lead(ts_ns) OVER (PARTITION BY node, dev, sector ORDER BY ts_ns) AS next_issue_ns
-            FROM kernel_event WHERE event = '{source}' AND nr_bytes > 0),
-        done AS (SELECT node, ts_ns, dev, sector FROM kernel_event WHERE event = 'block_rq_complete')
-        SELECT i.node, i.pid, i.dev, NULL::BIGINT AS ino, i.sector, i.nr_bytes, i.rwbs, i.ts_ns AS issue_ns,
-               CASE WHEN d.ts_ns < coalesce(i.next_issue_ns, d.ts_ns + 1) THEN d.ts_ns END AS complete_ns
-        FROM issue i ASOF LEFT JOIN done d ON d.node = i.node AND d.dev = i.dev AND d.sector = i.sector
-             AND d.ts_ns >= i.ts_ns""")
-    db.con.execute(rf"""
-        CREATE OR REPLACE TABLE page_read AS
-        WITH added AS (
-            SELECT node, ts_ns, pid, dev, CAST(regexp_extract(fields, 'ino=(\d+)', 1) AS BIGINT) AS ino,
-                   sector, nr_bytes
-            FROM kernel_event WHERE event = 'mm_filemap_add_to_page_cache'),
-        -- a task is in one syscall at a time: when its last read-syscall event is an entry, it is
-        -- inside that read (the other syscalls' events need not be sorted for the join)
-        calls AS (
-            SELECT node, pid, ts_ns, starts_with(event, 'sys_enter') AS is_enter
-            FROM kernel_event WHERE (starts_with(event, 'sys_enter') OR starts_with(event, 'sys_exit'))
-                                    AND syscall_nr IN {_in(READ_SYSCALLS)}),
-        in_read AS (
-            SELECT a.*, c.ts_ns AS call_ns FROM added a
-            ASOF JOIN calls c ON a.node = c.node AND a.pid = c.pid AND a.ts_ns >= c.ts_ns
-            WHERE c.is_enter),
-        marked AS (
-            SELECT *, CASE WHEN lag(call_ns) OVER w = call_ns AND lag(ino) OVER w = ino AND lag(dev) OVER w = dev
-                                AND lag(sector + nr_bytes // 512) OVER w = sector THEN 0 ELSE 1 END AS new_run
-            FROM in_read WINDOW w AS (PARTITION BY node, pid ORDER BY ts_ns)),
-        runs AS (SELECT *, sum(new_run) OVER (PARTITION BY node, pid ORDER BY ts_ns) AS run FROM marked)
-        SELECT node, pid, dev, ino, min(sector) AS sector, sum(nr_bytes) AS nr_bytes, 'R' AS rwbs,
-               min(ts_ns) AS issue_ns, NULL::BIGINT AS complete_ns
-        FROM runs GROUP BY node, pid, dev, ino, run""")
-    db.con.execute(f"""
-        CREATE OR REPLACE TABLE disk_request AS
-        -- a task's reads are its page-cache adds, unless it reads mostly past the page cache (O_DIRECT):
-        -- an InnoDB thread's one buffered read of a small file had hidden its 93 MB of direct reads
-        WITH cached AS (SELECT node, pid, sum(nr_bytes) AS bytes FROM page_read GROUP BY ALL),
-        direct AS (SELECT node, pid, sum(nr_bytes) AS bytes FROM block_request WHERE rwbs LIKE '%R%' GROUP BY ALL),
-        requests AS (
-            SELECT * FROM page_read
-            UNION ALL
-            SELECT b.* FROM block_request b LEFT JOIN cached c USING (node, pid) LEFT JOIN direct d USING (node, pid)
-            WHERE b.rwbs NOT LIKE '%R%' OR coalesce(c.bytes, 0) * 2 < d.bytes),
-        strided AS (
-            SELECT *, sector - lag(sector + nr_bytes // 512) OVER w AS stride_sectors
-            FROM requests WINDOW w AS (PARTITION BY node, pid, dev, ino ORDER BY issue_ns))
-        SELECT *, coalesce(abs(stride_sectors) <= {SEQ_GAP_SECTORS}, false) AS sequential FROM strided""")
-
-
-def build_file_reads(db: CaptureDB) -> None:
-    """file_read: positional reads (pread64/preadv) with a sequential flag from the file-offset stride
-    per (pid, fd): decides seq vs random for disk waits whose block requests are not the task's own."""
-    db.con.execute(rf"""
-        CREATE OR REPLACE TABLE file_read AS
-        WITH r AS (
-            -- the fields by name ("fd=9 buf=... count=8192 pos=24576"): splitting is 2.5x faster than a regexp
-            SELECT node, pid, ts_ns, syscall_nr, {_field("fd")} AS fd, {_field("pos")} AS pos,
-                   coalesce({_field("count")}, {_field("vlen")}, 8192) AS len
-            FROM kernel_event WHERE event IN ('sys_enter_pread64', 'sys_enter_preadv'))
-        SELECT node, pid, ts_ns, syscall_nr,
-               coalesce(abs(pos - lag(pos + len) OVER (PARTITION BY node, pid, fd ORDER BY ts_ns))
-                        <= {SEQ_GAP_SECTORS * 512}, false) AS sequential
-        FROM r WHERE pos IS NOT NULL""")
-
-
-def _field(name: str) -> str:
-    """The integer value of `name=` in an event's fields, NULL when absent."""
-    return f"TRY_CAST(split_part(split_part(' ' || fields, ' {name}=', 2), ' ', 1) AS BIGINT)"
-
-
-def build_points(db: CaptureDB) -> None:
-    """point: the state-changing points of every DBMS pid. The kernel's points come from one scan of
-    kernel_event (a sched_switch gives two: the task switched out and the one switched in). A view:
-    build_segments reads it one time slice at a time, sorted; a table of it would be one more copy."""
-    db.con.execute("CREATE OR REPLACE TABLE dbms_pid AS SELECT DISTINCT node, pid FROM statement_clean")
-    db.con.execute(r"""
-        CREATE OR REPLACE VIEW point AS
-        WITH ev AS (
-            SELECT node, ts_ns, pid, prev_pid, prev_state, next_pid, target_pid, stack_id, syscall_nr, syscall_ret,
-                CASE WHEN event = 'sched_switch' THEN 'switch'
-                     WHEN event IN ('sched_wakeup', 'sched_wakeup_new') THEN 'wake'
-                     -- positional reads come with their access pattern from file_read (below)
-                     WHEN event IN ('sys_enter_pread64', 'sys_enter_preadv') THEN NULL
-                     WHEN event = 'sys_enter' OR event LIKE 'sys\_enter\_%' ESCAPE '\' THEN 'enter'
-                     WHEN event = 'sys_exit' OR event LIKE 'sys\_exit\_%' ESCAPE '\' THEN 'exit'
-                     -- heavyweight and LWLock waits apart: the deadlock check a heavyweight wait runs
-                     -- after deadlock_timeout can wait for an LWLock, whose end is not the row lock's
-                     WHEN starts_with(event, 'pg_lock_wait_start') THEN 'lock_start'
-                     WHEN starts_with(event, 'pg_lock_wait_done') THEN 'lock_done'
-                     WHEN starts_with(event, 'pg_lwlock_wait_start') THEN 'lwlock_start'
-                     WHEN starts_with(event, 'pg_lwlock_wait_done') THEN 'lwlock_done'
-                END AS k
-            FROM kernel_event),
-        kernel_point AS (
-            SELECT node,
-                   CASE WHEN half = 2 THEN next_pid WHEN k = 'switch' THEN prev_pid WHEN k = 'wake' THEN target_pid
-                        ELSE pid END AS pid,
-                   ts_ns AS ts,
-                   CASE WHEN half = 2 THEN 2 ELSE CASE k WHEN 'switch' THEN 1 WHEN 'wake' THEN 3 WHEN 'enter' THEN 4
-                                                         WHEN 'lock_start' THEN 5 WHEN 'lwlock_start' THEN 5
-                                                         ELSE 0 END END AS ord,
-                   CASE WHEN half = 2 THEN 'on' WHEN k = 'switch' THEN 'off' ELSE k END AS kind,
-                   CASE WHEN half = 1 AND k = 'switch' THEN prev_state END AS info,
-                   CASE WHEN half = 1 AND k = 'switch' THEN stack_id END AS stack_id,
-                   CASE WHEN k IN ('enter', 'exit') THEN syscall_nr END AS nr,
-                   CASE WHEN k = 'exit' THEN syscall_ret END AS ret
-            FROM ev, range(1, 3) AS h(half)
-            WHERE k IS NOT NULL AND (half = 1 OR k = 'switch'))
-        SELECT p.* FROM (
-            SELECT node, pid, ts, ord, kind, info, stack_id, nr, ret, NULL::BIGINT AS sid, 0 AS io_seq, 0 AS io_rand
-            FROM kernel_point
-            UNION ALL
-            SELECT node, pid, ts_ns, 4, 'enter', CASE WHEN sequential THEN 'seq' ELSE 'rand' END, NULL, syscall_nr,
-                   NULL, NULL, 0, 0
-            FROM file_read
-            UNION ALL
-            -- nr: 1 sequential, 2 random; in-flight counts only for requests whose completion is known
-            SELECT node, pid, issue_ns, 6, 'io_start', NULL, NULL, CASE WHEN sequential THEN 1 ELSE 2 END,
-                   nr_bytes, NULL,
-                   CASE WHEN sequential AND complete_ns IS NOT NULL THEN 1 ELSE 0 END,
-                   CASE WHEN NOT sequential AND complete_ns IS NOT NULL THEN 1 ELSE 0 END
-            FROM disk_request
-            UNION ALL
-            SELECT node, pid, complete_ns, 0, 'io_done', NULL, NULL, NULL, NULL, NULL,
-                   CASE WHEN sequential THEN -1 ELSE 0 END, CASE WHEN sequential THEN 0 ELSE -1 END
-            FROM disk_request WHERE complete_ns IS NOT NULL
-            UNION ALL
-            SELECT node, pid, start_ns, -1, 'stmt_start', NULL, NULL, NULL, NULL, statement_id, 0, 0
-            FROM statement_clean WHERE coalesce(nesting_level, 0) = 0
-            UNION ALL
-            SELECT node, pid, end_ns, -2, 'stmt_end', NULL, NULL, NULL, NULL, statement_id, 0, 0
-            FROM statement_clean WHERE coalesce(nesting_level, 0) = 0
-        ) p JOIN dbms_pid USING (node, pid)""")
+def variables() -> dict[str, object]:
+    """The attribution's constants, as the SQL modules read them (SET VARIABLE)."""
+    return {
+        "read_syscalls": READ_SYSCALLS, "file_io_syscalls": FILE_IO_SYSCALLS, "network_syscalls": NETWORK_SYSCALLS,
+        "epoll_syscalls": EPOLL_SYSCALLS, "lock_syscalls": LOCK_SYSCALLS, "net_rx_syscalls": NET_RX_SYSCALLS,
+        "net_tx_syscalls": NET_TX_SYSCALLS, "seq_gap_sectors": SEQ_GAP_SECTORS,
+        # a literal: binding a Python parameter makes DuckDB import pandas (29 s once on a slow disk)
+        "rusage_min_wall_ns": RUSAGE_MIN_WALL_NS, "components": list(ATTRIBUTION_COMPONENTS),
+        "segment_codes": {
+            "kind": {k: _code(POINT_KINDS, k) for k in ("io_start", "exit")},
+            "cpu": {k: _code(CPU_STATES, k) for k in CPU_STATES},
+            "evidence": {k: _code(EVIDENCE, k) for k in ("on", "off")},
+            "pattern": {k: _code(FILE_PATTERNS, k) for k in FILE_PATTERNS}},
+    }
 
 
 def _forward(valid: np.ndarray, start: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -236,7 +103,7 @@ def _code(labels: tuple[str, ...], label: str) -> int:
     return labels.index(label)
 
 
-# Points per pass of build_segments: its numpy state takes ~150 bytes per point and the next slice
+# Points per pass of segment_walk: its numpy state takes ~150 bytes per point and the next slice
 # is read meanwhile, so a pass stays under ~1 GB whatever the capture's size (the estimate counts a
 # kernel event as 1.5 points; pgbench captures have ~1, so slices hold ~2 M points).
 CHUNK_POINTS = 3_000_000
@@ -245,49 +112,40 @@ CHUNK_POINTS = 3_000_000
 MAX_CARRY_POINTS = 4_000_000
 
 
-def build_segments(db: CaptureDB, chunk_points: int | None = None) -> None:
-    """The segments' sums per statement: `seg_component` (nanoseconds per component), `seg_io`
-    (request and network bytes) and `seg_off_stack` (sleeping stretches per kernel stack).
+@step(builds=("segment_code",), inputs=("point", "dbms_node", "kernel_event"), slice="pid")
+def segment_walk(db: CaptureDB, bounds: list[tuple[int | None, int | None]]):
+    """The segments of one time slice at a time as `segment_code` (their code columns, numpy), for the
+    sliced modules that sum them per statement (sql/seg_*_part.sql).
 
     A segment is the stretch between consecutive points of one pid, with the state carried forward.
-    The points are read in time slices of about `chunk_points`, each sorted by (node, pid, ts, ord);
-    every carried state is a forward (or backward) fill within a pid's rows, done with running maxima
-    of row indices in numpy. A slice's state reaches the next slice as a few context rows per pid
-    (the last row each fill needs) and the pid's tail from its last switch on, whose evidence of
-    what comes next lies in the next slice. Memory follows the slice, not the capture."""
-    chunk_points = chunk_points or CHUNK_POINTS
-    # the labels points can have (build_points): nodes of the statements, switch states and access patterns
-    nodes = [v for (v,) in db.sql("SELECT DISTINCT node FROM statement_clean ORDER BY node").fetchall()]
+    The points are read in time slices, each sorted by (node, pid, ts, ord); every carried state is a
+    forward (or backward) fill within a pid's rows, done with running maxima of row indices in numpy.
+    A slice's state reaches the next slice as a few context rows per pid (the last row each fill
+    needs) and the pid's tail from its last switch on, whose evidence of what comes next lies in the
+    next slice. Memory follows the slice, not the capture."""
+    nodes = [v for (v,) in db.sql("SELECT node FROM dbms_node ORDER BY code").fetchall()]
+    # the labels points can have: switch states and access patterns
     infos = sorted({v for (v,) in db.sql("SELECT DISTINCT prev_state FROM kernel_event "
                                          "WHERE event = 'sched_switch' AND prev_state IS NOT NULL").fetchall()}
                    | set(FILE_PATTERNS))
-    _create_seg_tables(db, "_part", "SMALLINT")   # per slice, the node as its code
-    bounds = _slice_bounds(db, chunk_points)
     carry: dict[str, np.ndarray] | None = None
     # the next slice is read (DuckDB, its own threads) while numpy works on this one
     with ThreadPoolExecutor(1) as reader:
         reading = reader.submit(_read_slice, db.con.cursor(), nodes, infos, *bounds[0])
-        for i in range(len(bounds)):
-            raw = reading.result()
-            if i + 1 < len(bounds):
-                reading = reader.submit(_read_slice, db.con.cursor(), nodes, infos, *bounds[i + 1])
-            carry = _count_slice(db, raw, carry, infos, last_slice=i == len(bounds) - 1)
-    node = _label_sql("node", nodes)
-    db.con.execute(f"""
-        CREATE OR REPLACE TABLE seg_component AS
-        SELECT {node} AS node, statement_id, component, sum(ns)::BIGINT AS ns
-        FROM seg_component_part GROUP BY ALL;
-        CREATE OR REPLACE TABLE seg_io AS
-        SELECT {node} AS node, statement_id, sum(seq_bytes)::BIGINT AS seq_bytes,
-               sum(seq_reqs)::BIGINT AS seq_reqs, sum(random_reqs)::BIGINT AS random_reqs,
-               sum(random_bytes)::BIGINT AS random_bytes, sum(net_rx_bytes)::BIGINT AS net_rx_bytes,
-               sum(net_tx_bytes)::BIGINT AS net_tx_bytes
-        FROM seg_io_part GROUP BY ALL;
-        CREATE OR REPLACE TABLE seg_off_stack AS
-        SELECT {node} AS node, statement_id, stack_id, sum(segments)::BIGINT AS segments,
-               sum(ns)::BIGINT AS ns
-        FROM seg_off_stack_part GROUP BY ALL;
-        DROP TABLE seg_component_part; DROP TABLE seg_io_part; DROP TABLE seg_off_stack_part""")
+        try:
+            for i in range(len(bounds)):
+                raw = reading.result()
+                if i + 1 < len(bounds):
+                    reading = reader.submit(_read_slice, db.con.cursor(), nodes, infos, *bounds[i + 1])
+                if carry is not None:
+                    raw = _prepend(carry, raw)
+                columns, carry = _segment_state(raw, infos, last_slice=i == len(bounds) - 1)
+                del raw
+                db.con.register("segment_code", columns)
+                yield
+        finally:
+            db.con.unregister("segment_code")
+
 
 
 def _read_slice(con, nodes: list[str], infos: list[str], lo: int | None, hi: int | None) -> dict[str, np.ndarray]:
@@ -309,39 +167,7 @@ def _read_slice(con, nodes: list[str], infos: list[str], lo: int | None, hi: int
     return raw
 
 
-def _count_slice(db: CaptureDB, raw: dict[str, np.ndarray], carry: dict[str, np.ndarray] | None,
-                 infos: list[str], last_slice: bool) -> dict[str, np.ndarray] | None:
-    """Add one slice's segments to the per-statement sums; returns the rows the next slice needs."""
-    if carry is not None:
-        raw = _prepend(carry, raw)
-    columns, carry = _segment_state(raw, infos, last_slice)
-    del raw
-    db.con.register("segment_code", columns)
-    db.con.execute(f"""
-        INSERT INTO seg_component_part
-        SELECT node, sid, {_component_sql()} AS component, sum(ts_end - ts)
-        FROM segment_code WHERE keep AND sid > 0 AND ts_end >= 0 GROUP BY ALL;
-        INSERT INTO seg_io_part {_io_sql()};
-        INSERT INTO seg_off_stack_part
-        SELECT node, sid, off_stack, count(*), sum(ts_end - ts) FROM segment_code
-        WHERE keep AND sid > 0 AND ts_end >= 0 AND off_stack >= 0
-          AND cpu_state = {_code(CPU_STATES, "sleeping")} GROUP BY ALL""")
-    db.con.unregister("segment_code")
-    return carry
-
-
-def _create_seg_tables(db: CaptureDB, suffix: str, node_type: str) -> None:
-    """Empty seg_component, seg_io and seg_off_stack (names with `suffix`)."""
-    db.con.execute(f"""
-        CREATE OR REPLACE TABLE seg_component{suffix} (node {node_type}, statement_id BIGINT, component VARCHAR,
-            ns BIGINT);
-        CREATE OR REPLACE TABLE seg_io{suffix} (node {node_type}, statement_id BIGINT, seq_bytes BIGINT,
-            seq_reqs BIGINT, random_reqs BIGINT, random_bytes BIGINT, net_rx_bytes BIGINT, net_tx_bytes BIGINT);
-        CREATE OR REPLACE TABLE seg_off_stack{suffix} (node {node_type}, statement_id BIGINT, stack_id BIGINT,
-            segments BIGINT, ns BIGINT)""")
-
-
-def _slice_bounds(db: CaptureDB, chunk_points: int) -> list[tuple[int | None, int | None]]:
+def slice_bounds(db: CaptureDB, chunk_points: int) -> list[tuple[int | None, int | None]]:
     """Time slices of about `chunk_points` points each ((None, None): one slice), from the
     kernel events' time quantiles; a switch gives two points, so events count one and a half."""
     events = db.sql("SELECT count(*) FROM kernel_event").fetchone()[0]
@@ -498,28 +324,8 @@ def _last_per_group(mask: np.ndarray, start: np.ndarray) -> np.ndarray:
     return idx[np.append(g[1:] != g[:-1], True)]
 
 
-def _io_sql() -> str:
-    """The model's inputs per statement from one slice of `segment_code`: its own block requests
-    (sequential bytes, random requests) and the bytes its network syscalls moved."""
-    io_start, exit_ = _code(POINT_KINDS, "io_start"), _code(POINT_KINDS, "exit")
-    return f"""
-        SELECT node, sid,
-               coalesce(sum(ret) FILTER (WHERE kind = {io_start} AND nr = 1), 0),
-               count(*) FILTER (WHERE kind = {io_start} AND nr = 1),
-               count(*) FILTER (WHERE kind = {io_start} AND nr = 2),
-               coalesce(sum(ret) FILTER (WHERE kind = {io_start} AND nr = 2), 0),
-               coalesce(sum(ret) FILTER (WHERE kind = {exit_} AND nr IN {_in(NET_RX_SYSCALLS)} AND ret > 0), 0),
-               coalesce(sum(ret) FILTER (WHERE kind = {exit_} AND nr IN {_in(NET_TX_SYSCALLS)} AND ret > 0), 0)
-        FROM segment_code WHERE keep AND sid > 0 GROUP BY ALL"""
-
-
 def _enum_type(values) -> str:
     return "ENUM(" + ", ".join(map(literal, values)) + ")" if values else "VARCHAR"
-
-
-def _label_sql(col: str, labels) -> str:
-    """The label of a code column (NULL for -1)."""
-    return "[" + ", ".join(map(literal, labels)) + f"][{col} + 1]"
 
 
 def _dictionary_codes(arr: pa.DictionaryArray) -> np.ndarray:
@@ -535,64 +341,3 @@ def _dictionary_codes(arr: pa.DictionaryArray) -> np.ndarray:
     return codes
 
 
-def _component_sql() -> str:
-    """The component of each stretch of `segment_code` (docs/attribution.md, "Components")."""
-    running, runnable = _code(CPU_STATES, "running"), _code(CPU_STATES, "runnable")
-    on, off = _code(EVIDENCE, "on"), _code(EVIDENCE, "off")
-    seq, rand = _code(FILE_PATTERNS, "seq"), _code(FILE_PATTERNS, "rand")
-    return f"""
-        CASE
-          WHEN cpu_state = {running} OR (cpu_state < 0 AND next_onoff = {off}) THEN 'cpu'
-          WHEN cpu_state = {runnable} AND next_evidence = {on} THEN 'run_queue'
-          WHEN cpu_state = {runnable} THEN 'cpu_or_queue'
-          WHEN cpu_state < 0 THEN 'not_allocated'
-          WHEN in_lock THEN 'lock_wait'
-          WHEN io_rand_inflight > 0 THEN 'disk_random'
-          WHEN io_seq_inflight > 0 THEN 'disk_seq'
-          -- a file syscall that sleeps waits for the disk (a page-cache hit does not sleep)
-          WHEN syscall IN {_in(FILE_IO_SYSCALLS)} OR disk_sleep THEN
-               CASE WHEN file_pattern = {seq} THEN 'disk_seq' WHEN file_pattern = {rand} THEN 'disk_random'
-                    WHEN last_io_kind = 1 THEN 'disk_seq' WHEN last_io_kind = 2 THEN 'disk_random'
-                    ELSE 'disk_unknown' END
-          WHEN syscall IN {_in(NETWORK_SYSCALLS)} THEN 'network'
-          WHEN syscall IN {_in(EPOLL_SYSCALLS)} AND socket_blocked THEN 'network'
-          WHEN syscall IN {_in(EPOLL_SYSCALLS)} AND client_blocked THEN 'client_wait'
-          WHEN syscall IN {_in(LOCK_SYSCALLS)} THEN 'lock_wait'
-          ELSE 'other_wait'
-        END"""
-
-
-def attribute(db: CaptureDB, progress=None) -> None:
-    """The table statement_attribution: every top-level statement's wall time in components that
-    sum to it (and statement_io, seg_off_stack for the hot spots).
-    progress(step) is called as each step begins."""
-    step = progress or (lambda _: None)
-    if db.has("kernel_event"):
-        step("disk requests and file reads")
-        build_disk_requests(db)
-        build_file_reads(db)
-        build_points(db)
-        step("segments (state carried per pid)")
-        build_segments(db)
-    else:
-        _create_seg_tables(db, "", "VARCHAR")
-    step("statement I/O and CPU/disk splits")
-    _build_statement_io(db)
-    db.con.execute(sql_file("dbms_attribution"))
-    # a literal: binding a Python parameter makes DuckDB import pandas (29 s once on a slow disk)
-    db.con.execute(f"SET VARIABLE rusage_min_wall_ns = {int(RUSAGE_MIN_WALL_NS)}")
-    db.con.execute(sql_file("own_attribution"))
-    components = ", ".join(literal(c) for c in ATTRIBUTION_COMPONENTS)
-    db.con.execute(f"SET VARIABLE components = [{components}]")
-    db.con.execute(sql_file("statement_attribution"))
-
-
-def _build_statement_io(db: CaptureDB) -> None:
-    """statement_io: the model's inputs per statement (seg_io: its own block requests, the bytes its
-    network syscalls moved), zero where the trace saw none."""
-    db.con.execute("""
-        CREATE OR REPLACE TABLE statement_io AS
-        SELECT s.node, s.statement_id, coalesce(seq_bytes, 0) AS seq_bytes, coalesce(seq_reqs, 0) AS seq_reqs,
-               coalesce(random_reqs, 0) AS random_reqs, coalesce(random_bytes, 0) AS random_bytes,
-               coalesce(net_rx_bytes, 0) AS net_rx_bytes, coalesce(net_tx_bytes, 0) AS net_tx_bytes
-        FROM statement_clean s LEFT JOIN seg_io USING (node, statement_id)""")

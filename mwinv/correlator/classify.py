@@ -14,7 +14,6 @@ from __future__ import annotations
 import pyarrow as pa
 
 from mwinv.capture.tables import SCHEMAS
-from mwinv.correlator.load import sql_file
 
 LIMIT_CLASSES = ("cpu", "disk_seq", "disk_random", "network", "lock", "run_queue", "remote")
 DEFAULT_INTERNAL_THRESHOLD = 0.20
@@ -93,7 +92,7 @@ def classify(con, kernel_functions: pa.Table | None = None,
              internal_threshold: float = DEFAULT_INTERNAL_THRESHOLD) -> pa.Table:
     """The `statement_class` table (con: holding the model's inputs, model.model_connection)."""
     _threshold(con, internal_threshold)
-    classes = con.execute(sql_file("statement_class")).to_arrow_table()
+    classes = con.execute("SELECT * FROM class_evidence").to_arrow_table()
     if kernel_functions is None or not kernel_functions.num_rows:
         return classes.cast(SCHEMAS["statement_class"])
     # the kernel functions' evidence, for the few statements that have some

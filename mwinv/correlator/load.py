@@ -16,6 +16,7 @@ from pathlib import Path
 import duckdb
 
 from mwinv.capture.tables import DERIVED_TABLES, FROM_ATTRIBUTION, SCHEMAS, Capture
+from mwinv.correlator.modules import Modules
 from mwinv.errors import MwinvError
 
 
@@ -26,9 +27,14 @@ class CaptureDB:
     tables: set[str]
     warnings: list[str] = field(default_factory=list)
     duty_cycled: bool = False   # kernel events on in windows only: a sample of the statements traced
+    modules: Modules | None = None   # the session's runner: what it holds and has built
 
     def has(self, table: str) -> bool:
         return table in self.tables
+
+    def build(self, *tables: str) -> None:
+        """Build these derived tables and what they need, each once in this session (modules.py)."""
+        self.modules.build(*tables)
 
     def sql(self, query: str, params=None):
         return self.con.execute(query, params or [])
@@ -58,8 +64,8 @@ def read_parquet(paths: list[Path]) -> str:
 
 
 def sql_file(name: str) -> str:
-    """The SQL of one derived table, from `mwinv/correlator/sql/<name>.sql` (its header names its
-    inputs and columns)."""
+    """The SQL of one module run outside a capture's session (the model's views on Arrow tables, the
+    advice's), from `mwinv/correlator/sql/<name>.sql`."""
     return (Path(__file__).parent / "sql" / f"{name}.sql").read_text()
 
 
@@ -135,12 +141,23 @@ def open_capture(path: str | Path, threads: int | None = None, memory_limit: str
         present.add(table)
     with reading_parts(cap):
         db = CaptureDB(cap, con, present, duty_cycled=is_duty_cycled(con, manifest))
-        con.execute(f"SET VARIABLE duty_cycled = {str(db.duty_cycled).lower()}")
+        db.modules = Modules(db, set(SCHEMAS) - set(DERIVED_TABLES), session_variables(db, manifest))
         _check(db, manifest)
         if db.has("statement"):
-            _base_tables(db)
+            _typed_statement(db)
+            db.build("statement_clean", "trace_range", "traced_statement")
             _check_coverage(db)
     return db
+
+
+def session_variables(db: CaptureDB, manifest: dict) -> dict[str, object]:
+    """The variables the modules read (their headers name them): the capture's facts and the
+    correlator's constants."""
+    from mwinv.correlator import attribution, hotspots
+
+    return {"duty_cycled": db.duty_cycled, "thread_slack_ns": THREAD_SLACK_NS,
+            "coordinator": manifest.get("coordinator"), "scheduler_frames": list(hotspots.SCHEDULER_FRAMES),
+            "perf_period_ns": int(manifest.get("perf_sample_period_ns", 1_000_000)), **attribution.variables()}
 
 
 @contextlib.contextmanager
@@ -173,14 +190,26 @@ def session_tables(db: CaptureDB, schema: str = "main") -> set[str]:
                                  f"WHERE table_schema = {literal(schema)}").fetchall()}
 
 
-def open_correlated(path: str | Path) -> CaptureDB:
-    """open_capture, with the derived tables a correlation wrote as views too."""
+def open_correlated(path: str | Path, rebuild: tuple[str, ...] = (),
+                    read_as: dict[str, str] | None = None) -> CaptureDB:
+    """open_capture, with the derived tables a correlation wrote read back (views of their parts), but
+    those in `rebuild`, and the list of queries (query_summary) built from them; read_as: a table read
+    back under another name, materialized (a merge reads the nodes' attribution as its local_attribution,
+    and replaces the parts it reads)."""
     db = open_capture(path)
-    built = session_tables(db)
     for table in DERIVED_TABLES:
-        if db.capture.has(table) and table not in built:   # traced_statement: open_capture built it
-            db.con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {read_parquet(db.capture.parts(table))}")
-            db.tables.add(table)
+        if not db.capture.has(table) or table in rebuild or db.modules.holds(table):   # traced_statement: built
+            continue
+        name = (read_as or {}).get(table, table)
+        kind = "TABLE" if name != table else "VIEW"
+        db.con.execute(f"CREATE {kind} {name} AS SELECT * FROM {read_parquet(db.capture.parts(table))}")
+        db.modules.provide(name)
+        db.tables.add(name)
+    if db.modules.holds("statement_attribution"):
+        if not db.modules.holds("statement_link") and "statement_link" not in rebuild:
+            create_empty(db.con, "statement_link")   # correlated before links were made, or a node's own: none
+            db.modules.provide("statement_link")
+        db.build("query_summary")
     return db
 
 
@@ -250,27 +279,14 @@ def _check_coverage(db: CaptureDB) -> None:
                                "their kernel-side attribution is excluded (rusage only); check the clocks")
 
 
-def _base_tables(db: CaptureDB) -> None:
-    """The derived tables every analysis starts from (sql/statement_thread.sql, sql/statement_clean.sql,
-    sql/trace_range.sql, sql/traced_statement.sql), each built by its own step; `statement_typed` gives the first every
-    column of the contract (a capture from an older recorder lacks the newer ones: NULL)."""
+def _typed_statement(db: CaptureDB) -> None:
+    """`statement_typed`: the capture's statement with every column of the contract (a capture from an
+    older recorder lacks the newer ones: NULL), what sql/statement_clean.sql reads."""
     have = _columns(db, "statement")
     absent = "".join(f", CAST(NULL AS {duck_type(f.type)}) AS \"{f.name}\""
                      for f in SCHEMAS["statement"] if f.name not in have)
-    db.con.execute(f"CREATE OR REPLACE VIEW statement_typed AS SELECT *{absent} FROM statement")
-    if db.has("kernel_event") and db.has("statement_stat"):
-        db.con.execute(f"SET VARIABLE thread_slack_ns = {THREAD_SLACK_NS}")
-        db.con.execute(sql_file("statement_thread"))
-    else:
-        db.con.execute("CREATE OR REPLACE TABLE statement_thread (node VARCHAR, statement_id BIGINT, pid INTEGER)")
-    db.con.execute(sql_file("statement_clean"))
-    if db.has("kernel_event"):
-        db.con.execute(sql_file("trace_range"))
-        if not db.has("trace_window"):   # a capture from before the recorder wrote its windows
-            db.con.execute("CREATE OR REPLACE VIEW trace_window AS SELECT node, lo, hi FROM trace_range")
-        db.con.execute(sql_file("traced_statement"))
-    else:
-        db.con.execute("CREATE OR REPLACE TABLE traced_statement (node VARCHAR, statement_id BIGINT)")
+    db.con.execute(f"CREATE VIEW statement_typed AS SELECT *{absent} FROM statement")
+    db.modules.provide("statement_typed")
 
 
 def _columns(db: CaptureDB, table: str) -> set[str]:

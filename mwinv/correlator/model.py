@@ -172,9 +172,9 @@ def model_connection(statements: pa.Table, attribution: pa.Table,
 
 
 def add_model_views(con: duckdb.DuckDBPyConnection) -> None:
-    """The model's views (sql/statement_shares.sql, model_node_inputs.sql, class_shares.sql) on a connection
-    that holds `statements`, `attribution` and `statement_io`."""
-    for view in ("statement_shares", "model_node_inputs", "class_shares"):
+    """The model's views (sql/statement_shares.sql, model_node_inputs.sql, class_shares.sql,
+    class_evidence.sql) on a connection that holds `statements`, `attribution` and `statement_io`."""
+    for view in ("statement_shares", "model_node_inputs", "class_shares", "class_evidence"):
         con.execute(sql_file(view))
 
 

@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, Capture
-from mwinv.correlator import attribution, hotspots, links
-from mwinv.correlator.load import (CaptureDB, create_empty, literal, open_capture, open_correlated, reading_parts,
-                                  remove_stale, session_tables, sql_file)
+from mwinv.correlator import attribution
+from mwinv.correlator.load import CaptureDB, literal, open_capture, open_correlated, reading_parts, remove_stale
 from mwinv.errors import MwinvError
 
 # --by choices: a name and the components it adds up ("total" is the execution: the client's waits
@@ -65,19 +64,15 @@ def _correlate(capture_dir: str | Path, write: bool, progress, node: str | None)
     db = open_capture(capture_dir, nodes=[node] if node else None)
     if not db.has("statement"):
         return db
-    if progress:
-        progress("attributing statement time" + (f" (node {node})" if node else ""))
-    if node is None:
-        links.build_links(db)
-    attribution.attribute(db, progress=progress)
-    if node is None:
-        links.remote_waits(db)
-    if progress:
-        progress("kernel hot spots")
-    hotspots.kernel_functions(db)
+    # the point stream is walked in time slices (attribution.CHUNK_POINTS points each)
+    db.modules.slices = lambda: attribution.slice_bounds(db, attribution.CHUNK_POINTS)
+    step = progress or (lambda _: None)
+    step("attributing statement time" + (f" (node {node})" if node else ""))
+    for label, tables in ATTRIBUTION_STEPS:
+        step(label)
+        db.build(*tables)
     if write:
-        if progress:
-            progress("writing the derived tables")
+        step("writing the derived tables")
         remove_stale(db.capture)
         if node is None:
             _write(db, (*PER_NODE_TABLES, "statement_link"), "all", replace=("*",))
@@ -86,15 +81,27 @@ def _correlate(capture_dir: str | Path, write: bool, progress, node: str | None)
     return db
 
 
+# The correlation's tables in the order they are built, each group under the label progress() shows. A
+# node's own correlation builds statement_link too: its statements alone link to nothing.
+ATTRIBUTION_STEPS = (
+    ("disk requests and file reads", ("disk_request", "file_read")),
+    ("segments (state carried per pid)", ("seg_component", "seg_io", "seg_off_stack")),
+    ("statement I/O and CPU/disk splits", ("statement_io", "statement_link", "statement_attribution")),
+    ("kernel hot spots", ("statement_kernel_function", "query_summary")),
+)
+
+
 def merge(capture_dir: str | Path, progress=None) -> CaptureDB:
     """The cluster view from per-node correlations (correlate(node=...) for every node): the links between
-    the nodes' statements and the coordinator's waits for its nodes, over their derived tables only;
-    statement_attribution and statement_link are rewritten whole."""
-    db = open_correlated(capture_dir)
+    the nodes' statements and the coordinator's waits for its nodes, over their derived tables only (the
+    nodes' attribution read back as local_attribution); statement_attribution and statement_link are
+    rewritten whole."""
+    db = open_correlated(capture_dir, rebuild=("statement_link",),
+                         read_as={"statement_attribution": "local_attribution"})
     if not db.has("statement"):
         return db
-    done = {n for (n,) in db.sql("SELECT DISTINCT node FROM statement_attribution").fetchall()} \
-        if db.capture.has("statement_attribution") else set()
+    done = {n for (n,) in db.sql("SELECT DISTINCT node FROM local_attribution").fetchall()} \
+        if db.modules.holds("local_attribution") else set()
     # a node with top-level statements has attribution rows once correlated (nested ones have none)
     todo = [n for (n,) in db.sql("SELECT DISTINCT node FROM statement_clean WHERE coalesce(nesting_level, 0) = 0 "
                                  "ORDER BY node").fetchall() if n not in done]
@@ -103,10 +110,7 @@ def merge(capture_dir: str | Path, progress=None) -> CaptureDB:
                          f"(mwinv-correlate {db.capture.path} --node {todo[0]})")
     if progress:
         progress("linking the nodes' statements")
-    db.con.execute("CREATE TABLE merged_attribution AS SELECT * FROM statement_attribution; "
-                   "DROP VIEW statement_attribution; ALTER TABLE merged_attribution RENAME TO statement_attribution")
-    links.build_links(db)
-    links.remote_waits(db)
+    db.build("statement_link", "statement_attribution", "query_summary")
     remove_stale(db.capture)
     _write(db, ("statement_attribution", "statement_link"), "all", replace=("*",))
     return db
@@ -126,15 +130,11 @@ def _write(db: CaptureDB, names: tuple[str, ...], prefix: str, replace: tuple[st
 
 
 def query_summaries(db: CaptureDB) -> list[dict]:
-    """Every query's row of query_summary (sql/query_summary.sql; built on first use), its components as
-    keys of their own (ns): the one list the terminal and the report rank."""
+    """Every query's row of query_summary (sql/query_summary.sql, built by the correlation or when a
+    correlated capture is opened), its components as keys of their own (ns): the one list the terminal
+    and the report rank."""
     if not db.has("statement"):
         return []
-    have = session_tables(db)
-    if "statement_link" not in have:   # a capture correlated before links were made: none
-        create_empty(db.con, "statement_link", "TABLE")
-    if "query_summary" not in have:
-        db.con.execute(sql_file("query_summary"))
     cur = db.sql("SELECT * FROM query_summary")
     cols = [d[0] for d in cur.description]
     out = []
@@ -175,7 +175,7 @@ def _texts(db: CaptureDB) -> dict[int, str]:
 
 
 def _functions(db: CaptureDB, key: int, limit: int) -> list[tuple[str, float, str]]:
-    if "statement_kernel_function" not in session_tables(db):
+    if not db.modules.holds("statement_kernel_function"):   # a capture correlated without them
         return []
     return [(f, float(share or 0), src) for f, share, src in db.sql(f"""
         SELECT function, sum(k.ns) / nullif(any_value(t.total), 0) AS share, k.source

@@ -4,10 +4,11 @@
 -- of the limit classes in classify.LIMIT_CLASSES' order), its confidence, and `none` (no
 -- attribution rows). The one place these rules are written: the classification and the advice read it.
 --
+-- builds:  class_shares
 -- inputs:  statement_shares, statements; the variable internal_threshold
 -- columns: statement_shares', node, s_<class> per classify.CLASS_COMPONENTS, none, explained, top, lim,
 --          confidence (tests/test_sql_files.py checks the classes against classify.py)
-CREATE OR REPLACE VIEW class_shares AS
+CREATE VIEW class_shares AS
 WITH c AS (
     SELECT sh.*, s.node,
            CASE WHEN wall_ns > 0 THEN (coalesce(cpu_user, 0) + coalesce(cpu_sys, 0)) / wall_ns ELSE 0 END AS s_cpu,

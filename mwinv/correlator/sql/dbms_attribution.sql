@@ -1,6 +1,7 @@
 -- dbms_attribution: a top-level statement's wall time from its DBMS's own account, for statements
 -- the kernel trace does not cover (an Oracle 10046 trace without a kernel capture of its host).
 --
+-- builds:  dbms_attribution
 -- inputs:  statement_clean (start_ns, end_ns, cpu_user_ns, client_wait_ns), dbms_call (its file),
 --          dbms_wait,
 --          traced_statement
@@ -12,7 +13,7 @@
 -- the reader's client_wait_ns. not_allocated is what is left: e - c - waits inside calls plus the
 -- unexplained gaps between them. It may be negative (c= is quantised, e= and ela= are measured
 -- apart) and is kept so, never hidden: the components always sum to the wall time.
-CREATE OR REPLACE TABLE dbms_attribution AS
+CREATE TABLE dbms_attribution AS
 WITH stmt AS (
     SELECT s.node, s.statement_id, s.query_id, s.pid, s.leader_pid, s.parent_statement_id, s.start_ns, s.end_ns,
            s.end_ns - s.start_ns AS wall_ns, coalesce(s.cpu_user_ns, 0) AS cpu_ns,

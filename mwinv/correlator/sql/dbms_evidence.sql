@@ -2,11 +2,12 @@
 -- summed), the DBMS's own evidence the engine's advice rules read: its wait events with the objects
 -- they were on and the plan operation reading each object, and its calls.
 --
+-- builds:  dbms_wait_of, dbms_call_of, dbms_stat_of
 -- inputs:  member (key, statement_id), statement, dbms_call, dbms_wait, plan_operation, statement_stat
 -- columns: dbms_wait_of (key, event, component, ns, count, obj, obj_ns, operation);
 --          dbms_call_of (key, parses, hard_parses, parse_ns, execs, fetches, rows, commits, variants);
 --          dbms_stat_of (key, name, value)
-CREATE OR REPLACE TABLE dbms_wait_of AS
+CREATE TABLE dbms_wait_of AS
 WITH w AS (
     SELECT m.key, d.event, d.component, d.obj, d.ela_ns
     FROM member m JOIN dbms_wait d ON d.top_statement_id = m.statement_id AND d.in_call),
@@ -22,7 +23,7 @@ SELECT o.key, o.event, o.component, sum(o.obj_ns) OVER (PARTITION BY o.key, o.ev
        sum(o.n) OVER (PARTITION BY o.key, o.event) AS count, o.obj, o.obj_ns, ops.operation
 FROM per_obj o LEFT JOIN ops ON ops.key = o.key AND ops.obj = o.obj;
 
-CREATE OR REPLACE TABLE dbms_call_of AS
+CREATE TABLE dbms_call_of AS
 WITH c AS (
     SELECT m.key, d.* FROM member m JOIN dbms_call d ON d.statement_id = m.statement_id),
 files AS (SELECT DISTINCT key, file FROM c),
@@ -40,7 +41,7 @@ SELECT c.key, count(*) FILTER (WHERE call = 'PARSE') AS parses,
 FROM c LEFT JOIN variants v USING (key) GROUP BY c.key;
 
 -- the DBMS's own counters of the statement (MariaDB's statement_stat), summed over the executions
-CREATE OR REPLACE TABLE dbms_stat_of AS
+CREATE TABLE dbms_stat_of AS
 SELECT m.key, s.name, sum(s.value) AS value
 FROM member m JOIN statement_stat s ON s.statement_id = m.statement_id
 WHERE s.name <> 'socket_fd'   -- the connection's socket, not a counter

@@ -3,11 +3,12 @@
 -- and requests, network bytes. A view in the schema `model` (derive.model_inputs): the model, the
 -- classifier and the disk check read it.
 --
+-- builds:  model_node_inputs
 -- inputs:  statements (statement_clean, or a cluster's with data-node parts as sub-statements),
 --          attribution (statement_attribution), statement_io
 -- columns: statement_id, node, cpu_ns, workers_cpu_ns, workers, seq_bytes, seq_reqs, random_reqs,
 --          random_bytes, net_bytes (DOUBLE)
-CREATE OR REPLACE VIEW model_node_inputs AS
+CREATE VIEW model_node_inputs AS
 WITH RECURSIVE roots AS (  -- remote sub-statements and parallel workers belong to their root
     SELECT statement_id, statement_id AS root_id, node AS root_node FROM statements WHERE parent_statement_id IS NULL
     UNION ALL

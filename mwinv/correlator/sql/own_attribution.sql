@@ -6,10 +6,11 @@
 -- own seq/random request mix (floor for one part, the rest for the other: the parts sum to the
 -- whole in integer ns).
 --
+-- builds:  own_attribution
 -- inputs:  statement_clean, traced_statement, seg_component, statement_io, dbms_attribution;
 --          the variable rusage_min_wall_ns (attribution.RUSAGE_MIN_WALL_NS)
 -- columns: node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, component, ns
-CREATE OR REPLACE TABLE own_attribution AS
+CREATE TABLE own_attribution AS
 WITH base AS (
     SELECT s.node, s.statement_id, s.query_id, s.pid, s.leader_pid,
            s.parent_statement_id, s.end_ns - s.start_ns AS wall_ns,

@@ -7,11 +7,12 @@
 -- and its example (for advice) the longest of those. Statements are grouped before their components
 -- are joined: grouping a million statements' component rows per statement ran out of memory.
 --
+-- builds:  query_summary
 -- inputs:  statement_clean, statement_attribution, traced_statement, statement_link; the variable
 --          duty_cycled
 -- columns: key, query_id, query_text_hash, node (of its longest execution), nodes, calls, traced_calls,
 --          total_ns, from_workers_ns, example_id, components (list of {c, ns}: ns a DOUBLE)
-CREATE OR REPLACE TABLE query_summary AS
+CREATE TABLE query_summary AS
 WITH stmt AS (
     SELECT coalesce(s.query_id, -s.statement_id) AS key, s.query_id, s.query_text_hash, s.node, s.statement_id,
            s.end_ns - s.start_ns AS wall_ns, t.statement_id IS NOT NULL AS traced

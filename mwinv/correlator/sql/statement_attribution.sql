@@ -1,38 +1,24 @@
--- statement_attribution: per top-level statement (not a parallel worker) one row per component: its
--- own time (ns), which sums to its wall time — not_allocated closes it (a DBMS's own account brings
--- its own not_allocated, possibly negative: its unaccounted-for time) — and its parallel workers'
--- time in that component (from_workers_ns), apart.
+-- statement_attribution: per top-level statement (not a parallel worker) one row per component, its
+-- own time (ns, summing to its wall time) and its parallel workers' (from_workers_ns): local_attribution,
+-- where a coordinator statement with remote parts (statement_link) has its other_wait as remote_wait.
+-- It sleeps in epoll_wait on its nodes' sockets (postgres_fdw's async append), which the attribution
+-- alone calls other_wait: that wait is the nodes' work and the links (its parts on each node tell
+-- which). A synchronous fetch waits in poll(), which stays network.
 --
--- inputs:  statement_clean, own_attribution; the variable components (ATTRIBUTION_COMPONENTS, in order)
+-- builds:  statement_attribution
+-- inputs:  local_attribution, statement_link
 -- columns: node, statement_id, query_id, component, ns, from_workers_ns
-CREATE OR REPLACE TABLE statement_attribution AS
-WITH comps AS (SELECT unnest(getvariable('components')) AS component),
-stmts AS (
-    SELECT node, statement_id, query_id, end_ns - start_ns AS wall_ns,
-           (leader_pid IS NOT NULL AND leader_pid <> pid AND parent_statement_id IS NOT NULL) AS worker,
-           parent_statement_id
-    FROM statement_clean WHERE coalesce(nesting_level, 0) = 0),
-own_rows AS (
-    SELECT node, statement_id, component, sum(ns) AS ns
-    FROM own_attribution JOIN comps USING (component) GROUP BY ALL),
--- joins and plain sums, no per-statement lists or maps: DuckDB spills those (a map per statement ran
--- out of its 768 MB on 1.5 million pgbench statements)
-totals AS (
-    SELECT node, statement_id,
-           coalesce(sum(ns) FILTER (WHERE component <> 'not_allocated'), 0) AS allocated,
-           coalesce(sum(ns) FILTER (WHERE component = 'not_allocated'), 0) AS not_allocated
-    FROM own_rows GROUP BY ALL),
-workers AS (
-    SELECT s.node, s.parent_statement_id AS statement_id, o.component, sum(o.ns) AS ns
-    FROM stmts s JOIN own_rows o USING (node, statement_id) WHERE s.worker GROUP BY ALL)
-SELECT s.node, s.statement_id, s.query_id, c.component,
-       CASE WHEN c.component = 'not_allocated'
-            THEN coalesce(t.not_allocated, 0) + greatest(0, s.wall_ns - coalesce(t.allocated, 0)
-                                                             - coalesce(t.not_allocated, 0))
-            ELSE coalesce(o.ns, 0) END::BIGINT AS ns,
-       coalesce(w.ns, 0)::BIGINT AS from_workers_ns
-FROM stmts s CROSS JOIN comps c
-     LEFT JOIN own_rows o ON o.node = s.node AND o.statement_id = s.statement_id AND o.component = c.component
-     LEFT JOIN totals t ON t.node = s.node AND t.statement_id = s.statement_id
-     LEFT JOIN workers w ON w.node = s.node AND w.statement_id = s.statement_id AND w.component = c.component
-WHERE NOT s.worker;
+CREATE TABLE statement_attribution AS
+WITH parents AS (SELECT DISTINCT parent_node AS node, parent_statement_id AS statement_id FROM statement_link),
+moved AS (
+    SELECT a.node, a.statement_id, sum(a.ns) AS ns, sum(a.from_workers_ns) AS w
+    FROM local_attribution a JOIN parents USING (node, statement_id)
+    WHERE a.component = 'other_wait' GROUP BY ALL)
+SELECT a.node, a.statement_id, a.query_id, a.component,
+       CASE WHEN m.statement_id IS NULL THEN a.ns
+            WHEN a.component = 'other_wait' THEN 0 WHEN a.component = 'remote_wait' THEN a.ns + m.ns
+            ELSE a.ns END AS ns,
+       CASE WHEN m.statement_id IS NULL THEN a.from_workers_ns
+            WHEN a.component = 'other_wait' THEN 0 WHEN a.component = 'remote_wait' THEN a.from_workers_ns + m.w
+            ELSE a.from_workers_ns END AS from_workers_ns
+FROM local_attribution a LEFT JOIN moved m USING (node, statement_id);

@@ -3,9 +3,10 @@
 -- both), each on the OS thread that ran it (statement_thread, where the kernel trace names it). A
 -- table, not a view: a view would run its window function again in every query.
 --
+-- builds:  statement_clean
 -- inputs:  statement_typed (the capture's statement with every column of the contract), statement_thread
 -- columns: those of the capture's statement table
-CREATE OR REPLACE TABLE statement_clean AS
+CREATE TABLE statement_clean AS
 SELECT * EXCLUDE (rn) FROM (
     SELECT s.* REPLACE (coalesce(t.pid, s.pid) AS pid),
            row_number() OVER (PARTITION BY s.node, s.statement_id ORDER BY s.start_ns) AS rn

@@ -3,10 +3,11 @@
 -- per component, NULL where it has no row of that component. The model, the classification and the
 -- advice read it.
 --
+-- builds:  statement_shares
 -- inputs:  statements, attribution (the schema `model`: derive.model_inputs)
 -- columns: statement_id, query_id, wall_ns, from_workers_ns, and one per ATTRIBUTION_COMPONENTS
 --          (tests/test_sql_files.py checks they are the same)
-CREATE OR REPLACE VIEW statement_shares AS
+CREATE VIEW statement_shares AS
 SELECT s.statement_id, s.query_id,
        any_value(s.end_ns - s.start_ns) - coalesce(sum(a.ns) FILTER (WHERE a.component = 'client_wait'), 0) AS wall_ns,
        coalesce(sum(a.from_workers_ns), 0) AS from_workers_ns,

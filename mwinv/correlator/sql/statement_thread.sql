@@ -4,10 +4,11 @@
 -- connections (MariaDB's thread pool) moves a connection between workers, and performance_schema's
 -- THREAD_OS_ID names only the worker it last ran on; with a thread per connection both agree.
 --
+-- builds:  statement_thread
 -- inputs:  statement_typed, statement_stat, kernel_event (sys_enter of the read syscalls: fd=);
 --          the variable thread_slack_ns
 -- columns: node, statement_id, pid
-CREATE OR REPLACE TABLE statement_thread AS
+CREATE TABLE statement_thread AS
 WITH sock AS (
     SELECT s.node, s.statement_id, t.value AS fd,
            least(s.start_ns + getvariable('thread_slack_ns'), s.end_ns) AS bound

@@ -1,14 +1,15 @@
 -- traced_statement: the top-level statements the kernel trace covers whole, attributed from its
 -- events (the others from what their DBMS or the extension's rusage reported). A statement is
--- covered when it lies inside one of its node's trace windows (trace_window: every event on); in a
+-- covered when it lies inside one of its node's trace windows (traced_window: every event on); in a
 -- window after the first (a duty-cycled capture), only from its pid's first scheduler event in that
 -- window on: until then the task's state is what it carried in from the gap, not what it was.
 --
--- inputs:  statement_clean, trace_window (the capture's, else one window: trace_range), kernel_event
+-- builds:  traced_statement
+-- inputs:  statement_clean, traced_window, kernel_event
 -- columns: node, statement_id
-CREATE OR REPLACE TABLE traced_statement AS
+CREATE TABLE traced_statement AS
 WITH win AS (
-    SELECT node, lo, hi, row_number() OVER (PARTITION BY node ORDER BY lo) AS n FROM trace_window),
+    SELECT node, lo, hi, row_number() OVER (PARTITION BY node ORDER BY lo) AS n FROM traced_window),
 switched AS (
     SELECT w.node, w.n, unnest([e.prev_pid, e.next_pid]) AS pid, e.ts_ns
     FROM win w JOIN kernel_event e ON e.node = w.node AND e.ts_ns BETWEEN w.lo AND w.hi

@@ -1,11 +1,13 @@
--- statement_class: per root statement its class (the limit, or unknown without attribution rows),
+-- class_evidence: per root statement its class (the limit, or unknown without attribution rows),
 -- explained share, confidence, and the evidence as text: wall time, the classes' shares from 0.5 %
 -- up (largest first, equal shares in the limit classes' order), explained and unexplained time, the
 -- CPU split for a CPU-bound one, its parallel workers, and its I/O per node. The kernel functions'
--- evidence is added in classify.classify for the few statements that have some.
+-- evidence is added in classify.classify for the few statements that have some (statement_class).
 --
+-- builds:  class_evidence
 -- inputs:  class_shares, model_node_inputs; the variable internal_threshold
 -- columns: node, statement_id, query_id, limit, allocated_share, confidence, evidence
+CREATE VIEW class_evidence AS
 WITH io AS (
     SELECT statement_id, string_agg(printf('; node %s: seq %.1f MiB, random %d reqs (%.1f MiB), net %.1f MiB',
                                            node, seq_bytes / 1048576, random_reqs::BIGINT,

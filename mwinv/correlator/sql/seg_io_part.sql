@@ -1,0 +1,21 @@
+-- seg_io_part: one time slice's model inputs per statement from the segment walk's codes: its own block
+-- requests (sequential bytes and requests, random requests and bytes) and the bytes its network
+-- syscalls moved.
+--
+-- builds:  seg_io_part
+-- inputs:  segment_code; the variables segment_codes, net_rx_syscalls, net_tx_syscalls
+-- slice:   pid
+-- columns: node (its dbms_node code), statement_id, seq_bytes, seq_reqs, random_reqs, random_bytes,
+--          net_rx_bytes, net_tx_bytes
+CREATE TABLE seg_io_part AS
+WITH c AS (SELECT getvariable('segment_codes').kind AS k)
+SELECT node, sid AS statement_id,
+       coalesce(sum(ret) FILTER (WHERE kind = k.io_start AND nr = 1), 0)::BIGINT AS seq_bytes,
+       count(*) FILTER (WHERE kind = k.io_start AND nr = 1)::BIGINT AS seq_reqs,
+       count(*) FILTER (WHERE kind = k.io_start AND nr = 2)::BIGINT AS random_reqs,
+       coalesce(sum(ret) FILTER (WHERE kind = k.io_start AND nr = 2), 0)::BIGINT AS random_bytes,
+       coalesce(sum(ret) FILTER (WHERE kind = k.exit AND list_contains(getvariable('net_rx_syscalls'), nr)
+                                       AND ret > 0), 0)::BIGINT AS net_rx_bytes,
+       coalesce(sum(ret) FILTER (WHERE kind = k.exit AND list_contains(getvariable('net_tx_syscalls'), nr)
+                                       AND ret > 0), 0)::BIGINT AS net_tx_bytes
+FROM segment_code, c WHERE keep AND sid > 0 GROUP BY ALL;
