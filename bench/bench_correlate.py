@@ -70,6 +70,7 @@ def record(capture_dir: Path, seconds: int, clients: int, scale: int, select_onl
     """One real capture of pgbench under NodeCapture; returns what it holds."""
     from bench.bench_extension import pgbench
     from mwinv.node_capture import NodeCapture
+    from mwinv.options import CaptureOptions
     from mwinv.engines.postgresql.reader import connect_untracked
     from mwinv.engines.postgresql.server import PgServer
 
@@ -90,8 +91,8 @@ def record(capture_dir: Path, seconds: int, clients: int, scale: int, select_onl
         with console.status(f"recording pgbench {' '.join(mode) or 'TPC-B'} -c {clients} -T {seconds} "
                             "under NodeCapture"):
             started = time.monotonic()
-            with NodeCapture(capture_dir, postmaster_pid=server.postmaster_pid(),
-                             conninfo=server.conninfo(), stacks=False) as cap:
+            with NodeCapture(capture_dir, CaptureOptions(stacks=False), postmaster_pid=server.postmaster_pid(),
+                             conninfo=server.conninfo()) as cap:
                 out = pgbench(server, "-n", *mode, "-M", "prepared", "-c", str(clients), "-j", str(clients),
                               "-T", str(seconds))
             took = time.monotonic() - started

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mwinv.node_capture import NodeCapture
+from mwinv.options import CaptureOptions
 from mwinv.workloads import runner, tpch
 from mwinv.workloads.setup import tpch_server
 
@@ -41,7 +42,7 @@ def run_once(server, config: dict | None, out: Path) -> list[float]:
     queries = list(tpch.QUERY_NUMBERS)
     if config is None:
         return [r.seconds for r in runner.run_queries(server, queries)]
-    cap = NodeCapture(out, postmaster_pid=server.postmaster_pid(), statements=False, **config).start()
+    cap = NodeCapture(out, CaptureOptions(statements=False, **config), postmaster_pid=server.postmaster_pid()).start()
     try:
         runs = runner.run_queries(server, queries)
     finally:

@@ -2,7 +2,8 @@
 extension's, or its own probes'), all into one capture directory with its manifest. The DBMS's kernel
 side (its processes' roles, its probes) comes from its engine (mwinv/engines/<engine>/kernel.py).
 
-    with NodeCapture("out/run1", postmaster_pid=server.postmaster_pid(), conninfo=...) as cap:
+    with NodeCapture("out/run1", CaptureOptions(stacks=True), postmaster_pid=server.postmaster_pid(),
+                     conninfo=...) as cap:
         run_workload()
     # cap.summary: what was recorded, parsed and skipped
 
@@ -22,7 +23,7 @@ from typing import Callable
 
 import mwinv
 from mwinv import privfile
-from mwinv.capture.tables import Capture, node_name
+from mwinv.capture.tables import Capture
 from mwinv.engines import Engine
 from mwinv.engines.postgresql.kernel import POSTGRESQL
 from mwinv.errors import MwinvError
@@ -31,6 +32,7 @@ from mwinv.kernel_trace.perf import perf_to_capture
 from mwinv.kernel_trace.recorder import OWNER, KernelRecorder, RecorderConfig, assemble, default_events, descendants
 from mwinv.kernel_trace.sampler import Sampler, block_sequentiality
 from mwinv.kernel_trace.tracefs import pid_alive, tracefs_root
+from mwinv.options import CaptureOptions
 
 WATCH_S = 0.2           # how often a capture checks that its server still runs
 # server settings the advice reads from the manifest
@@ -73,13 +75,13 @@ class NodeCapture:
 
     trace: True (fail when tracing is impossible), False, or "auto" (skip it, stating why)."""
 
-    def __init__(self, capture_dir: str | os.PathLike, postmaster_pid: int | None = None,
-                 conninfo: str | None = None, pids: list[int] | None = None, node: str | None = None,
-                 stacks: bool = False, sample_interval_s: float = 1.0, events: list[str] | None = None,
-                 trace: bool | str = True, sample: bool = True, statements: bool = True,
-                 page_faults: bool = False, progress: Callable[[str], None] | None = None,
-                 data_dir: str | os.PathLike | None = None, duty: float = 1.0, window_s: float = 1.0,
-                 event_budget: float | None = None, engine: Engine = POSTGRESQL):
+    def __init__(self, capture_dir: str | os.PathLike, options: CaptureOptions | None = None, *,
+                 postmaster_pid: int | None = None, conninfo: str | None = None, pids: list[int] | None = None,
+                 data_dir: str | os.PathLike | None = None, engine: Engine = POSTGRESQL,
+                 progress: Callable[[str], None] | None = None):
+        """What to capture: the server (postmaster_pid, found from conninfo when not given; or another
+        DBMS's pids), its data directory (a restart is followed through it) and its engine; how: options."""
+        self.options = opt = options or CaptureOptions()
         if postmaster_pid is None and not pids:
             if engine.server_pid is None:
                 raise MwinvError(f"{engine.name}: give the server's pids")
@@ -87,7 +89,7 @@ class NodeCapture:
         if postmaster_pid is not None and not pid_alive(postmaster_pid):
             raise MwinvError(f"pid {postmaster_pid}: no such process")
         self.capture = Capture(capture_dir)
-        self.node = node or node_name()
+        self.node = opt.node
         self.engine = engine
         self.postmaster_pid = postmaster_pid
         self.pids = pids or [postmaster_pid]
@@ -95,10 +97,7 @@ class NodeCapture:
         self.data_dir = Path(data_dir) if data_dir else None
         self.restarts: list[dict] = []
         self._gone_since: int | None = None
-        self.stacks, self.trace, self.sample, self.statements = stacks, trace, sample, statements
-        self.sample_interval_s = sample_interval_s
-        self.duty, self.window_s, self.event_budget = duty, window_s, event_budget
-        self.events = events or default_events(page_faults)
+        self.events = list(opt.events) if opt.events else default_events(opt.page_faults)
         self.progress = progress or (lambda s: None)
         self.recorder: KernelRecorder | None = None
         self.sampler: Sampler | None = None
@@ -196,17 +195,17 @@ class NodeCapture:
         return [p for p in self.pids if pid_alive(p)]
 
     def start(self) -> "NodeCapture":
-        skipped = self.summary["skipped"]
+        opt, skipped = self.options, self.summary["skipped"]
         self.capture.create(capture_kind="node", clock_source="mono")
         node_info = {"clock": "mono", "kernel": " ".join(os.uname()[:3]), "postmaster_pid": self.postmaster_pid,
-                     "engine": self.engine.name, "sample_interval_s": self.sample_interval_s if self.sample else None,
+                     "engine": self.engine.name, "sample_interval_s": opt.sample_interval_s if opt.sample else None,
                      "software": _software_versions(self.postmaster_pid), "start_ns": time.monotonic_ns(),
                      "wall_minus_mono_start": wall_minus_mono()}
         self._update_node(node_info)
         self._record_settings()
         self._started = True
         try:
-            if self.statements:
+            if opt.statements:
                 self.drainer, why = self._statement_reader(node_info["start_ns"])
                 if not self.drainer:
                     skipped["statements"] = why
@@ -222,29 +221,29 @@ class NodeCapture:
                     self.progress(f"statements read {how}")
                     self._update_node({"statement_reader": how})
             # without a reader, the engine's own query probes give the statements (degraded mode)
-            self.from_probes = bool(self.statements and self.trace and self.postmaster_pid and not self.drainer
+            self.from_probes = bool(opt.statements and opt.trace and self.postmaster_pid and not self.drainer
                                     and self.engine.statements_from_probes)
-            if self.trace:
+            if opt.trace:
                 try:
-                    if self.trace == "auto":
+                    if opt.trace == "auto":
                         tracefs_root()
                     probes = self.engine.probes("usdt" if self.from_probes else "extension")
-                    config = RecorderConfig(events=self.events, stacks=self.stacks, probes=probes,
-                                            duty=self.duty, window_s=self.window_s, event_budget=self.event_budget)
+                    config = RecorderConfig(events=self.events, stacks=opt.stacks, probes=probes, duty=opt.duty,
+                                            window_s=opt.window_s, event_budget=opt.event_budget)
                     self.recorder = KernelRecorder(self.capture.path / "kernel" / self.node, self._pids_now(),
                                                    config, follow_pid=self.postmaster_pid, notice=self.progress,
                                                    statement_wall=self._median_wall_ns).start()
                     self.progress(f"tracing {len(self.recorder.procs)} pids in {self.recorder.instance.name}")
                     self._update_node({"kernel_unparsed": UNPARSED.format(self.node)})   # while there is room
                 except MwinvError as exc:
-                    if self.trace != "auto":
+                    if opt.trace != "auto":
                         raise
                     self.recorder = None
                     skipped["kernel_trace"] = str(exc)
-            if self.sample:
-                self.sampler = Sampler(self.capture, self.node, self._pids_now, self.sample_interval_s,
+            if opt.sample:
+                self.sampler = Sampler(self.capture, self.node, self._pids_now, opt.sample_interval_s,
                                        net_pid=self._other_netns_pid()).start()
-                self.progress(f"sampling every {self.sample_interval_s:g} s")
+                self.progress(f"sampling every {opt.sample_interval_s:g} s")
         except BaseException:
             self.stop()
             raise
@@ -299,12 +298,12 @@ class NodeCapture:
         self._update_node({
             "end_ns": time.monotonic_ns(), "wall_minus_mono_end": wall_minus_mono(),
             "tracer": rec.get("tracer", "none"), "events": rec.get("events", []),
-            "stacks": self.stacks, "perf_samples": self.summary.get("perf_samples", 0),
+            "stacks": self.options.stacks, "perf_samples": self.summary.get("perf_samples", 0),
             "duty": rec.get("duty"), "event_budget": rec.get("event_budget"),
             "duty_changes": rec.get("duty_changes", []),
             "pids": rec.get("pids", self._pids_now() if self.postmaster_pid and pid_alive(self.postmaster_pid) else []),
             "skipped": {**self.summary["skipped"], **rec.get("skipped", {})},
-            "sample_interval_s": self.sample_interval_s if self.sample else None,
+            "sample_interval_s": self.options.sample_interval_s if self.options.sample else None,
             "seq_source": "block_events" if self.recorder else "diskstats_merges"})
         if errors:
             raise MwinvError("; ".join(errors))
@@ -317,7 +316,7 @@ class NodeCapture:
 
     def _parse(self) -> None:
         self.progress("parsing the kernel trace")
-        done = parse_kernel(self.capture, self.node, self.engine.role, self.sample_interval_s,
+        done = parse_kernel(self.capture, self.node, self.engine.role, self.options.sample_interval_s,
                             self.summary["recorder"].get("windows") or [])
         if "trace_tail" in done:
             self.summary["skipped"]["trace_tail"] = done.pop("trace_tail")
@@ -462,14 +461,15 @@ def wait_for_end(duration_s: float | None = None, command: list[str] | None = No
     return None, None
 
 
-def record_capture(capture_dir: str | os.PathLike, postmaster_pid: int | None = None, conninfo: str | None = None,
-                   duration_s: float | None = None, command: list[str] | None = None, stacks: bool = False,
-                   sample_interval_s: float = 1.0, **kw) -> dict:
+def record_capture(capture_dir: str | os.PathLike, options: CaptureOptions | None = None, *,
+                   duration_s: float | None = None, command: list[str] | None = None,
+                   postmaster_pid: int | None = None, conninfo: str | None = None, pids: list[int] | None = None,
+                   data_dir: str | os.PathLike | None = None, progress: Callable[[str], None] | None = None) -> dict:
     """Capture until `duration_s` passed, `command` exited, the server stopped for good, or Ctrl-C/SIGTERM;
     returns the summary. The command's exit status is in summary['command_rc'], why the capture ended
     early in summary['ended']."""
-    cap = NodeCapture(capture_dir, postmaster_pid=postmaster_pid, conninfo=conninfo, stacks=stacks,
-                      sample_interval_s=sample_interval_s, **kw)
+    cap = NodeCapture(capture_dir, options, postmaster_pid=postmaster_pid, conninfo=conninfo, pids=pids,
+                      data_dir=data_dir, progress=progress)
     cap.start()
     rc = ended = None
     try:

@@ -22,6 +22,7 @@ from pathlib import Path
 from mwinv.capture.tables import Capture
 from mwinv.calibrate import calibrate_cpu, calibrate_disk, calibrate_link
 from mwinv.node_capture import NodeCapture
+from mwinv.options import CaptureOptions
 from mwinv.workloads import tpch
 from mwinv.workloads.setup import tpch_server
 
@@ -54,8 +55,8 @@ def main(out: str) -> None:
         with server.connect("tpch") as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS mwinv")
             conn.execute("SELECT mwinv_reset()")
-        with NodeCapture(out_dir, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo("tpch"),
-                         node="pg", sample_interval_s=0.1):
+        with NodeCapture(out_dir, CaptureOptions(node="pg", sample_interval_s=0.1),
+                         postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo("tpch")):
             time.sleep(0.3)
             workload(server)
             time.sleep(0.3)

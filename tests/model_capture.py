@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from mwinv.node_capture import NodeCapture
+from mwinv.options import CaptureOptions
 from mwinv.capture.tables import Capture
 from mwinv.calibrate import calibrate_cpu, calibrate_disk, calibrate_link
 from mwinv.correlator.pipeline import correlate
@@ -48,8 +49,8 @@ def make_capture_from_run(server, statements: list[tuple], capture_dir, dbname: 
                        "links": {"127.0.0.1": calibrate_link("127.0.0.1", bulk_mb=32, pings=200)}}
     # samples every 50 ms: on a fast machine a few warm queries take well under a second, and the
     # report's node timelines need two samples or more to draw a line
-    with NodeCapture(capture_dir, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo(dbname),
-                     node=node, sample_interval_s=0.05):
+    with NodeCapture(capture_dir, CaptureOptions(node=node, sample_interval_s=0.05),
+                     postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo(dbname)):
         for label, sql, *gucs in statements:
             if before_each:
                 before_each(label)

@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,3 +38,20 @@ def test_port_in_use_cli(pg):
                               capture_output=True, text=True)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert f"port {port} is in use" in proc.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--interval", "0.001"], "sampling interval 0.001 s: 0.01 s or more"),
+    (["--node", "../elsewhere"], "node name '../elsewhere': letters, digits"),
+    (["--duty", "0"], "duty cycle 0 of 1 s windows"),
+    (["--window", "-1", "--duty", "0.5"], "duty cycle 0.5 of -1 s windows"),
+    (["--event-budget", "-5"], "event budget -5/s per CPU"),
+])
+def test_capture_options_are_checked_before_anything_starts(tmp_path, args, message):
+    """A bad capture option is a one-line error before the capture starts: nothing is written (a sampling
+    interval under the sampler's minimum was a traceback after the capture directory was made)."""
+    out = tmp_path / "cap"
+    proc = subprocess.run([BIN / "mwinv-trace", "capture", str(out), "--pids", str(os.getpid()), "--no-trace",
+                           "--duration", "0.2", *args], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.startswith(f"mwinv-trace: error: {message}"), proc.stderr
+    assert proc.stderr.count("\n") == 1 and not out.exists()

@@ -47,6 +47,7 @@ def _by_text(db, key):
 @pytest.fixture(scope="module")
 def capture(tmp_path_factory):
     from mwinv.node_capture import NodeCapture
+    from mwinv.options import CaptureOptions
 
     base = tmp_path_factory.mktemp("corr")
     dev = block_device_of(base)
@@ -73,8 +74,8 @@ def capture(tmp_path_factory):
             conn.execute("VACUUM ANALYZE")
             conn.execute("CHECKPOINT")
         out = base / "capture"
-        with NodeCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo(),
-                         stacks=True) as cap:
+        with NodeCapture(out, CaptureOptions(stacks=True), postmaster_pid=server.postmaster_pid(),
+                         conninfo=server.conninfo()) as cap:
             with server.connect() as c1, server.connect(autocommit=False) as c2:
                 # a fresh backend's first statement loads its catalog caches (CPU that is not pg_sleep's)
                 backend = c1.execute("select pg_backend_pid() from pg_proc where proname = 'pg_sleep'").fetchone()[0]
@@ -237,7 +238,7 @@ def test_time_slices_give_the_same_result(capture, monkeypatch):
 
     db = capture[0]
     monkeypatch.setattr(attribution, "CHUNK_POINTS", 3000)
-    assert len(attribution.slice_bounds(db, attribution.CHUNK_POINTS)) >= 10
+    assert len(attribution._slice_bounds(db, attribution.CHUNK_POINTS)) >= 10
     sliced = correlate(db.capture.path, write=False)
     for table in ("statement_attribution", "statement_io", "statement_kernel_function"):
         whole = sorted(db.sql(f"SELECT * FROM {table}").fetchall(), key=repr)
@@ -258,6 +259,7 @@ def test_capture_of_two_nodes(tmp_path):
     # two servers, each captured as its own node into one capture directory (node-named parts): the
     # attribution and the top SQL keep the nodes apart
     from mwinv.node_capture import NodeCapture
+    from mwinv.options import CaptureOptions
 
     out = tmp_path / "two-nodes"
     work = {"n1": "select count(*) from generate_series(1, 3000000) g where g % 7 = 3",
@@ -266,7 +268,8 @@ def test_capture_of_two_nodes(tmp_path):
         with PgServer(name=f"correlator-{node}", shared_preload_libraries=["mwinv"],
                       gucs={"compute_query_id": "on", "mwinv.resource_min_cost": "0"}) as server:
             server.psql("CREATE EXTENSION mwinv")
-            with NodeCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo(), node=node):
+            with NodeCapture(out, CaptureOptions(node=node), postmaster_pid=server.postmaster_pid(),
+                             conninfo=server.conninfo()):
                 with server.connect() as conn:
                     conn.execute(sql)
     db = correlate(out)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mwinv.node_capture import NodeCapture
+from mwinv.options import CaptureOptions
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
 from mwinv.correlator.pipeline import correlate, top_statements
 from mwinv.correlator.report import load
@@ -37,7 +38,8 @@ def _pgbench(srv: PgServer, *args: str) -> None:
 
 
 def _captured(srv: PgServer, out: Path, **kw):
-    with NodeCapture(out, postmaster_pid=srv.postmaster_pid(), conninfo=srv.conninfo(), node="n1", **kw) as cap:
+    with NodeCapture(out, CaptureOptions(node="n1", **kw), postmaster_pid=srv.postmaster_pid(),
+                     conninfo=srv.conninfo()) as cap:
         _pgbench(srv, "-n", "-S", "-M", "prepared", "-c", "2", "-j", "2", "-T", "4")
     assert not cap.summary.get("errors"), cap.summary
     return cap.summary, correlate(out, write=False)
@@ -162,8 +164,8 @@ def test_over_the_budget_long_statements_keep_every_event(server, tmp_path):
     script = tmp_path / "sleep.sql"
     script.write_text("SELECT pg_sleep(0.1);\n")
     out = tmp_path / "long"
-    with NodeCapture(out, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo(), node="n1",
-                     event_budget=0.001, window_s=0.4) as cap:
+    with NodeCapture(out, CaptureOptions(node="n1", event_budget=0.001, window_s=0.4),
+                     postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo()) as cap:
         _pgbench(server, "-n", "-f", str(script), "-c", "2", "-j", "2", "-T", "3")
     rec = cap.summary["recorder"]
     (change,) = rec["duty_changes"]

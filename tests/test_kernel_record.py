@@ -57,12 +57,13 @@ def wait_for(cond, timeout_s: float = 60.0):
 @kernel
 def test_capture_of_tpch_queries(tpch_pg, tmp_path):
     from mwinv.node_capture import NodeCapture
+    from mwinv.options import CaptureOptions
     from mwinv.workloads import runner
 
     before = our_instances()
     t0 = time.monotonic_ns()
-    with NodeCapture(tmp_path / "cap", postmaster_pid=tpch_pg.postmaster_pid(), conninfo=tpch_pg.conninfo("tpch"),
-                     stacks=True, sample_interval_s=0.2, node="db1") as cap:
+    with NodeCapture(tmp_path / "cap", CaptureOptions(stacks=True, sample_interval_s=0.2, node="db1"),
+                     postmaster_pid=tpch_pg.postmaster_pid(), conninfo=tpch_pg.conninfo("tpch")) as cap:
         inside = our_instances()
         runs = runner.run_queries(tpch_pg, [1, 6])
         time.sleep(0.6)   # warm queries can take < 0.2 s: at least three sampling intervals

@@ -119,12 +119,13 @@ def test_an_interrupted_capture_leaves_its_parse_to_the_next_correlation(tpch_pg
     run is abandoned: it is what made an experiment's SIGTERM wait); the next correlation parses it all."""
     from mwinv.correlator.pipeline import correlate, top_statements
     from mwinv.node_capture import NodeCapture
+    from mwinv.options import CaptureOptions
     from mwinv.workloads import runner
 
     out = tmp_path / "cap"
     with pytest.raises(KeyboardInterrupt):
-        with NodeCapture(out, postmaster_pid=tpch_pg.postmaster_pid(), conninfo=tpch_pg.conninfo("tpch"),
-                         node="db1"):
+        with NodeCapture(out, CaptureOptions(node="db1"), postmaster_pid=tpch_pg.postmaster_pid(),
+                         conninfo=tpch_pg.conninfo("tpch")):
             runner.run_queries(tpch_pg, [1, 6, 1, 6])
             raise KeyboardInterrupt
     assert _instances_and_uprobes(os.getpid()) == ([], [])

@@ -428,6 +428,7 @@ def test_kernel_side_of_the_traced_host(tmp_path):
     client's over TCP, so SQL*Net message from client is split at the round trip the kernel measured
     on the session's connection (checked against `ss` and the client's own echo times)."""
     from mwinv.node_capture import NodeCapture, wall_minus_mono
+    from mwinv.options import CaptureOptions
 
     trace = JK[1]
     script = str(Path(__file__).parent / "oracle_replay.py")
@@ -439,7 +440,7 @@ def test_kernel_side_of_the_traced_host(tmp_path):
         client = subprocess.Popen([sys.executable, script, "--client", str(port)], stdout=subprocess.PIPE, text=True)
         echo_ns = int(client.stdout.readline())
         start_mono, first_us = map(int, replay.stdout.readline().split())
-        cap = NodeCapture(tmp_path / "host", pids=[replay.pid], node="orahost", statements=False).start()
+        cap = NodeCapture(tmp_path / "host", CaptureOptions(node="orahost", statements=False), pids=[replay.pid]).start()
         try:
             replay.stdin.write("go\n")
             replay.stdin.flush()

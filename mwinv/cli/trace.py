@@ -22,6 +22,7 @@ from rich.console import Console
 from mwinv.cli.common import group_option, progress_console, run_main, status_line
 from mwinv.errors import MwinvError
 from mwinv.kernel_trace.recorder import DEFAULT_EVENT_BUDGET, duty_change_text
+from mwinv.options import CaptureOptions
 
 
 @click.group(help=__doc__)
@@ -40,11 +41,12 @@ def cli() -> None:
 @click.option("--duration", type=float, help="stop after this many seconds.")
 @click.option("--stacks", is_flag=True, help="kernel stacks on wait events and perf CPU samples.")
 @click.option("--page-faults", is_flag=True, help="also trace user page faults (many events).")
-@click.option("--interval", "sample_interval_s", default=1.0, show_default=True, help="sampling interval, s (>= 0.01).")
+@click.option("--interval", "sample_interval_s", type=float, default=CaptureOptions.sample_interval_s, show_default=True,
+              help="sampling interval, s (>= 0.01).")
 @click.option("--no-trace", is_flag=True, help="samples (and statements) only, no kernel tracing.")
-@click.option("--duty", type=float, default=1.0, show_default=True,
+@click.option("--duty", type=float, default=CaptureOptions.duty, show_default=True,
               help="share of the time with kernel events on (0.1: one window in ten); statements always.")
-@click.option("--window", "window_s", type=float, default=1.0, show_default=True,
+@click.option("--window", "window_s", type=float, default=CaptureOptions.window_s, show_default=True,
               help="length of one traced window with --duty, s.")
 @click.option("--event-budget", type=float, default=DEFAULT_EVENT_BUDGET, show_default=True,
               help="kernel events/s per CPU: above it, fewer windows are traced (said, and in the "
@@ -71,7 +73,7 @@ def capture(capture_dir, postmaster_pid, other_pids, data_dir, conninfo, duratio
     from mwinv.node_capture import record_capture
 
     console = progress_console()
-    extra = {}
+    pids = None
     if other_pids:
         try:
             pids = [int(p) for p in other_pids.split(",")]
@@ -79,17 +81,17 @@ def capture(capture_dir, postmaster_pid, other_pids, data_dir, conninfo, duratio
             raise MwinvError(f"--pids {other_pids!r}: a comma-separated list of process ids") from None
         if postmaster_pid or data_dir or conninfo:
             raise MwinvError("--pids is for another DBMS's processes: not with --pid, --data-dir or --conninfo")
-        extra = {"pids": pids, "statements": False}
-    elif postmaster_pid is None:
+    options = CaptureOptions(node=node, stacks=stacks, sample_interval_s=sample_interval_s, page_faults=page_faults,
+                             trace=not no_trace, statements=pids is None, duty=duty, window_s=window_s,
+                             event_budget=event_budget or None)
+    if postmaster_pid is None and pids is None:
         postmaster_pid = postmaster_of(data_dir=data_dir, conninfo=conninfo)
     if duration is None and not command:
         console.print("capturing until Ctrl-C (or give --duration / -- command)")
     with status_line(console, "capturing") as status:
-        summary = record_capture(capture_dir, postmaster_pid=postmaster_pid, conninfo=conninfo, duration_s=duration,
-                                 command=list(command) or None, stacks=stacks, sample_interval_s=sample_interval_s,
-                                 trace=not no_trace, page_faults=page_faults, node=node, data_dir=data_dir,
-                                 duty=duty, window_s=window_s, event_budget=event_budget or None,
-                                 progress=status, **extra)
+        summary = record_capture(capture_dir, options, duration_s=duration, command=list(command) or None,
+                                 postmaster_pid=postmaster_pid, conninfo=conninfo, pids=pids, data_dir=data_dir,
+                                 progress=status)
     _print_summary(console, capture_dir, summary)
     for r in summary.get("restarts", []):
         console.print(f"the server restarted: postmaster {r['postmaster_pid_before']} -> {r['postmaster_pid_after']} "

@@ -18,6 +18,7 @@ from pathlib import Path
 import psycopg
 
 from mwinv.node_capture import NodeCapture
+from mwinv.options import CaptureOptions
 from mwinv.capture.tables import Capture
 from mwinv.cluster.harness import COORDINATOR, Cluster
 from mwinv.errors import MwinvError
@@ -133,8 +134,8 @@ class ClusterCapture:
                 self.progress(f"capture of node {node}")
                 self.capture.update_manifest(nodes={node: {**self.capture.manifest()["nodes"].get(node, {}),
                                                            "caps": self.cluster.caps_in_force(node)}})
-                self.captures[node] = NodeCapture(self.capture.path, postmaster_pid=server.postmaster_pid(),
-                                                  conninfo=server.conninfo(), node=node, stacks=self.stacks).start()
+                self.captures[node] = NodeCapture(self.capture.path, CaptureOptions(node=node, stacks=self.stacks),
+                                                  postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo()).start()
                 self.pollers[node] = SessionPoller(server.conninfo(), node, server.log_file).start()
             self._offsets("start")
         except BaseException:

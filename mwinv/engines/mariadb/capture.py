@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mwinv.node_capture import NodeCapture
+from mwinv.options import CaptureOptions
 from mwinv.capture.tables import Capture
 from mwinv.engines.mariadb.kernel import MARIADB
 from mwinv.engines.mariadb.reader import PerfSchemaReader
@@ -27,8 +28,8 @@ class MariaDBCapture:
     def __init__(self, server: MariaDBServer, out: str | Path, node: str = "mariadb", stacks: bool = False,
                  trace: bool | str = True, progress=None):
         self.server, self.capture, self.node = server, Capture(out), node
-        self.kernel = NodeCapture(out, pids=[server.pid()], node=node, stacks=stacks, statements=False,
-                                  trace=trace, progress=progress, engine=MARIADB)
+        self.kernel = NodeCapture(out, CaptureOptions(node=node, stacks=stacks, statements=False, trace=trace),
+                                  pids=[server.pid()], progress=progress, engine=MARIADB)
         self.reader: PerfSchemaReader | None = None
         self.summary: dict = {}
 

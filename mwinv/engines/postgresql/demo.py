@@ -9,6 +9,7 @@ from rich.console import Console
 
 from mwinv.calibrate import calibrate, calibrate_link, store
 from mwinv.node_capture import NodeCapture
+from mwinv.options import CaptureOptions
 from mwinv.workloads import runner, tpch
 from mwinv.workloads.setup import tpch_server
 
@@ -24,10 +25,10 @@ def demo(scale: float, capture_dir: Path, console: Console, nodes: int = 0) -> N
                          progress=lambda s: console.log(s))
     try:
         server.psql("CREATE EXTENSION mwinv", dbname="tpch")
-        with NodeCapture(capture_dir, postmaster_pid=server.postmaster_pid(), conninfo=server.conninfo("tpch"),
-                         node="demo", stacks=True, trace="auto", progress=lambda s: console.log(s),
-                         # the 22 queries take seconds: node timelines need samples well under a second
-                         sample_interval_s=0.1) as cap:
+        # the 22 queries take seconds: node timelines need samples well under a second
+        options = CaptureOptions(node="demo", stacks=True, trace="auto", sample_interval_s=0.1)
+        with NodeCapture(capture_dir, options, postmaster_pid=server.postmaster_pid(),
+                         conninfo=server.conninfo("tpch"), progress=lambda s: console.log(s)) as cap:
             runs = runner.run_with_progress(server, list(tpch.QUERY_NUMBERS), console=console)
         for what, why in cap.summary.get("skipped", {}).items():
             console.print(f"[yellow]skipped[/] {what}: {why}")

@@ -1,0 +1,60 @@
+"""The options of mwinv's steps as typed objects, their defaults set here and nowhere else, checked
+when made: the command line makes them from its flags (taking these defaults), so a bad value is a
+one-line error before anything starts, and the code below the command line takes them as they are
+(docs/capture.md lists the capture's)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from mwinv.capture.tables import node_name
+from mwinv.errors import MwinvError
+from mwinv.kernel_trace.sampler import MIN_INTERVAL_S
+
+# a node's name is a file name in its capture (kernel/<node>/, <table>/<node>-00000.parquet)
+NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+
+
+@dataclass(frozen=True)
+class CaptureOptions:
+    """How one node capture (mwinv/node_capture.py) records.
+
+    node: the node's name in the tables (None: $MWINV_NODE or the host name, taken when the options
+    are made; letters, digits, `_`, `.`, `-`, as NODE_NAME); stacks: kernel stacks
+    on wait events and perf CPU samples; sample_interval_s: the /proc sampler's interval (at least
+    sampler.MIN_INTERVAL_S); events: the kernel events to trace (None: recorder.default_events, with
+    the user page faults when page_faults); trace: kernel tracing, True (fail when it is impossible),
+    False, or "auto" (skip it, saying why); sample: the /proc sampler; statements: the engine's
+    statement reader; duty: the share of the time with kernel events on, in windows of window_s
+    seconds (statements are read throughout); event_budget: kernel events/s per CPU above which
+    fewer windows are traced (None: no budget; `mwinv-trace capture` sets
+    recorder.DEFAULT_EVENT_BUDGET)."""
+    node: str | None = None
+    stacks: bool = False
+    sample_interval_s: float = 1.0
+    events: tuple[str, ...] | None = None
+    page_faults: bool = False
+    trace: bool | str = True
+    sample: bool = True
+    statements: bool = True
+    duty: float = 1.0
+    window_s: float = 1.0
+    event_budget: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.node is None:
+            object.__setattr__(self, "node", node_name())
+        if not NODE_NAME.fullmatch(self.node):
+            raise MwinvError(f"node name {self.node!r}: letters, digits, _ . - (not first), at most 64")
+        if not self.sample_interval_s >= MIN_INTERVAL_S:
+            raise MwinvError(f"sampling interval {self.sample_interval_s:g} s: {MIN_INTERVAL_S:g} s or more")
+        if self.trace not in (True, False, "auto"):
+            raise MwinvError(f"trace {self.trace!r}: True, False or 'auto'")
+        if not (0 < self.duty <= 1 and self.window_s > 0):
+            raise MwinvError(f"duty cycle {self.duty:g} of {self.window_s:g} s windows: a share in (0, 1] and "
+                             "windows of more than 0 s")
+        if self.event_budget is not None and not self.event_budget > 0:
+            raise MwinvError(f"event budget {self.event_budget:g}/s per CPU: more than 0 (or none)")
+        if self.events is not None:
+            object.__setattr__(self, "events", tuple(self.events))
