@@ -191,6 +191,216 @@ def _wait_params(rest: str) -> tuple[list[tuple[str, str]], int | None, int | No
     return params, obj, tim
 
 
+class _Reader:
+    """One pass over a file's lines: each record type read by its own method, the line number kept."""
+
+    def __init__(self, path: Path, lines: list[str], ends_clean: bool):
+        self.lines, self.n, self.ends_clean = lines, len(lines), ends_clean
+        self.i = 0
+        self.tf = TraceFile(path, lines=len(lines))
+        self.pending_stamp: list[int] = []        # indexes into tf.stamps waiting for their first tim
+        self.binds: dict[int, list[str]] = {}     # cursor -> values of its last BINDS, for the next EXEC
+        self.bind_cursor: int | None = None
+        self.seen_oracle = False
+
+    def got_tim(self, tim: int) -> None:
+        for k in self.pending_stamp:
+            ln, wall, _ = self.tf.stamps[k]
+            self.tf.stamps[k] = (ln, wall, tim)
+        self.pending_stamp.clear()
+
+    def bad(self, lineno: int, what: str) -> None:
+        if lineno == self.n and not self.ends_clean:
+            self.tf.truncated = (lineno, what)
+        else:
+            self.tf.malformed.append((lineno, what))
+
+    def step(self) -> None:
+        line = self.lines[self.i].rstrip("\r")
+        lineno = self.i + 1
+        self.i += 1
+        if not line.strip():
+            return
+        if self.bind_cursor is not None and (line.startswith(" ") or line.startswith("\t")):
+            mv = _BIND_VALUE.match(line)
+            if mv:
+                self.binds[self.bind_cursor].append(mv.group(1))
+            elif "No oacdef" in line:
+                self.binds[self.bind_cursor].append("")
+            return
+        if not line.startswith("***"):
+            self.bind_cursor = None
+        if line.startswith("WAIT #"):
+            return self.wait(line, lineno)
+        m = _CALL.match(line)
+        if m:
+            return self.call(m, lineno)
+        if line.startswith("STAT #"):
+            return self.stat(line, lineno)
+        if line.startswith("==="):
+            return
+        m = _PARSING.match(line) or _PARSE_ERROR.match(line)
+        if m:
+            return self.parsing(m, line.startswith("PARSE ERROR"), lineno)
+        m = _BINDS.match(line)
+        if m:
+            self.bind_cursor = int(m.group(1))
+            self.binds[self.bind_cursor] = []
+            return
+        if line.startswith(" Bind#") or _BIND_HEAD.match(line):
+            return
+        m = _LOB_CALL.match(line)
+        if m:
+            return self.lob_call(m, lineno)
+        if self.event(line, lineno):
+            return
+        if line.startswith("***"):
+            return self.stamp_line(line, lineno)
+        self.header_line(line)
+
+    def wait(self, line: str, lineno: int) -> None:
+        m = _WAIT.match(line)
+        if not m:
+            return self.bad(lineno, "malformed WAIT line")
+        params, obj, tim = _wait_params(m.group(4))
+        if tim is None:
+            return self.bad(lineno, "WAIT line without tim=")
+        self.tf.waits.append(Wait(lineno, int(m.group(1)), m.group(2), int(m.group(3)), tim, params, obj))
+        self.got_tim(tim)
+
+    def call(self, m: re.Match, lineno: int) -> None:
+        kv = _ints(m.group(3))
+        if "e" not in kv or "tim" not in kv or "c" not in kv:
+            return self.bad(lineno, f"malformed {m.group(1)} line")
+        try:
+            call = Call(lineno, m.group(1), int(m.group(2)), _int(kv.get("c")), _int(kv.get("e")),
+                        _int(kv.get("dep")), int(kv["tim"]), _int(kv.get("p")), _int(kv.get("cr")),
+                        _int(kv.get("cu")), _int(kv.get("mis")), _int(kv.get("r")),
+                        _int(kv.get("og"), None), _int(kv.get("plh"), None),
+                        f"type={kv['type']}" if "type" in kv else None)
+        except ValueError:
+            return self.bad(lineno, f"malformed {m.group(1)} line")
+        if call.kind == "EXEC":
+            call.binds = self.binds.pop(call.cursor, None)
+        self.tf.calls.append(call)
+        self.got_tim(call.tim)
+
+    def stat(self, line: str, lineno: int) -> None:
+        m = _STAT.match(line)
+        if not m:
+            return self.bad(lineno, "malformed STAT line")
+        st = {k: _int(v) for k, v in re.findall(r"(\w+)=(-?\d+)", m.group(8))}
+        self.tf.stats.append(Stat(lineno, int(m.group(1)), int(m.group(2)), int(m.group(4)), int(m.group(5)),
+                                  int(m.group(6)), m.group(7).strip(), int(m.group(3)), st))
+
+    def parsing(self, m: re.Match, is_error: bool, lineno: int) -> None:
+        kv = _ints(m.group(2))
+        sql, closed = [], False
+        while self.i < self.n:
+            t = self.lines[self.i].rstrip("\r")
+            if t == "END OF STMT":
+                self.i, closed = self.i + 1, True
+                break
+            if is_error and (not t.strip() or _CALL.match(t) or t.startswith(("WAIT #", "***", "==="))):
+                closed = True      # a PARSE ERROR's text has no END OF STMT: it ends at the next record
+                break
+            sql.append(t)
+            self.i += 1
+        if not closed or "tim" not in kv:
+            self.bad(lineno if closed else self.n, "PARSING IN CURSOR without END OF STMT" if not closed
+                     else "PARSING IN CURSOR without tim=")
+            if not closed:
+                self.tf.truncated = (lineno, "the file ends inside the text of the statement parsed here")
+            return
+        try:
+            self.tf.parsings.append(Parsing(
+                lineno, int(m.group(1)), _int(kv.get("dep")), int(kv["tim"]), "\n".join(sql),
+                kv.get("sqlid", "").strip("'") or None, _int(kv.get("hv"), None), _int(kv.get("oct"), None),
+                _int(kv.get("uid"), None), _int(kv.get("err"), None) if is_error else None))
+        except ValueError:
+            return self.bad(lineno, "malformed PARSING IN CURSOR line")
+        self.got_tim(int(kv["tim"]))
+
+    def lob_call(self, m: re.Match, lineno: int) -> None:
+        kv = _ints(m.group(2))
+        if "e" not in kv or "tim" not in kv:
+            return self.bad(lineno, f"malformed {m.group(1)} line")
+        lob = re.search(r"type=([^,]*)", m.group(2))
+        self.tf.calls.append(Call(lineno, m.group(1), 0, _int(kv.get("c")), _int(kv.get("e")), 0, int(kv["tim"]),
+                                  _int(kv.get("p")), _int(kv.get("cr")), _int(kv.get("cu")),
+                                  detail=(lob.group(1) if lob else None)))
+        self.got_tim(int(kv["tim"]))
+
+    def event(self, line: str, lineno: int) -> bool:
+        """ERROR and XCTEND lines; False for any other line."""
+        m = _ERROR.match(line)
+        if m:
+            self.tf.events.append(Event(lineno, "ERROR", int(m.group(1)), int(m.group(3)), f"err={m.group(2)}"))
+            self.got_tim(int(m.group(3)))
+            return True
+        if line.startswith("ERROR #"):
+            self.bad(lineno, "malformed ERROR line")
+            return True
+        m = _XCTEND.match(line)
+        if not m:
+            return False
+        kv = _ints(m.group(1))
+        if "tim" not in kv:
+            self.bad(lineno, "malformed XCTEND line")
+            return True
+        self.tf.events.append(Event(lineno, "XCTEND", 0, int(kv["tim"]),
+                                    f"rlbk={kv.get('rlbk', '')} rd_only={kv.get('rd_only', '')}"))
+        self.got_tim(int(kv["tim"]))
+        return True
+
+    def stamp_line(self, line: str, lineno: int) -> None:
+        tf = self.tf
+        ma = _SESSION_ATTR.match(line)
+        stamp = _stamp_ns(line)
+        if stamp:
+            tf.zone_known = tf.zone_known and stamp[1]
+        if ma:
+            key, value = ma.group(1).strip().lower().replace(" ", "_"), ma.group(2)
+            if key == "session_id":
+                tf.sessions.append({"session_id": value, "line": lineno, "wall_ns": stamp[0] if stamp else None})
+            elif tf.sessions:
+                tf.sessions[-1][key] = value
+            else:
+                tf.sessions.append({"session_id": None, "line": lineno, key: value})
+        elif stamp:
+            mc = _CONTAINER.search(line)
+            if mc:
+                tf.header.setdefault("container", mc.group(1))
+            tf.stamps.append((lineno, stamp[0], None))
+            self.pending_stamp.append(len(tf.stamps) - 1)
+        elif line.startswith("*** [ Unix process pid:"):
+            tf.os_pid = _int(re.search(r"pid:\s*(\d+)", line).group(1))   # trcsess output
+
+    def header_line(self, line: str) -> None:
+        """The header, and free text (dumps Oracle writes into the same file)."""
+        tf = self.tf
+        key, sep, value = line.partition(":")
+        key = key.strip()
+        if sep and key in ("Unix process pid", "Windows thread id"):
+            mp = re.match(r"\s*(\d+)", value)
+            if mp:
+                tf.os_pid = int(mp.group(1))
+                tf.header["image"] = value.partition("image:")[2].strip()
+            return
+        if sep and key in _HEADER:
+            tf.header.setdefault(_HEADER[key], value.strip())
+            return
+        if line.startswith("Oracle") and ("Release" in line or "Database" in line):
+            self.seen_oracle = True
+            tf.header.setdefault("banner", line.strip())
+            mv = re.search(r"Release (\d+(?:\.\d+)*)", line)
+            if mv:
+                tf.version = tuple(int(x) for x in mv.group(1).split("."))
+            return
+        if line.startswith("Version ") and re.match(r"Version \d", line):
+            tf.version = tuple(int(x) for x in line.split()[1].split("."))   # 18c+: the full version
+
+
 def parse(path: str | Path) -> TraceFile:
     """Read one trace file. Malformed lines are kept in `malformed` (line, what) and skipped; a file
     that ends inside a record sets `truncated`; the caller decides what is fatal. A file that is not
@@ -205,205 +415,15 @@ def parse(path: str | Path) -> TraceFile:
     ends_clean = text.endswith("\n")
     if ends_clean:
         lines.pop()
-    tf = TraceFile(p, lines=len(lines))
-    pending_stamp: list[int] = []         # indexes into tf.stamps waiting for their first tim
-    binds: dict[int, list[str]] = {}      # cursor -> values of its last BINDS, for the next EXEC
-    bind_cursor: int | None = None
-    seen_oracle = False
-    i, n = 0, len(lines)
-
-    def got_tim(tim: int) -> None:
-        for k in pending_stamp:
-            ln, wall, _ = tf.stamps[k]
-            tf.stamps[k] = (ln, wall, tim)
-        pending_stamp.clear()
-
-    def bad(lineno: int, what: str) -> None:
-        if lineno == n and not ends_clean:
-            tf.truncated = (lineno, what)
-        else:
-            tf.malformed.append((lineno, what))
-
-    def step() -> None:
-        nonlocal i, bind_cursor, seen_oracle
-        line = lines[i].rstrip("\r")
-        lineno = i + 1
-        i += 1
-        if not line.strip():
-            return
-        if bind_cursor is not None and (line.startswith(" ") or line.startswith("\t")):
-            mv = _BIND_VALUE.match(line)
-            if mv:
-                binds[bind_cursor].append(mv.group(1))
-            elif "No oacdef" in line:
-                binds[bind_cursor].append("")
-            return
-        if not line.startswith("***"):
-            bind_cursor = None
-        if line.startswith("WAIT #"):
-            m = _WAIT.match(line)
-            if not m:
-                bad(lineno, "malformed WAIT line")
-                return
-            params, obj, tim = _wait_params(m.group(4))
-            if tim is None:
-                bad(lineno, "WAIT line without tim=")
-                return
-            tf.waits.append(Wait(lineno, int(m.group(1)), m.group(2), int(m.group(3)), tim, params, obj))
-            got_tim(tim)
-            return
-        m = _CALL.match(line)
-        if m:
-            kv = _ints(m.group(3))
-            if "e" not in kv or "tim" not in kv or "c" not in kv:
-                bad(lineno, f"malformed {m.group(1)} line")
-                return
-            try:
-                call = Call(lineno, m.group(1), int(m.group(2)), _int(kv.get("c")), _int(kv.get("e")),
-                            _int(kv.get("dep")), int(kv["tim"]), _int(kv.get("p")), _int(kv.get("cr")),
-                            _int(kv.get("cu")), _int(kv.get("mis")), _int(kv.get("r")),
-                            _int(kv.get("og"), None), _int(kv.get("plh"), None),
-                            f"type={kv['type']}" if "type" in kv else None)
-            except ValueError:
-                bad(lineno, f"malformed {m.group(1)} line")
-                return
-            if call.kind == "EXEC":
-                call.binds = binds.pop(call.cursor, None)
-            tf.calls.append(call)
-            got_tim(call.tim)
-            return
-        if line.startswith("STAT #"):
-            m = _STAT.match(line)
-            if not m:
-                bad(lineno, "malformed STAT line")
-                return
-            st = {k: _int(v) for k, v in re.findall(r"(\w+)=(-?\d+)", m.group(8))}
-            tf.stats.append(Stat(lineno, int(m.group(1)), int(m.group(2)), int(m.group(4)), int(m.group(5)),
-                                 int(m.group(6)), m.group(7).strip(), int(m.group(3)), st))
-            return
-        if line.startswith("==="):
-            return
-        m = _PARSING.match(line) or _PARSE_ERROR.match(line)
-        if m:
-            is_error = line.startswith("PARSE ERROR")
-            kv = _ints(m.group(2))
-            sql, closed = [], False
-            while i < n:
-                t = lines[i].rstrip("\r")
-                if t == "END OF STMT":
-                    i, closed = i + 1, True
-                    break
-                if is_error and (not t.strip() or _CALL.match(t) or t.startswith(("WAIT #", "***", "==="))):
-                    closed = True      # a PARSE ERROR's text has no END OF STMT: it ends at the next record
-                    break
-                sql.append(t)
-                i += 1
-            if not closed or "tim" not in kv:
-                bad(lineno if closed else n, "PARSING IN CURSOR without END OF STMT" if not closed
-                    else "PARSING IN CURSOR without tim=")
-                if not closed:
-                    tf.truncated = (lineno, "the file ends inside the text of the statement parsed here")
-                return
-            try:
-                tf.parsings.append(Parsing(
-                    lineno, int(m.group(1)), _int(kv.get("dep")), int(kv["tim"]), "\n".join(sql),
-                    kv.get("sqlid", "").strip("'") or None, _int(kv.get("hv"), None), _int(kv.get("oct"), None),
-                    _int(kv.get("uid"), None), _int(kv.get("err"), None) if is_error else None))
-            except ValueError:
-                bad(lineno, "malformed PARSING IN CURSOR line")
-                return
-            got_tim(int(kv["tim"]))
-            return
-        m = _BINDS.match(line)
-        if m:
-            bind_cursor = int(m.group(1))
-            binds[bind_cursor] = []
-            return
-        if line.startswith(" Bind#") or _BIND_HEAD.match(line):
-            return
-        m = _LOB_CALL.match(line)
-        if m:
-            kv = _ints(m.group(2))
-            if "e" not in kv or "tim" not in kv:
-                bad(lineno, f"malformed {m.group(1)} line")
-                return
-            lob = re.search(r"type=([^,]*)", m.group(2))
-            tf.calls.append(Call(lineno, m.group(1), 0, _int(kv.get("c")), _int(kv.get("e")), 0, int(kv["tim"]),
-                                 _int(kv.get("p")), _int(kv.get("cr")), _int(kv.get("cu")),
-                                 detail=(lob.group(1) if lob else None)))
-            got_tim(int(kv["tim"]))
-            return
-        m = _ERROR.match(line)
-        if m:
-            tf.events.append(Event(lineno, "ERROR", int(m.group(1)), int(m.group(3)), f"err={m.group(2)}"))
-            got_tim(int(m.group(3)))
-            return
-        if line.startswith("ERROR #"):
-            bad(lineno, "malformed ERROR line")
-            return
-        m = _XCTEND.match(line)
-        if m:
-            kv = _ints(m.group(1))
-            if "tim" not in kv:
-                bad(lineno, "malformed XCTEND line")
-                return
-            tf.events.append(Event(lineno, "XCTEND", 0, int(kv["tim"]),
-                                   f"rlbk={kv.get('rlbk', '')} rd_only={kv.get('rd_only', '')}"))
-            got_tim(int(kv["tim"]))
-            return
-        if line.startswith("***"):
-            ma = _SESSION_ATTR.match(line)
-            stamp = _stamp_ns(line)
-            if stamp:
-                tf.zone_known = tf.zone_known and stamp[1]
-            if ma:
-                key, value = ma.group(1).strip().lower().replace(" ", "_"), ma.group(2)
-                if key == "session_id":
-                    tf.sessions.append({"session_id": value, "line": lineno,
-                                        "wall_ns": stamp[0] if stamp else None})
-                elif tf.sessions:
-                    tf.sessions[-1][key] = value
-                else:
-                    tf.sessions.append({"session_id": None, "line": lineno, key: value})
-            elif stamp:
-                mc = _CONTAINER.search(line)
-                if mc:
-                    tf.header.setdefault("container", mc.group(1))
-                tf.stamps.append((lineno, stamp[0], None))
-                pending_stamp.append(len(tf.stamps) - 1)
-            elif line.startswith("*** [ Unix process pid:"):
-                tf.os_pid = _int(re.search(r"pid:\s*(\d+)", line).group(1))   # trcsess output
-            return
-        # header and free text (dumps Oracle writes into the same file)
-        key, sep, value = line.partition(":")
-        key = key.strip()
-        if sep and key in ("Unix process pid", "Windows thread id"):
-            mp = re.match(r"\s*(\d+)", value)
-            if mp:
-                tf.os_pid = int(mp.group(1))
-                tf.header["image"] = value.partition("image:")[2].strip()
-            return
-        if sep and key in _HEADER:
-            tf.header.setdefault(_HEADER[key], value.strip())
-            return
-        if line.startswith("Oracle") and ("Release" in line or "Database" in line):
-            seen_oracle = True
-            tf.header.setdefault("banner", line.strip())
-            mv = re.search(r"Release (\d+(?:\.\d+)*)", line)
-            if mv:
-                tf.version = tuple(int(x) for x in mv.group(1).split("."))
-            return
-        if line.startswith("Version ") and re.match(r"Version \d", line):
-            tf.version = tuple(int(x) for x in line.split()[1].split("."))   # 18c+: the full version
-            return
-
-    while i < n:
-        at = i
+    r = _Reader(p, lines, ends_clean)
+    while r.i < r.n:
+        at = r.i
         try:
-            step()
+            r.step()
         except (ValueError, OverflowError):   # a number that is not one, a date that is not one
-            bad(at + 1, "malformed line")
-            i = max(i, at + 1)
-    if not (seen_oracle or tf.os_pid or tf.calls or tf.waits or tf.parsings):
+            r.bad(at + 1, "malformed line")
+            r.i = max(r.i, at + 1)
+    tf = r.tf
+    if not (r.seen_oracle or tf.os_pid or tf.calls or tf.waits or tf.parsings):
         raise MwinvError(f"{p}: not an Oracle SQL trace (no header, call or WAIT line in {len(lines)} lines)")
     return tf
