@@ -4,6 +4,7 @@ no root, no tracefs and no server. Its statements: TPC-H Q6, pg_sleep(0.2), a SE
 table lock another session held, 50 prepared point selects."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, Capture
+from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, DERIVED_TABLES, Capture
 
 GOLDEN = Path(__file__).parent / "golden"
 CAPTURE = GOLDEN / "pg_small_capture"
@@ -20,6 +21,9 @@ CAPTURE = GOLDEN / "pg_small_capture"
 # a change of the attribution, the model or the advice, to be looked at (and this file rewritten with
 # the same command if it is right)
 EXPECTED = GOLDEN / "pg_small_capture.top.json"
+# Every derived table the same command writes into the capture, its rows sorted: a change of any row is
+# a change of the attribution, the model or the advice (MWINV_GOLDEN_WRITE=1 rewrites it, once looked at)
+EXPECTED_TABLES = GOLDEN / "pg_small_capture.derived.json"
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +36,34 @@ def correlated(tmp_path_factory):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     return cap, json.loads(r.stdout), out / "report"
+
+
+def derived_tables(cap: Path) -> dict[str, dict]:
+    """Each derived table written into cap: its columns and its rows, sorted, as JSON gives them back."""
+    con = duckdb.connect()
+    out = {}
+    for table in sorted(DERIVED_TABLES):
+        parts = sorted((cap / table).glob("*.parquet"))
+        if parts:
+            rel = con.sql(f"SELECT * FROM read_parquet({[str(p) for p in parts]}, union_by_name=true) ORDER BY ALL")
+            out[table] = {"columns": rel.columns, "rows": [list(r) for r in rel.fetchall()]}
+    return json.loads(json.dumps(out))
+
+
+def test_every_derived_table_is_the_recorded_one(correlated):
+    cap, _, _ = correlated
+    got = derived_tables(cap)
+    if os.environ.get("MWINV_GOLDEN_WRITE"):
+        EXPECTED_TABLES.write_text("{\n" + ",\n".join(
+            f'"{t}": {{"columns": {json.dumps(v["columns"])}, "rows": [\n'
+            + ",\n".join(json.dumps(r) for r in v["rows"]) + "]}" for t, v in got.items()) + "\n}\n")
+    expected = json.loads(EXPECTED_TABLES.read_text())
+    assert sorted(got) == sorted(expected)
+    for table, want in expected.items():
+        assert got[table]["columns"] == want["columns"], table
+        missing = [r for r in want["rows"] if r not in got[table]["rows"]]
+        extra = [r for r in got[table]["rows"] if r not in want["rows"]]
+        assert (missing, extra) == ([], []), f"{table}: rows recorded but not derived, derived but not recorded"
 
 
 def _by_text(rows: list[dict], start: str) -> dict:
