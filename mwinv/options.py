@@ -6,7 +6,7 @@ one-line error before anything starts, and the code below the command line takes
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mwinv.capture.tables import node_name
 from mwinv.errors import MwinvError
@@ -58,3 +58,24 @@ class CaptureOptions:
             raise MwinvError(f"event budget {self.event_budget:g}/s per CPU: more than 0 (or none)")
         if self.events is not None:
             object.__setattr__(self, "events", tuple(self.events))
+
+
+@dataclass(frozen=True)
+class AdviceOptions:
+    """What the advice (correlator/advice.advise) weighs beside each statement's own evidence: the
+    capture's platform, as its manifest recorded it (checked when the manifest is read).
+
+    calibration: the model's platform factors (`mwinv calibrate`; None: no expected gains from the
+    model); cpus: the CPUs the server may use (the parallel-query what-if; 2 where the capture did not
+    record them); settings: the server's settings the rules read (jit, ...)."""
+    calibration: dict | None = None
+    cpus: int = 2
+    settings: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.cpus, int) and self.cpus >= 1):
+            raise MwinvError(f"cpus {self.cpus!r}: a whole number of 1 or more")
+
+    @classmethod
+    def from_manifest(cls, manifest: dict) -> "AdviceOptions":
+        return cls(manifest.get("calibration"), manifest.get("cpus") or cls.cpus, manifest.get("settings") or {})

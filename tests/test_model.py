@@ -8,6 +8,7 @@ from mwinv.capture.tables import SCHEMAS
 from mwinv.correlator.advice import advise
 from mwinv.correlator.classify import classify
 from mwinv.correlator.model import estimate, mean_abs_error, model_connection, predict
+from mwinv.options import AdviceOptions
 
 MS = 1_000_000
 CAL = {"disk": {"disk_rate_bps": 100e6, "rand_access_s": 0.005},
@@ -116,7 +117,7 @@ def test_classify(case):
 
 def test_advice(case):
     statements, attribution, statement_io = case
-    adv = advise(statements, attribution, statement_io, calibration=CAL, cpus=2, settings={"jit": "off"})
+    adv = advise(statements, attribution, statement_io, options=AdviceOptions(CAL, cpus=2, settings={"jit": "off"}))
     by = {}
     for a in adv:
         by.setdefault(a.statement_id, {})[a.rule] = a
@@ -152,7 +153,7 @@ def test_kernel_hot_spot_advice():
         # statement 2: the same shares from 10 samples only: too few to rank
         kf(2, "find_busiest_group", 0.3, 3), kf(2, "copy_user_generic", 0.7, 7),
     ], schema=SCHEMAS["statement_kernel_function"])
-    rules = {(a.statement_id, a.rule): a for a in advise(statements, attribution, kernel_functions=kfs, calibration=CAL)}
+    rules = {(a.statement_id, a.rule): a for a in advise(statements, attribution, kernel_functions=kfs, options=AdviceOptions(CAL))}
     # 30 % of 600 ms sys = 180 ms; NUMA at 5 % stays below the 10 % bar
     assert rules[(1, "kernel.sched_migration_cost")].expected_gain_ns == 180 * MS
     assert "sched_migration_cost_ns" in rules[(1, "kernel.sched_migration_cost")].advice
@@ -237,7 +238,7 @@ def test_run_queue_advice_tells_a_capped_process_from_busy_cpus():
                  for t in (500, 1000)]
     samples = pa.Table.from_pylist([sample(500, 800), sample(1000, 200), sample(2500, 0), sample(3000, 0)]
                                    + disk_rows, schema=SCHEMAS["node_sample"])
-    rules = {(a.statement_id, a.rule): a for a in advise(statements, attribution, cpus=2, node_samples=samples)}
+    rules = {(a.statement_id, a.rule): a for a in advise(statements, attribution, options=AdviceOptions(cpus=2), node_samples=samples)}
     capped = rules[(1, "run_queue.throttled")]
     assert "1.0 of 2 CPUs idle" in capped.evidence and "/proc/500/cgroup" in capped.advice
     assert capped.expected_gain_ns == 300 * MS
@@ -245,7 +246,7 @@ def test_run_queue_advice_tells_a_capped_process_from_busy_cpus():
     assert "0.0 of 2 CPUs idle" in rules[(2, "run_queue.oversubscription")].evidence
     assert (2, "run_queue.throttled") not in rules
     # without samples a run-queue wait is taken for oversubscription, and the evidence says nothing of idle CPUs
-    rules = {(a.statement_id, a.rule): a for a in advise(statements, attribution, cpus=2)}
+    rules = {(a.statement_id, a.rule): a for a in advise(statements, attribution, options=AdviceOptions(cpus=2))}
     assert "idle" not in rules[(1, "run_queue.oversubscription")].evidence
 
 

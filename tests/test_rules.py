@@ -185,3 +185,14 @@ def test_registry_order_is_the_listing_order():
     names = [rule.__name__ for rule in r.RULES]
     assert names[:5] == ["cpu_per_call", "cpu_parallel", "cpu_jit", "cpu_work_mem", "cpu_faster"]
     assert names[-1] == "not_allocated" and names.index("lock_wait") < names.index("run_queue")
+
+
+def test_advice_options_from_the_manifest():
+    from mwinv.errors import MwinvError
+    from mwinv.options import AdviceOptions
+
+    assert AdviceOptions.from_manifest({}) == AdviceOptions(None, 2, {})   # no CPU count recorded: 2
+    o = AdviceOptions.from_manifest({"cpus": 8, "settings": {"jit": "off"}, "calibration": {"disk": {}}})
+    assert (o.cpus, o.settings, o.calibration) == (8, {"jit": "off"}, {"disk": {}})
+    with pytest.raises(MwinvError, match="cpus -3: a whole number of 1 or more"):
+        AdviceOptions.from_manifest({"cpus": -3})

@@ -25,6 +25,7 @@ from mwinv.correlator.nodes import node_parts
 from mwinv.engines.oracle.executions import fetch_calls
 from mwinv.engines.registry import rules_for
 from mwinv.fmt import ms_text as _ms
+from mwinv.options import AdviceOptions
 from mwinv.rules import MIN_LOCK_SHARE, MIN_RUN_QUEUE_SHARE, MIN_WALL_NS, Advice, Evidence, make_advice, what_ifs
 
 BLOCKER_LOOKBACK_NS = 60_000_000_000  # a blocker's statement that took the lock started at most this long before
@@ -32,22 +33,22 @@ BLOCKER_LOOKBACK_NS = 60_000_000_000  # a blocker's statement that took the lock
 
 def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table | None = None,
            kernel_functions: pa.Table | None = None, statement_text: pa.Table | None = None,
-           calibration: dict | None = None, kernel_events: pa.Table | None = None,
-           cpus: int | None = None, settings: dict | None = None,
+           options: AdviceOptions | None = None, kernel_events: pa.Table | None = None,
            node_samples: pa.Table | None = None, only: list[int] | None = None,
            con: duckdb.DuckDBPyConnection | None = None, windows: str = "statements",
            node_parts: dict | None = None, dbms_evidence: dict[int, dict] | None = None) -> list[Advice]:
-    """Advice for every root statement (or those in `only`). settings: server GUCs the capture recorded
-    (e.g. jit); node_samples: the nodes' CPU samples, which tell a CPU shortage from a capped process.
+    """Advice for every root statement (or those in `only`). options: the capture's platform (calibration,
+    CPUs, server settings; mwinv.options.AdviceOptions); node_samples: the nodes' CPU samples, which tell
+    a CPU shortage from a capped process.
     con: a connection that already holds these as `statements`, `attribution`, `statement_io` and
     `node_sample` (advise_capture reads them from Parquet: registering Arrow tables imports pandas).
     windows: the table of the times the statements ran (see _idle_cpus); node_parts: a cluster
     statement's parts on its data nodes (nodes.node_parts), by statement id; dbms_evidence: the DBMS's
     own account of a statement (Oracle's trace), by statement id: its engine's rules advise on it."""
+    options = options or AdviceOptions()
     platform = None
-    if calibration and "disk" in calibration:
-        platform = Platform.from_calibration(calibration)
-    settings = settings or {}
+    if options.calibration and "disk" in options.calibration:
+        platform = Platform.from_calibration(options.calibration)
     texts = {}
     if statement_text is not None:
         texts = dict(zip(statement_text.column("query_text_hash").to_pylist(), statement_text.column("text").to_pylist()))
@@ -66,7 +67,7 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
     idle = _idle_cpus(con, queued, windows) if queued else {}
     if own_con:
         con.close()
-    ctx = _Context(texts, platform, statements, kernel_events, cpus or 2, settings)
+    ctx = _Context(texts, platform, statements, kernel_events, options.cpus, options.settings)
     out: list[Advice] = []
     for sid, st in inputs.items():
         row = srow[sid]
@@ -200,12 +201,11 @@ def _advise_in_session(db: CaptureDB, statement_ids: list[int], have: set[str], 
         return con.execute(sql).to_arrow_table()
     return advise(arrow("SELECT * FROM statements"), arrow("SELECT * FROM attribution"),
                   arrow("SELECT * FROM statement_io"), arrow("SELECT * FROM kernel_function_of"),
-                  arrow("SELECT * FROM main.statement_text"), manifest.get("calibration"),
+                  arrow("SELECT * FROM main.statement_text"), AdviceOptions.from_manifest(manifest),
                   # the wake-ups matter only to a lock wait: no scan of the kernel events without one
                   kernel_events=arrow(LOCK_WAKEUPS_SQL) if con.execute(
                       "SELECT count(*) FROM attribution WHERE component = 'lock_wait' AND ns > 0").fetchone()[0]
-                  else None, cpus=manifest.get("cpus"),
-                  settings=manifest.get("settings") or {}, node_samples=arrow("SELECT * FROM main.node_sample"),
+                  else None, node_samples=arrow("SELECT * FROM main.node_sample"),
                   only=statement_ids, con=con, windows="windows", node_parts=parts,
                   dbms_evidence=dbms_evidence)
 
