@@ -2,6 +2,7 @@
 statement boundaries from PostgreSQL's own USDT probes, the correlator attributes them unchanged, and
 what is lost is said; the CPU of the same TPC-H queries agrees with the extension's capture."""
 
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from mwinv.node_capture import NodeCapture
+from mwinv.capture.tables import text_hash
 from mwinv.correlator.pipeline import correlate
+from mwinv.engines.sqltext import normalized
 from mwinv.workloads import tpch
 from mwinv.workloads.setup import tpch_server
 
@@ -96,3 +99,18 @@ def test_the_terminal_says_what_is_lost(degraded):
                           capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr
     assert "the mwinv extension is not loaded" in proc.stderr and "no query id" in proc.stderr, proc.stderr
+    # each statement named by its text, under a stable id (its text's hash, literals folded), in the
+    # terminal and the JSON, and its executions grouped under it
+    assert "query_id None" not in proc.stdout
+    proc = subprocess.run([str(Path(sys.executable).parent / "mwinv-correlate"), str(degraded), "--top-sql", "10",
+                           "--format", "json"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+    def key(text):
+        return " ".join(text.split()).rstrip(";").strip()
+
+    by_text = {key(tpch.query_sql(q)): q for q in QUERIES}
+    named = {by_text.get(key(r["text"])): r for r in json.loads(proc.stdout)}
+    for q in QUERIES:
+        assert named[q]["query_id"] == text_hash(normalized(named[q]["text"])), q
+        assert named[q]["calls"] == RUNS, q

@@ -12,13 +12,15 @@ import pyarrow as pa
 
 from mwinv.capture.tables import SCHEMAS, Capture, text_hash
 from mwinv.engines.postgresql.records import DBMS
+from mwinv.engines.sqltext import normalized
 
 SOURCE = "usdt"
 LOST = ("statements come from PostgreSQL's own query probes (the mwinv extension is not loaded): one per "
         "Query message (a multi-statement Query is one) or per portal run of the extended protocol; no query "
-        "id (grouped by text; a prepared statement's text is unknown), no rusage split of CPU into user and "
-        "system (all user), no nesting, no parallel workers' link to their leader, no planning time, and a "
-        "statement that failed has no done probe (it ends at its backend's next statement, marked errored)")
+        "id from the server (mwinv's own: a hash of the text, literals folded; a prepared statement's text is "
+        "unknown), no rusage split of CPU into user and system (all user), no nesting, no parallel workers' "
+        "link to their leader, no planning time, and a statement that failed has no done probe (it ends at its "
+        "backend's next statement, marked errored)")
 
 
 UNKNOWN_TEXT = "(a prepared statement: its text is known to the extension only)"
@@ -62,11 +64,11 @@ def statements_from_probes(capture: Capture, node: str) -> int:
     texts = {}
     for i, r in enumerate(out, 1):
         r["statement_id"] = i
-        texts[r["query_text_hash"]] = r.pop("text")
+        texts[r["query_text_hash"]] = (r["query_id"], r.pop("text"))
     if out:
         capture.write_part("statement", out, node=node)
-        capture.write_part("statement_text", [{"query_text_hash": h, "query_id": None, "text": t}
-                                              for h, t in texts.items()], node=node)
+        capture.write_part("statement_text", [{"query_text_hash": h, "query_id": q, "text": t}
+                                              for h, (q, t) in texts.items()], node=node)
     return len(out)
 
 
@@ -78,6 +80,9 @@ def _text(fields: str | None) -> str:
 def _row(node: str, pid: int, started: tuple[int, str], end_ns: int, errored: bool) -> dict:
     start_ns, text = started
     row = {f.name: None for f in SCHEMAS["statement"]}
-    row.update(node=node, dbms=DBMS, pid=pid, query_text_hash=text_hash(text), start_ns=start_ns, end_ns=end_ns,
+    # the server gives no query id: a stable one from the text, literals folded as pg_stat_statements
+    # folds constants, so the terminal, the JSON and the report name and group the statement by its text
+    row.update(node=node, dbms=DBMS, pid=pid, query_text_hash=text_hash(text), query_id=text_hash(normalized(text)),
+               start_ns=start_ns, end_ns=end_ns,
                nesting_level=0, errored=errored, client_wait_ns=0, text=text)
     return row
