@@ -1,7 +1,8 @@
 """What mwinv knows of each DBMS engine, one package per engine: how to read its statements (and
 its own wait events, where it has them) into the capture tables, and what a node capture asks of it
 (Engine: its processes' roles, its USDT probes, how to find its server, its statement reader, its
-settings), which the node capture, the recorder and the trace parser take as configuration. The code
+settings), which the node capture, the recorder and the trace parser take as configuration. Each
+package registers what it supplies once (`ENGINE`, a registry.Registration in its __init__). The code
 that runs inside a DBMS (the PostgreSQL extension) lives apart, under `dbplugins/`."""
 
 from __future__ import annotations
