@@ -425,3 +425,29 @@ def test_link_latency_through_the_relay():
         assert run.seconds >= 2 * delay / 1000
         with pytest.raises(MwinvError, match="cannot be detached"):
             cl.detach()
+
+
+def test_the_timeline_joins_coordinator_statements_to_their_data_nodes(cluster, cluster_capture, tmp_path):
+    """mwinv-correlate --timeline on the cluster capture: a valid Trace Event file in which every flow
+    goes from a coordinator backend's statement to a statement on a data node that statement_link says
+    it caused, and each session's backend reaches both data nodes."""
+    import trace_events
+
+    out, pids = cluster_capture
+    tl = tmp_path / "timeline.json"
+    r = subprocess.run([sys.executable, str(Path(sys.executable).parent / "mwinv-correlate"), str(out),
+                        "--timeline", str(tl), "--format", "json"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(tl.read_text())
+    tracks = trace_events.check(doc)
+    node_of = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    starts = {e["id"]: e for e in doc["traceEvents"] if e["ph"] == "s"}
+    finishes = {e["id"]: e for e in doc["traceEvents"] if e["ph"] == "f"}
+    assert starts and doc["otherData"]["mwinv"]["flows"] == len(starts)
+    reached = set()
+    for i, s in starts.items():
+        parent, child = trace_events.enclosing(tracks, s), trace_events.enclosing(tracks, finishes[i])
+        assert node_of[s["pid"]] == f"node {harness.COORDINATOR} (coordinator)"
+        assert child["args"]["coordinator_statement_id"] == parent["args"]["statement_id"], (parent, child)
+        reached.add((s["tid"], node_of[finishes[i]["pid"]]))
+    assert {(pid, f"node {n}") for pid in pids.values() for n in cluster.data_nodes} <= reached
