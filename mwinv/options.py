@@ -16,6 +16,11 @@ from mwinv.kernel_trace.sampler import MIN_INTERVAL_S
 NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 
+def check_node_name(name: str) -> None:
+    if not NODE_NAME.fullmatch(name):
+        raise MwinvError(f"node name {name!r}: letters, digits, _ . - (not first), at most 64")
+
+
 @dataclass(frozen=True)
 class CaptureOptions:
     """How one node capture (mwinv/node_capture.py) records.
@@ -45,8 +50,7 @@ class CaptureOptions:
     def __post_init__(self) -> None:
         if self.node is None:
             object.__setattr__(self, "node", node_name())
-        if not NODE_NAME.fullmatch(self.node):
-            raise MwinvError(f"node name {self.node!r}: letters, digits, _ . - (not first), at most 64")
+        check_node_name(self.node)
         if not self.sample_interval_s >= MIN_INTERVAL_S:
             raise MwinvError(f"sampling interval {self.sample_interval_s:g} s: {MIN_INTERVAL_S:g} s or more")
         if self.trace not in (True, False, "auto"):
@@ -58,6 +62,36 @@ class CaptureOptions:
             raise MwinvError(f"event budget {self.event_budget:g}/s per CPU: more than 0 (or none)")
         if self.events is not None:
             object.__setattr__(self, "events", tuple(self.events))
+
+
+@dataclass(frozen=True)
+class CorrelateOptions:
+    """What `mwinv-correlate` correlates and shows.
+
+    node: that node's tables only, correlated as on that node (None: every node; it must be one of the
+    capture's, `check`); merge: the cluster view from every node's own correlation (not with node);
+    top: how many statements to show (1 or more); by: the ranking (pipeline.RANK_BY: total or one
+    resource); query_id: that query id only."""
+    node: str | None = None
+    merge: bool = False
+    top: int = 5
+    by: str = "total"
+    query_id: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.node is not None:
+            check_node_name(self.node)
+        if self.node is not None and self.merge:
+            raise MwinvError("--node correlates one node, --merge all of them afterwards: one or the other")
+        if self.top < 1:
+            raise MwinvError(f"top {self.top}: 1 or more statements")
+
+    def check(self, manifest: dict) -> None:
+        """The node is one of the capture's: correlating one it does not have would replace the
+        capture's derived tables with empty ones."""
+        nodes = sorted(manifest.get("nodes") or {})
+        if self.node is not None and self.node not in nodes:
+            raise MwinvError(f"node {self.node!r}: not in this capture (its nodes: {', '.join(nodes) or 'none'})")
 
 
 @dataclass(frozen=True)

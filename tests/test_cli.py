@@ -55,3 +55,25 @@ def test_capture_options_are_checked_before_anything_starts(tmp_path, args, mess
                            "--duration", "0.2", *args], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.startswith(f"mwinv-trace: error: {message}"), proc.stderr
     assert proc.stderr.count("\n") == 1 and not out.exists()
+
+
+def test_correlate_options_are_checked_before_anything_is_replaced(tmp_path):
+    """A node the capture does not have is a one-line error, and the capture's derived tables stay (they
+    were replaced by empty ones); so are a bad node name, --node with --merge, and --top-sql 0."""
+    from mwinv.capture.tables import Capture
+
+    log = sorted((Path(__file__).parent / "golden" / "mysql_slowlog").glob("*.log"))[0]
+    cap = Capture(tmp_path / "cap")
+    for argv in (["mwinv", "mariadb", "slowlog", str(log), "-o", str(cap.path), "--node", "db1"],
+                 ["mwinv-correlate", str(cap.path)]):
+        assert subprocess.run([BIN / argv[0], *argv[1:]], capture_output=True).returncode == 0
+    attributed = cap.read("statement_attribution").num_rows
+    assert attributed > 0
+    for args, message in [(["--node", "db2"], "node 'db2': not in this capture (its nodes: db1)"),
+                          (["--node", "../db1"], "node name '../db1': letters, digits"),
+                          (["--node", "db1", "--merge"], "--node correlates one node, --merge all of them"),
+                          (["--top-sql", "0"], "top 0: 1 or more statements")]:
+        proc = subprocess.run([BIN / "mwinv-correlate", str(cap.path), *args], capture_output=True, text=True)
+        assert proc.returncode == 2 and proc.stderr.startswith(f"mwinv-correlate: error: {message}"), proc.stderr
+        assert proc.stderr.count("\n") == 1
+    assert cap.read("statement_attribution").num_rows == attributed

@@ -6,18 +6,20 @@ import click
 from rich.console import Console
 
 from mwinv import privfile
+from mwinv.capture.tables import Capture
 from mwinv.cli.common import group_option, progress_console, progress_logger, run_main
 from mwinv.correlator import terminal
 from mwinv.correlator.derive import ADVICE_TABLES, advice_of, derive, node_parts_of
 from mwinv.correlator.pipeline import RANK_BY, correlate, top_statements
 from mwinv.correlator.pipeline import merge as merge_nodes
 from mwinv.correlator.timeline import parse_range, timeline
+from mwinv.options import CorrelateOptions
 
 
 @click.command()
 @click.argument("capture", type=click.Path(file_okay=False))
-@click.option("--top-sql", "top", default=5, show_default=True, help="how many statements to show.")
-@click.option("--by", type=click.Choice(list(RANK_BY)), default="total", show_default=True,
+@click.option("--top-sql", "top", default=CorrelateOptions.top, show_default=True, help="how many statements to show.")
+@click.option("--by", type=click.Choice(list(RANK_BY)), default=CorrelateOptions.by, show_default=True,
               help="rank by total time or by one resource.")
 @click.option("--query-id", type=int, default=None, help="drill into one statement (its query id).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
@@ -58,17 +60,17 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge, time
     """
     if baseline and not report_dir:
         raise click.UsageError("--baseline needs --report DIR")
-    if node and merge:
-        raise click.UsageError("--node correlates one node, --merge all of them afterwards: one or the other")
+    options = CorrelateOptions(node=node, merge=merge, top=top, by=by, query_id=query_id)
+    options.check(Capture(capture).manifest())
     if report_dir:
         privfile.make_dir(report_dir)   # a place it may go: said before the work, not after
     span = parse_range(timeline_range)
     err = progress_console()
     progress = progress_logger(err) if fmt == "table" else None
-    db = merge_nodes(capture, progress=progress) if merge else correlate(capture, progress=progress, node=node)
+    db = merge_nodes(capture, progress=progress) if merge else correlate(capture, progress=progress, node=options.node)
     for w in db.warnings:
         err.print(f"[yellow]warning:[/] {w}")
-    rows = top_statements(db, n=top, by=by, query_id=query_id)
+    rows = top_statements(db, n=options.top, by=options.by, query_id=options.query_id)
     examples = [r.example_id for r in rows]
     # a node's own session is not the capture's: its advice stays in the session
     derive(db, ADVICE_TABLES, advise=examples, progress=progress, write=node is None)
