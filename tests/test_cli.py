@@ -16,8 +16,8 @@ def test_help(tool):
 
 @pytest.mark.parametrize("args,message", [
     (["--queries", "23"], "unknown TPC-H query 23"),
-    (["--scale", "0"], "scale factor must be > 0"),
-    (["--scale", "-0.5"], "scale factor must be > 0"),
+    (["--scale", "0"], "scale factor must be a finite number > 0, got 0"),
+    (["--scale", "-0.5"], "scale factor must be a finite number > 0, got -0.5"),
 ])
 def test_bad_input_is_one_line_error(args, message):
     proc = subprocess.run([BIN / "mwinv", "tpch", *args], capture_output=True, text=True)
