@@ -321,3 +321,70 @@ def test_slow_query_logs_are_read_as_the_fallback(tmp_path):
                         str(tmp_path / "b")], capture_output=True, text=True)
     assert r.returncode == 2 and f"mwinv: error: {broken}:4: entry without a valid Query_time" in r.stderr
     assert "the other 28 entries were read" in r.stderr
+
+
+def _sysbench(server: MariaDBServer, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["sysbench", "oltp_read_write", f"--mysql-socket={server.socket}", "--mysql-user=root",
+                           "--mysql-db=sbtest", "--tables=1", "--table-size=1000", "--db-driver=mysql", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(not Path("/usr/bin/sysbench").exists(), reason="sysbench is not installed")
+def test_capture_a_running_server_from_the_command_line(mariadb_server, tmp_path):
+    """`mwinv mariadb capture` against a server it did not start, as a DBA would: credentials from an
+    option file or MYSQL_PWD, the privileges checked first (one line naming each missing one), the
+    server's pid from the socket's peer or the TCP listener; sysbench in its default mode (server-side
+    prepared statements) meanwhile: its executions are kept, and those whose text performance_schema
+    does not give are counted and said, with the texts their connections prepared."""
+    srv = mariadb_server
+    srv.sql("CREATE DATABASE sbtest")
+    assert _sysbench(srv, "prepare").returncode == 0
+    for host in ("localhost", "127.0.0.1"):
+        srv.sql(f"CREATE USER 'weak'@'{host}' IDENTIFIED BY 'pw1'")
+        srv.sql(f"GRANT SELECT ON performance_schema.* TO 'weak'@'{host}'")
+        srv.sql(f"CREATE USER 'perf'@'{host}' IDENTIFIED BY 'pw2'")
+        srv.sql(f"GRANT SELECT, UPDATE ON performance_schema.* TO 'perf'@'{host}'")
+        srv.sql(f"GRANT PROCESS ON *.* TO 'perf'@'{host}'")
+    mwinv = str(Path(sys.executable).parent / "mwinv")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MYSQL")}
+    r = subprocess.run([mwinv, "mariadb", "capture", str(tmp_path / "no"), "--socket", str(srv.socket), "--user", "weak",
+                        "--duration", "1"], capture_output=True, text=True, env={**env, "MYSQL_PWD": "pw1"})
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "weak@localhost lacks UPDATE on performance_schema.setup_consumers" in r.stderr and "PROCESS" in r.stderr
+    assert not (tmp_path / "no" / "manifest.json").exists()
+
+    from mwinv.engines.mariadb.live import LiveServer
+
+    cnf = tmp_path / "perf.cnf"
+    cnf.write_text(f"[client]\nuser = perf\npassword = pw2\nsocket = {srv.socket}\n")
+    cnf.chmod(0o600)
+    assert LiveServer(host="127.0.0.1", port=srv.port, user="perf", defaults_file=str(cnf)).pid() == srv.pid()
+    cnf.chmod(0o666)
+    with pytest.raises(MwinvError, match="writable by its owner only"):
+        LiveServer(defaults_file=str(cnf))
+    cnf.chmod(0o600)
+    out = tmp_path / "cap"
+    consumers_off = ("SELECT count(*) FROM performance_schema.setup_consumers WHERE ENABLED = 'NO' "
+                     "AND NAME LIKE 'events_statements%'")
+    assert srv.sql(consumers_off)[0][0] == 3
+    cap = subprocess.Popen([mwinv, "mariadb", "capture", str(out), "--defaults-file", str(cnf), "--duration", "6",
+                            "--node", "db"], stderr=subprocess.PIPE, text=True, env=env)
+    time.sleep(3)
+    bench = _sysbench(srv, "run", "--time=2", "--threads=2")
+    _, err = cap.communicate(timeout=120)
+    assert cap.returncode == 0 and bench.returncode == 0, err
+    assert f"server pid {srv.pid()}" in err
+    node = Capture(out).manifest()["nodes"]["db"]
+    texts = {r["query_text_hash"]: r["text"] for r in Capture(out).read("statement_text").to_pylist()}
+    hashes = Capture(out).read("statement").column("query_text_hash").to_pylist()
+    executed = sum(1 for h in hashes if "sbtest1" in texts[h] or "prepared statement" in texts[h])
+    assert executed > 1000
+    assert node["prepared_executions"] > 1000 and "SELECT c FROM sbtest1 WHERE id=?" in node["prepared_texts"]
+    unknown = node["prepared_executions"] - node["prepared_recovered"]
+    assert f"{unknown:,} executions of server-side prepared statements" in node["statements_lost"]
+    # the kernel side of the same server: its threads' events
+    pids = set(Capture(out).read("kernel_event").column("pid").to_pylist())
+    assert {p for p in set(Capture(out).read("statement").column("pid").to_pylist()) if p} & pids
+    # the statement consumers, off on this server, were switched on for the capture and off again
+    assert "switching on for the capture" in err
+    assert srv.sql(consumers_off)[0][0] == 3

@@ -10,6 +10,7 @@ from mwinv.node_capture import NodeCapture
 from mwinv.options import CaptureOptions
 from mwinv.capture.tables import Capture
 from mwinv.engines.mariadb.kernel import MARIADB
+from mwinv.engines.mariadb.live import LiveServer
 from mwinv.engines.mariadb.reader import PerfSchemaReader
 from mwinv.engines.mariadb.server import MariaDBServer
 
@@ -25,8 +26,9 @@ def role(name: str) -> str:
 class MariaDBCapture:
     """Use as a context manager around the workload; `summary` after it."""
 
-    def __init__(self, server: MariaDBServer, out: str | Path, node: str = "mariadb", stacks: bool = False,
-                 trace: bool | str = True, progress=None):
+    def __init__(self, server: MariaDBServer | LiveServer, out: str | Path, node: str = "mariadb",
+                 stacks: bool = False, trace: bool | str = True, progress=None):
+        """server: a throw-away MariaDBServer, or a LiveServer (a running server mwinv did not start)."""
         self.server, self.capture, self.node = server, Capture(out), node
         self.kernel = NodeCapture(out, CaptureOptions(node=node, stacks=stacks, statements=False, trace=trace),
                                   pids=[server.pid()], progress=progress, engine=MARIADB)
@@ -55,9 +57,21 @@ class MariaDBCapture:
         node_info = self.capture.manifest()["nodes"][self.node]
         lost = info.get("statements_overwritten", 0)
         update = {"dbms": "mariadb", "statement_source": "performance_schema", **info}
+        said = []
         if lost:
-            update["statements_lost"] = (f"{lost:,} statements overwritten in events_statements_history_long "
-                                         f"({info['history_long_size']:,} rows) before a drain")
+            said.append(f"{lost:,} statements overwritten in events_statements_history_long "
+                        f"({info['history_long_size']:,} rows) before a drain")
+        unknown = info.get("prepared_executions", 0) - info.get("prepared_recovered", 0)
+        if unknown:
+            texts = info.get("prepared_texts", [])
+            info["prepared_note"] = (
+                f"{unknown:,} executions of server-side prepared statements (statement/com/Execute) without their "
+                f"text: performance_schema does not say which prepared statement each ran; they are one query "
+                f"here. Their connections had prepared {len(texts)} texts: "
+                + "; ".join(" ".join(t.split())[:80] for t in texts[:12]) + ("; ..." if len(texts) > 12 else ""))
+            said.append(info["prepared_note"])
+        if said:
+            update["statements_lost"] = ". ".join(said)
         self.capture.update_manifest(nodes={self.node: {**node_info, **update}})
         self.summary["statements"] = info
         return self.summary

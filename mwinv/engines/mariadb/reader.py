@@ -28,14 +28,25 @@ CONSUMERS = ("events_statements_current", "events_statements_history", "events_s
 STAT_COLUMNS = ("ROWS_EXAMINED", "CREATED_TMP_TABLES", "CREATED_TMP_DISK_TABLES", "SORT_MERGE_PASSES",
                 "NO_INDEX_USED", "NO_GOOD_INDEX_USED", "SELECT_FULL_JOIN", "SELECT_SCAN", "WARNINGS", "MYSQL_ERRNO")
 HISTORY_SQL = f"""
-    SELECT THREAD_ID, EVENT_ID, TIMER_START, TIMER_END, LOCK_TIME, SQL_TEXT, DIGEST, DIGEST_TEXT, CURRENT_SCHEMA,
+    SELECT THREAD_ID, EVENT_ID, EVENT_NAME, TIMER_START, TIMER_END, LOCK_TIME, SQL_TEXT, DIGEST, DIGEST_TEXT,
+           CURRENT_SCHEMA,
            ROWS_SENT, ROWS_AFFECTED, ERRORS, NESTING_EVENT_ID, NESTING_EVENT_TYPE, NESTING_EVENT_LEVEL,
            {", ".join(STAT_COLUMNS)}
     FROM performance_schema.events_statements_history_long
-    WHERE END_EVENT_ID IS NOT NULL AND TIMER_END >= %s"""
+    WHERE END_EVENT_ID IS NOT NULL AND TIMER_END >= %s AND TIMER_END > %s"""
 # A statement enters the history when it ends, not quite in the order of its end times across threads:
 # each drain reads back this far before the latest end it saw (the rows it has already are skipped).
 OVERLAP_PS = 50_000_000_000
+# A server-side prepared statement's execution (COM_STMT_EXECUTE: sysbench's default, JDBC with
+# useServerPrepStmts, PDO native prepares) is `statement/com/Execute` with no text and no digest in
+# MariaDB 10.11's performance_schema, whose prepared_statements_instances lists each connection's
+# prepared texts but counts no executions of them: an execution's text is known where its connection
+# had prepared one text only, else the loss is said.
+EXECUTE = "statement/com/Execute"
+PREPARED_UNKNOWN = ("(execution of a server-side prepared statement: performance_schema does not say which of "
+                    "its connection's prepared statements it ran)")
+PREPARED_SQL = """SELECT OWNER_THREAD_ID, STATEMENT_ID, SQL_TEXT FROM performance_schema.prepared_statements_instances
+                  WHERE SQL_TEXT IS NOT NULL"""
 COUNTS_SQL = """
     SELECT (SELECT SUM(COUNT_STAR) FROM performance_schema.events_statements_summary_global_by_event_name),
            (SELECT SUM(COUNT_STAR) FROM performance_schema.events_statements_summary_by_thread_by_event_name
@@ -60,6 +71,7 @@ class PerfSchemaReader:
         # (the correlator's statement_thread step)
         self.sockets: dict[int, int] = {}
         self.recent: dict[tuple[int, int], int] = {}   # (THREAD_ID, EVENT_ID) -> TIMER_END of recent rows
+        self.prepared: dict[int, dict[int, str]] = {}   # THREAD_ID -> STATEMENT_ID -> its prepared text
         self.last_end = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -80,7 +92,10 @@ class PerfSchemaReader:
         cur.execute(f"UPDATE performance_schema.setup_consumers SET ENABLED = 'YES' WHERE NAME IN {CONSUMERS!r}")
         cur.execute("UPDATE performance_schema.setup_instruments SET ENABLED = 'YES', TIMED = 'YES' "
                     "WHERE NAME LIKE 'statement/%'")
-        cur.execute("TRUNCATE TABLE performance_schema.events_statements_history_long")
+        # what ended before the capture is left out by its end time, not truncated away: truncating needs
+        # DROP on the table, and other tools on a server may be reading the history
+        cur.execute("SELECT coalesce(max(TIMER_END), 0) FROM performance_schema.events_statements_history_long")
+        self.floor_ps = int(cur.fetchone()[0])
         self.my_thread = self._thread_id(cur)
         cur.execute("SELECT @@performance_schema_events_statements_history_long_size")
         self.ring_size = cur.fetchone()[0]
@@ -146,11 +161,14 @@ class PerfSchemaReader:
                     "WHERE THREAD_ID IS NOT NULL AND PORT IS NOT NULL AND STATE IS NOT NULL")
         for tid, fd in cur.fetchall():
             self.sockets[tid] = fd
+        cur.execute(PREPARED_SQL)
+        for tid, stmt_id, text in cur.fetchall():
+            self.prepared.setdefault(tid, {})[stmt_id] = text
 
     def _poll(self, cur) -> int:
         """Drain what ended since the last drain (less OVERLAP_PS); returns the rows new to it."""
         self._poll_threads(cur)
-        cur.execute(HISTORY_SQL, (max(0, self.last_end - OVERLAP_PS),))
+        cur.execute(HISTORY_SQL, (max(0, self.last_end - OVERLAP_PS), self.floor_ps))
         cols = [d[0] for d in cur.description]
         new = 0
         for values in cur.fetchall():
@@ -210,6 +228,15 @@ class PerfSchemaReader:
         ended_before = sum(1 for r in self.rows if self.to_mono(r["TIMER_END"]) <= at)
         return self._write(max(0, executed - ended_before), executed)
 
+    def _prepared_text(self, thread_id: int, counts: dict) -> tuple[str, str | None]:
+        """An Execute's text: its connection's one prepared text, else PREPARED_UNKNOWN; (text, digest)."""
+        counts["executions"] += 1
+        texts = set(self.prepared.get(thread_id, {}).values())
+        if len(texts) != 1:
+            return PREPARED_UNKNOWN, None
+        counts["recovered"] += 1
+        return texts.pop(), None
+
     def _write(self, lost: int, executed: int) -> dict:
         base = 1
         if self.capture.has("statement"):
@@ -220,10 +247,13 @@ class PerfSchemaReader:
         statements, texts, stats, seen_text = [], [], [], set()
         unknown_threads = 0
         wall = time.time_ns() - time.monotonic_ns()
+        prepared = {"executions": 0, "recovered": 0}
         for r in self.rows:
-            text = r["SQL_TEXT"] or ""
+            text, digest = r["SQL_TEXT"] or "", r["DIGEST"]
+            if r["EVENT_NAME"] == EXECUTE and not text:
+                text, digest = self._prepared_text(r["THREAD_ID"], prepared)
             h = text_hash(text)
-            qid = _digest_id(r["DIGEST"], text)
+            qid = _digest_id(digest, text)
             if h not in seen_text:
                 seen_text.add(h)
                 texts.append({"query_text_hash": h, "query_id": qid, "text": text})
@@ -250,6 +280,8 @@ class PerfSchemaReader:
             if rows:
                 self.capture.write_part(table, rows, node=self.node)
         info = {"statements": len(statements), "statements_executed": executed, "statements_overwritten": lost,
+                "prepared_executions": prepared["executions"], "prepared_recovered": prepared["recovered"],
+                "prepared_texts": sorted({t for ps in self.prepared.values() for t in ps.values()})[:50],
                 "threads_unknown": unknown_threads, "history_long_size": self.ring_size,
                 # not "clock": merged into the node's manifest, it replaced the node's clock ("mono")
                 "clock_mapping": {"method": "marker statement between two CLOCK_MONOTONIC reads",
