@@ -451,3 +451,23 @@ def test_the_timeline_joins_coordinator_statements_to_their_data_nodes(cluster, 
         assert child["args"]["coordinator_statement_id"] == parent["args"]["statement_id"], (parent, child)
         reached.add((s["tid"], node_of[finishes[i]["pid"]]))
     assert {(pid, f"node {n}") for pid in pids.values() for n in cluster.data_nodes} <= reached
+
+
+def test_the_clock_readings_are_not_statements(tpch_pg, tmp_path):
+    """The cluster capture reads each node's clock (SELECT mwinv_clock_ns(), 25 times per reading) over a
+    connection of its own: those readings are mwinv's, not the workload's, and stay out of the
+    statements (they ranked among a cluster capture's top statements)."""
+    from mwinv.capture.tables import Capture
+    from mwinv.cluster.capture import measure_offset
+    from mwinv.node_capture import NodeCapture
+    from mwinv.options import CaptureOptions
+
+    out = tmp_path / "cap"
+    with NodeCapture(out, CaptureOptions(trace=False), postmaster_pid=tpch_pg.postmaster_pid(),
+                     conninfo=tpch_pg.conninfo("tpch")):
+        measure_offset(tpch_pg.conninfo("tpch"))
+        with tpch_pg.connect("tpch") as conn:
+            conn.execute("SELECT count(*) FROM nation").fetchall()
+    texts = [r["text"] for r in Capture(out).read("statement_text").to_pylist()]
+    assert any("nation" in t for t in texts)
+    assert not [t for t in texts if "mwinv_clock_ns" in t]

@@ -21,6 +21,7 @@ from mwinv.node_capture import NodeCapture
 from mwinv.options import CaptureOptions
 from mwinv.capture.tables import Capture
 from mwinv.cluster.harness import COORDINATOR, Cluster
+from mwinv.engines.postgresql.reader import connect_untracked
 from mwinv.errors import MwinvError
 from mwinv.signals import held
 
@@ -35,7 +36,9 @@ def measure_offset(conninfo: str, samples: int = OFFSET_SAMPLES) -> dict:
     at most half that round trip. (Ours is the coordinator's clock: this process runs on its host.)"""
     best = None
     try:
-        with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
+        # untracked: the clock readings are mwinv's, not the workload's (they ranked among a cluster's
+        # top statements)
+        with connect_untracked(conninfo, connect_timeout=10) as conn:
             for _ in range(samples):
                 t0 = time.monotonic_ns()
                 node = conn.execute("SELECT mwinv_clock_ns()").fetchone()[0]

@@ -62,16 +62,16 @@ def _server_node(conn: psycopg.Connection) -> str:
     return name or node_name()
 
 
-def connect_untracked(conninfo: str) -> psycopg.Connection:
+def connect_untracked(conninfo: str, **kw) -> psycopg.Connection:
     """A connection whose own statements stay out of the ring (they are no workload); set at
     connection start so that not even the first statement is recorded.  Falls back to a plain
-    connection for roles that may not change mwinv.track."""
+    connection for roles that may not change mwinv.track. kw: psycopg.connect's (connect_timeout)."""
     try:
-        return psycopg.connect(conninfo, autocommit=True, options="-c mwinv.track=none")
+        return psycopg.connect(conninfo, autocommit=True, options="-c mwinv.track=none", **kw)
     except psycopg.OperationalError as exc:
         if "permission denied" not in str(exc):
             raise
-        return psycopg.connect(conninfo, autocommit=True)
+        return psycopg.connect(conninfo, autocommit=True, **kw)
 
 
 class MappedRing:
