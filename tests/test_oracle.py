@@ -505,3 +505,18 @@ def test_kernel_side_of_the_traced_host(tmp_path):
     assert r.returncode == 0 and "split at a round trip of 400.0 µs: given (--rtt)" in r.stdout, r.stdout
     r = run_cli("capture", str(tmp_path / "x"), "--pids", "9854,x", tool="mwinv-trace")
     assert r.returncode == 2 and "--pids '9854,x': a comma-separated list of process ids" in r.stderr
+
+
+def test_advice_lines_are_cut_between_words(tmp_path):
+    """The terminal shortens an advice line to 150 characters (--report has it whole): between words,
+    never inside one (the PL/SQL block's sleep advice was cut to '... look at why it w…')."""
+    importer.import_files(tmp_path / "cap", [JK[1]])
+    r = subprocess.run([str(BIN / "mwinv-correlate"), str(tmp_path / "cap")], capture_output=True, text=True,
+                       env={**os.environ, "COLUMNS": "250"})
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if x.startswith("#1 oracle.sleep"))
+    full = duckdb.sql(f"SELECT advice FROM read_parquet('{tmp_path}/cap/statement_advice/*.parquet') "
+                      "WHERE rule = 'oracle.sleep'").fetchone()[0].split()
+    shown = line.split(") ", 1)[1]
+    assert len(full) > len(shown.split()) - 1 and shown.endswith(" …")
+    assert shown[:-2].split() == full[:len(shown.split()) - 1]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import textwrap
 from dataclasses import asdict
 
 from rich.table import Table
@@ -15,6 +16,8 @@ from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
 from mwinv.correlator.advice import Advice
 from mwinv.correlator.nodes import NodePart
 from mwinv.correlator.pipeline import StatementSummary
+
+ADVICE_WIDTH = 150   # an advice line's characters in the terminal; --report has it whole
 
 COLORS = {"cpu_user": "green", "cpu_sys": "bright_green", "disk_seq": "blue", "disk_random": "bright_blue",
           "network": "magenta", "lock_wait": "red", "run_queue": "yellow", "other_wait": "cyan",
@@ -90,7 +93,7 @@ def advice_text(rows: list[StatementSummary], advice: dict[int, list[Advice]], p
             gain = f"-{a.expected_gain_ns / 1e6:,.1f} ms" if a.expected_gain_ns is not None else "gain ?"
             line = " ".join(a.advice.split())
             out.append(f"#{i} ").append(a.rule, style="bold").append(f" ({gain}: {a.basis}) ")
-            out.append((line if len(line) <= 150 else line[:149] + "…") + "\n")
+            out.append(textwrap.shorten(line, ADVICE_WIDTH, placeholder=" …") + "\n")   # cut between words
     if not any(advice.get(s.example_id) for s in rows):
         out.append("no advice: the capture has no attribution to base it on (correlate a capture with kernel events)\n")
     return out
