@@ -520,3 +520,19 @@ def test_advice_lines_are_cut_between_words(tmp_path):
     shown = line.split(") ", 1)[1]
     assert len(full) > len(shown.split()) - 1 and shown.endswith(" …")
     assert shown[:-2].split() == full[:len(shown.split()) - 1]
+
+
+def test_advice_states_its_base(tmp_path):
+    """Advice shares are of the time in the database (the executions' windows less their client waits),
+    where the top table's total holds the client waits too: the evidence says which, with the client
+    waits left out (those of the query's executions the evidence sums)."""
+    importer.import_files(tmp_path / "cap", CLEAN)
+    r = run_cli("--top-sql", "10", str(tmp_path / "cap"), tool="mwinv-correlate")
+    assert r.returncode == 0, r.stderr
+    (qid, evidence), = duckdb.sql(f"SELECT query_id, evidence FROM read_parquet('{tmp_path}/cap/statement_advice/"
+                                  "*.parquet') WHERE rule = 'oracle.unaccounted'").fetchall()
+    m = re.search(r"unaccounted-for ([\d,.]+) ms of ([\d,.]+) ms in the database \(client waits, ([\d,.]+) ms, "
+                  r"excluded\)", evidence)
+    assert m, evidence
+    client = q(tmp_path / "cap", f"SELECT sum(client_wait_ns) FROM statement WHERE query_id = {qid}")[0][0]
+    assert 0 < float(m.group(3).replace(",", "")) <= client / 1e6 + 0.05

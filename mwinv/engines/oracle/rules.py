@@ -16,6 +16,12 @@ def _share(e: Evidence, *components: str) -> float:
     return sum(e.ns.get(c, 0) for c in components) / e.wall_ns if e.wall_ns else 0.0
 
 
+def _in_db(e: Evidence) -> str:
+    """The base of every share here, said: the time in the database, the executions' windows less their
+    client's waits (the top table's total holds those too, as its client share)."""
+    return f"{_ms(e.wall_ns)} in the database (client waits, {_ms(e.ns.get('client_wait', 0))}, excluded)"
+
+
 def _events(e: Evidence, component: str) -> list[dict]:
     return [w for w in e.dbms.get("waits", []) if w["component"] == component]
 
@@ -150,7 +156,7 @@ def cpu(e: Evidence) -> Advice | None:
         return None
     return e.advice("oracle.cpu", "CPU in the database: the logical reads (cr=) of its row source operations say "
                     "which step does the work; a more selective access path or fewer executions cut it",
-                    f"cpu {_pct(_share(e, 'cpu_user', 'cpu_sys'))} of {_ms(e.wall_ns)}", None,
+                    f"cpu {_pct(_share(e, 'cpu_user', 'cpu_sys'))} of {_in_db(e)}", None,
                     "depends on the plan change")
 
 
@@ -158,11 +164,11 @@ def unaccounted(e: Evidence) -> Advice | None:
     share = _share(e, "not_allocated")
     if abs(share) < MIN_SHARE:
         return None
-    return e.advice("oracle.unaccounted", f"{_pct(share)} of the time is unaccounted-for by the trace: the process "
-                    "was runnable but not on a CPU (run queue), paged, or outside database calls without a wait "
-                    "event; negative means c= and the waits overran e= (CPU time quantisation). A kernel capture "
+    return e.advice("oracle.unaccounted", f"{_pct(share)} of the time in the database is unaccounted-for by the "
+                    "trace: the process was runnable but not on a CPU (run queue), paged, or outside database calls "
+                    "without a wait event; negative means c= and the waits overran e= (CPU time quantisation). A kernel capture "
                     "of the host (mwinv-trace) splits it into run queue, off-CPU states and block I/O",
-                    f"unaccounted-for {_ms(e.ns.get('not_allocated', 0))} of {_ms(e.wall_ns)}", None,
+                    f"unaccounted-for {_ms(e.ns.get('not_allocated', 0))} of {_in_db(e)}", None,
                     "unknown until the kernel side is traced")
 
 
