@@ -536,3 +536,7 @@ def test_advice_states_its_base(tmp_path):
     assert m, evidence
     client = q(tmp_path / "cap", f"SELECT sum(client_wait_ns) FROM statement WHERE query_id = {qid}")[0][0]
     assert 0 < float(m.group(3).replace(",", "")) <= client / 1e6 + 0.05
+    # the terminal says which advice sums several executions (the heading spoke of the longest only)
+    over = evidence.split(":", 1)[0]
+    assert over.startswith("over ") and "all its executions summed" in " ".join(r.stdout.split())
+    assert re.search(rf"^#\d+ oracle\.unaccounted \({over}, ", r.stdout, re.M), r.stdout

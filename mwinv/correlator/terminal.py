@@ -16,6 +16,7 @@ from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
 from mwinv.correlator.advice import Advice
 from mwinv.correlator.nodes import NodePart
 from mwinv.correlator.pipeline import StatementSummary
+from mwinv.rules import MIN_WALL_NS
 
 ADVICE_WIDTH = 150   # an advice line's characters in the terminal; --report has it whole
 
@@ -86,13 +87,15 @@ def ranked_advice(advice: list[Advice]) -> list[Advice]:
 
 def advice_text(rows: list[StatementSummary], advice: dict[int, list[Advice]], per_statement: int = 3) -> Text:
     """What to change, under the table: per statement its advice with the largest expected gains."""
-    out = Text("what to change (for each statement's longest execution; the evidence is in --report):\n",
-               style="bold")
+    out = Text(f"what to change (for each statement's longest execution, or, where that ran under "
+               f"{MIN_WALL_NS / 1e6:g} ms, all its executions summed, as 'over N executions' says; the evidence is "
+               "in --report):\n", style="bold")
     for i, s in enumerate(rows, 1):
         for a in ranked_advice(advice.get(s.example_id, []))[:per_statement]:
             gain = f"-{a.expected_gain_ns / 1e6:,.1f} ms" if a.expected_gain_ns is not None else "gain ?"
             line = " ".join(a.advice.split())
-            out.append(f"#{i} ").append(a.rule, style="bold").append(f" ({gain}: {a.basis}) ")
+            summed = a.evidence.split(":", 1)[0] + ", " if a.evidence.startswith("over ") else ""
+            out.append(f"#{i} ").append(a.rule, style="bold").append(f" ({summed}{gain}: {a.basis}) ")
             out.append(textwrap.shorten(line, ADVICE_WIDTH, placeholder=" …") + "\n")   # cut between words
     if not any(advice.get(s.example_id) for s in rows):
         out.append("no advice: the capture has no attribution to base it on (correlate a capture with kernel events)\n")
