@@ -351,7 +351,7 @@ def test_link_rate_what_if_checked_by_running(cluster, tmp_path):
     from mwinv.capture.tables import Capture
     from mwinv.cluster.capture import ClusterCapture
     from mwinv.calibrate import calibrate_cpu, calibrate_disk, calibrate_link
-    from mwinv.correlator.derive import in_model, model_inputs
+    from mwinv.correlator.derive import MODEL_INPUTS
     from mwinv.correlator.model import predict
     from mwinv.correlator.pipeline import correlate
 
@@ -381,15 +381,14 @@ def test_link_rate_what_if_checked_by_running(cluster, tmp_path):
     finally:
         for node in cluster.data_nodes:
             cluster.net.shape(node, 200)
-    model_inputs(db)   # the data nodes' parts under their coordinator statement
+    db.build(*MODEL_INPUTS)   # the data nodes' parts under their coordinator statement
     ours = db.sql("""SELECT s.statement_id, s.end_ns - s.start_ns FROM statement_clean s JOIN statement_text t
                      ON t.query_text_hash = s.query_text_hash WHERE s.node = 'coord' AND t.text = ?""",
                   [SHIP_SQL]).fetchall()
     assert len(ours) == 3
     sid, wall = sorted(ours, key=lambda r: r[1])[1]
-    with in_model(db) as con:
-        p = next(r for r in predict(con, calibration, factors={"link_rate": (0.5,)}).to_pylist()
-                 if r["statement_id"] == sid)
+    p = next(r for r in predict(db.con, calibration, factors={"link_rate": (0.5,)}).to_pylist()
+             if r["statement_id"] == sid)
     error = p["predicted_ns"] / median(slower) - 1
     print(f"link x0.5: captured {wall / 1e6:.0f} ms, predicted {p['predicted_ns'] / 1e6:.0f} ms, "
           f"measured {sorted(round(t / 1e6) for t in slower)} ms, error {error:+.1%}; link calibrated at "

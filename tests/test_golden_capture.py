@@ -129,5 +129,5 @@ def test_a_table_asked_for_is_built_with_what_it_needs_once(tmp_path):
     assert db.sql("SELECT count(DISTINCT statement_id) FROM statement_attribution").fetchone()[0] == 56
     derive.derive(db, derive.MODEL_TABLES, write=False)
     assert db.sql("SELECT count(*) FROM statement_class").fetchone()[0] == 56
-    assert db.sql("SELECT count(*) FROM model.statements").fetchone()[0] == 56
+    assert db.sql("SELECT count(*) FROM model_statement").fetchone()[0] == 56
     assert not Capture(tmp_path / "cap").has("statement_class")   # write=False: the session only

@@ -104,18 +104,18 @@ def _model_connection():
 
 def test_statement_shares_has_a_column_per_component():
     con = _model_connection()
-    cols = [d[0] for d in con.execute("SELECT * FROM statement_shares").description]
+    cols = [d[0] for d in con.execute("SELECT * FROM statement_shares('model')").description]
     assert cols == ["statement_id", "query_id", "wall_ns", "from_workers_ns", *ATTRIBUTION_COMPONENTS]
-    assert con.execute("SELECT wall_ns, cpu_user, disk_seq, lock_wait FROM statement_shares").fetchall() == \
+    assert con.execute("SELECT wall_ns, cpu_user, disk_seq, lock_wait FROM statement_shares('model')").fetchall() == \
         [(1000, 600, 400, None)]
 
 
 def test_class_shares_has_the_classes_and_ranks_them_in_order():
     con = _model_connection()
     con.execute("SET VARIABLE internal_threshold = 0.2")
-    cols = [d[0] for d in con.execute("SELECT * FROM class_shares").description]
+    cols = [d[0] for d in con.execute("SELECT * FROM class_shares('model')").description]
     assert [c for c in cols if c.startswith("s_")] == [f"s_{k}" for k in CLASS_COMPONENTS]
-    assert con.execute("SELECT lim, s_cpu, s_disk_seq, explained FROM class_shares").fetchall() == \
+    assert con.execute("SELECT lim, s_cpu, s_disk_seq, explained FROM class_shares('model')").fetchall() == \
         [("cpu", 0.6, 0.4, 1.0)]
     sql = (SQL_DIRS[0] / "class_shares.sql").read_text()
     assert re.findall(r"WHEN s_(\w+) = top THEN '(\w+)'", sql) == [(c, c) for c in LIMIT_CLASSES]

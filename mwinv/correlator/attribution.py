@@ -62,10 +62,6 @@ RUSAGE_MIN_WALL_NS = 50_000_000
 SEQ_GAP_SECTORS = 256
 
 
-def _in(values) -> str:
-    return "(" + ", ".join(map(literal, values)) + ")"
-
-
 def variables() -> dict[str, object]:
     """The attribution's constants, as the SQL modules read them (SET VARIABLE)."""
     return {

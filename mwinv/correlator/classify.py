@@ -14,6 +14,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from mwinv.capture.tables import SCHEMAS
+from mwinv.correlator.load import literal
 
 LIMIT_CLASSES = ("cpu", "disk_seq", "disk_random", "network", "lock", "run_queue", "remote")
 DEFAULT_INTERNAL_THRESHOLD = 0.20
@@ -24,14 +25,15 @@ CLASS_COMPONENTS = {"cpu": ("cpu_user", "cpu_sys"), "disk_seq": ("disk_seq",), "
                     "unexplained": ("other_wait", "not_allocated")}
 
 
-def class_shares(con, only: list[int] | None = None) -> dict[int, tuple[dict[str, float], str, float]]:
-    """For the root statements of a connection holding the model's inputs (model.model_connection; those in
-    `only`, if given): (share per class and "unexplained", limit, explained share), from its class_shares
-    view (sql/class_shares.sql)."""
+def class_shares(con, only: list[int] | None = None,
+                 inputs: str = "model") -> dict[int, tuple[dict[str, float], str, float]]:
+    """For the root statements of a connection holding a model's inputs (`inputs`: model.inputs_from's; those
+    in `only`, if given): (share per class and "unexplained", limit, explained share), from its class_shares
+    (sql/class_shares.sql)."""
     cols = [f"s_{k}" for k in CLASS_COMPONENTS]
     wanted = f"statement_id IN ({', '.join(str(int(i)) for i in only) or 'NULL'})" if only is not None else "true"
     _threshold(con, DEFAULT_INTERNAL_THRESHOLD)
-    rows = con.execute(f"SELECT statement_id, {', '.join(cols)}, lim, explained FROM class_shares "
+    rows = con.execute(f"SELECT statement_id, {', '.join(cols)}, lim, explained FROM class_shares({literal(inputs)}) "
                        f"WHERE {wanted}").fetchall()
     return {sid: (dict(zip(CLASS_COMPONENTS, vals)), lim, explained) for sid, *vals, lim, explained in rows}
 
@@ -90,9 +92,10 @@ def kernel_evidence(ranked: list[dict], counts: dict[str, int], top: int = 3) ->
 
 def classify(con, kernel_functions: pa.Table | None = None,
              internal_threshold: float = DEFAULT_INTERNAL_THRESHOLD) -> pa.Table:
-    """The `statement_class` table (con: holding the model's inputs, model.model_connection)."""
+    """The `statement_class` table (con: holding the model's inputs: a capture's session, or
+    model.model_connection)."""
     _threshold(con, internal_threshold)
-    classes = con.execute("SELECT * FROM class_evidence").to_arrow_table()
+    classes = con.execute("SELECT * FROM class_evidence('model')").to_arrow_table()
     if kernel_functions is None or not kernel_functions.num_rows:
         return classes.cast(SCHEMAS["statement_class"])
     # the kernel functions' evidence, for the few statements that have some

@@ -36,6 +36,12 @@ class CaptureDB:
         """Build these derived tables and what they need, each once in this session (modules.py)."""
         self.modules.build(*tables)
 
+    @property
+    def scratch(self) -> Path:
+        """The session's own directory (private, removed with the connection): derived tables' parts of a
+        session that does not write into its capture."""
+        return Path(self.con.execute("SELECT current_setting('temp_directory')").fetchone()[0]) / "derived"
+
     def sql(self, query: str, params=None):
         return self.con.execute(query, params or [])
 
@@ -61,6 +67,13 @@ def read_parquet(paths: list[Path]) -> str:
     bracketed (DuckDB expands *, ? and [ in a file name: a part named `*.parquet` read every part)."""
     names = (re.sub(r"([*?\[])", r"[\1]", str(p)) for p in paths)
     return f"read_parquet([{', '.join(map(literal, names))}], union_by_name=true)"
+
+
+def parts_view(folder: Path) -> str:
+    """DuckDB's read_parquet() of every part in a table's folder, those written later too (the folder's
+    glob characters bracketed, as read_parquet's)."""
+    pattern = re.sub(r"([*?\[])", r"[\1]", str(folder)) + "/*.parquet"
+    return f"read_parquet({literal(pattern)}, union_by_name=true)"
 
 
 def sql_file(name: str) -> str:
@@ -155,9 +168,15 @@ def session_variables(db: CaptureDB, manifest: dict) -> dict[str, object]:
     correlator's constants."""
     from mwinv.correlator import attribution, hotspots
 
+    from mwinv.correlator.advice import BLOCKER_LOOKBACK_NS
+    from mwinv.correlator.classify import DEFAULT_INTERNAL_THRESHOLD
+    from mwinv.rules import MIN_LOCK_SHARE, MIN_WALL_NS
+
     return {"duty_cycled": db.duty_cycled, "thread_slack_ns": THREAD_SLACK_NS,
             "coordinator": manifest.get("coordinator"), "scheduler_frames": list(hotspots.SCHEDULER_FRAMES),
-            "perf_period_ns": int(manifest.get("perf_sample_period_ns", 1_000_000)), **attribution.variables()}
+            "perf_period_ns": int(manifest.get("perf_sample_period_ns", 1_000_000)), **attribution.variables(),
+            "internal_threshold": DEFAULT_INTERNAL_THRESHOLD, "min_wall_ns": MIN_WALL_NS,
+            "min_lock_share": MIN_LOCK_SHARE, "blocker_lookback_ns": BLOCKER_LOOKBACK_NS}
 
 
 @contextlib.contextmanager
@@ -202,13 +221,16 @@ def open_correlated(path: str | Path, rebuild: tuple[str, ...] = (),
             continue
         name = (read_as or {}).get(table, table)
         kind = "TABLE" if name != table else "VIEW"
-        db.con.execute(f"CREATE {kind} {name} AS SELECT * FROM {read_parquet(db.capture.parts(table))}")
+        db.con.execute(f"CREATE {kind} {name} AS SELECT * FROM {parts_view(db.capture.table_dir(table))}")
         db.modules.provide(name)
         db.tables.add(name)
-    if db.modules.holds("statement_attribution"):
-        if not db.modules.holds("statement_link") and "statement_link" not in rebuild:
-            create_empty(db.con, "statement_link")   # correlated before links were made, or a node's own: none
-            db.modules.provide("statement_link")
+    if db.has("statement") and db.modules.holds("statement_attribution"):
+        # what a correlation writes only when it has rows, and links before links were made (or a node's
+        # own correlation): none
+        for table in ("statement_link", "statement_io", "statement_kernel_function"):
+            if not db.modules.holds(table) and table not in rebuild:
+                create_empty(db.con, table)
+                db.modules.provide(table)
         db.build("query_summary")
     return db
 

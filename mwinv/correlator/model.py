@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from mwinv.capture.columns import empty_table
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS
 from mwinv.correlator.attribution import RUSAGE_MIN_WALL_NS
-from mwinv.correlator.load import connect, sql_file
+from mwinv.correlator.load import connect, literal, sql_file
 from mwinv.errors import MwinvError
 
 MODEL_COMPONENTS = ("t_cpu", "t_seq", "t_no_seq", "t_net")
@@ -160,37 +160,44 @@ def estimate_components(per_node: list[dict], platform: Platform) -> dict[str, f
 
 def model_connection(statements: pa.Table, attribution: pa.Table,
                      statement_io: pa.Table | None) -> duckdb.DuckDBPyConnection:
-    """A connection holding the model's inputs from Arrow tables (`statements`, `attribution`,
-    `statement_io`) and the views over them: what the functions below read. A capture's analysis
-    session has the same names in its schema `model` (derive.model_inputs)."""
+    """A connection holding the model's inputs from Arrow tables (`model_statement`, `model_attribution`,
+    `model_statement_io`) and the macros over them: what the functions below read, with the names a
+    capture's analysis session gives them (sql/model_*.sql)."""
     con = connect(threads=1)  # per-statement aggregates: threads only add contention
-    con.register("statements", statements)
-    con.register("attribution", attribution)
-    con.register("statement_io", statement_io if statement_io is not None else empty_table(SCHEMAS["statement_io"]))
+    con.register("model_statement", statements)
+    con.register("model_attribution", attribution)
+    con.register("model_statement_io",
+                 statement_io if statement_io is not None else empty_table(SCHEMAS["statement_io"]))
     add_model_views(con)
     return con
 
 
+MODEL_MACROS = ("statement_shares", "model_node_inputs", "class_shares", "class_evidence")
+
+
 def add_model_views(con: duckdb.DuckDBPyConnection) -> None:
-    """The model's views (sql/statement_shares.sql, model_node_inputs.sql, class_shares.sql,
-    class_evidence.sql) on a connection that holds `statements`, `attribution` and `statement_io`."""
-    for view in ("statement_shares", "model_node_inputs", "class_shares", "class_evidence"):
-        con.execute(sql_file(view))
+    """The model's table macros (sql/statement_shares.sql, model_node_inputs.sql, class_shares.sql,
+    class_evidence.sql) on a connection outside a capture's session (a session's runner builds them)."""
+    for macro in MODEL_MACROS:
+        con.execute(sql_file(macro))
 
 
-def inputs_from(con: duckdb.DuckDBPyConnection, only: list[int] | None = None) -> dict[int, dict]:
+def inputs_from(con: duckdb.DuckDBPyConnection, only: list[int] | None = None, inputs: str = "model") -> dict[int, dict]:
     """Per root statement: query_id, wall_ns, attributed ns per component, and the per-node model inputs,
-    from a connection that holds `statements`, `attribution` and `statement_io` (model_connection); of the
-    statements in `only`, if given (the advice's few: the classification and the model run on columns)."""
+    from a connection that holds a model's inputs (`inputs`: 'model', the capture's or model_connection's;
+    'advice', the advice's examples); of the statements in `only`, if given (the advice's few: the
+    classification and the model run on columns)."""
     wanted = f"statement_id IN ({', '.join(str(int(i)) for i in only) or 'NULL'})" if only is not None else "true"
     out: dict[int, dict] = {}
-    shares = f"SELECT statement_id, query_id, wall_ns, from_workers_ns, {', '.join(ATTRIBUTION_COMPONENTS)} FROM statement_shares"
+    shares = (f"SELECT statement_id, query_id, wall_ns, from_workers_ns, {', '.join(ATTRIBUTION_COMPONENTS)} "
+              f"FROM statement_shares({literal(inputs)})")
     for sid, qid, wall, workers, *ns in con.execute(f"{shares} WHERE {wanted}").fetchall():
         out[sid] = {"statement_id": sid, "query_id": qid, "wall_ns": wall, "from_workers_ns": int(workers),
                     "attributed": {c: int(v) for c, v in zip(ATTRIBUTION_COMPONENTS, ns) if v is not None},
                     "nodes": []}
     cols = ("statement_id", "node", *NODE_INPUTS)
-    for row in con.execute(f"SELECT {', '.join(cols)} FROM model_node_inputs WHERE {wanted} ORDER BY 1, 2").fetchall():
+    for row in con.execute(f"SELECT {', '.join(cols)} FROM model_node_inputs({literal(inputs)}) "
+                           f"WHERE {wanted} ORDER BY 1, 2").fetchall():
         if row[0] in out:
             out[row[0]]["nodes"].append(dict(zip(cols, row)))
     return out
@@ -198,7 +205,7 @@ def inputs_from(con: duckdb.DuckDBPyConnection, only: list[int] | None = None) -
 
 _ROOTS_SQL = f"""
 SELECT statement_id, query_id, wall_ns, {" + ".join(f"coalesce({c}, 0)" for c in RESOURCE_ATTRIBUTION)} AS resource_ns
-FROM statement_shares ORDER BY 1
+FROM statement_shares('model') ORDER BY 1
 """
 
 
@@ -207,7 +214,7 @@ def model_frames(con: duckdb.DuckDBPyConnection) -> tuple[pa.Table, dict[str, np
     inputs, as columns, from a connection holding the model's inputs (model_connection): what estimate and
     predict read (computed once when both run)."""
     roots = con.execute(_ROOTS_SQL).to_arrow_table()
-    frame = con.execute("SELECT * FROM model_node_inputs").fetchnumpy()
+    frame = con.execute("SELECT * FROM model_node_inputs('model')").fetchnumpy()
     return roots, frame
 
 
@@ -301,11 +308,11 @@ def disk_wait_check(con: duckdb.DuckDBPyConnection, calibration: dict | None) ->
     inputs (model_connection)."""
     platform = Platform.from_calibration(calibration)
     row = con.execute(f"""
-        WITH n AS (SELECT * FROM model_node_inputs),
+        WITH n AS (SELECT * FROM model_node_inputs('model')),
         single AS (SELECT statement_id FROM n GROUP BY 1 HAVING count(*) = 1),
         waited AS (
             SELECT statement_id, sum(ns) FILTER (WHERE component IN ('disk_seq', 'disk_random')) AS disk_ns
-            FROM attribution GROUP BY 1 HAVING sum(coalesce(from_workers_ns, 0)) = 0)
+            FROM model_attribution GROUP BY 1 HAVING sum(coalesce(from_workers_ns, 0)) = 0)
         SELECT sum(coalesce(disk_ns, 0) / 1e9 - (seq_bytes + random_bytes) / {platform.disk_rate_bps}),
                sum(seq_reqs * {platform.seq_access_s} + random_reqs * {platform.rand_access_s}),
                sum(seq_reqs + random_reqs)

@@ -7,10 +7,19 @@ table another module builds, or reads a table it does not declare, is refused wh
 Header of an SQL module (tests/test_sql_files.py checks every file):
 
     -- <name>: what it is
-    -- builds:  the tables or views it creates (CREATE TABLE / CREATE VIEW, never OR REPLACE)
+    -- builds:  the tables, views or table macros it creates (CREATE TABLE / VIEW / MACRO, never OR REPLACE)
     -- inputs:  the tables it reads (text in parentheses is commentary); the variable(s) a, b
     -- slice:   pid   (optional: time-local per node and pid, run once per time slice)
+    -- scope:   request   (optional: built for one request, e.g. the statements advised, dropped after)
     -- columns: its columns
+
+A table macro `m(inputs)` reads a model's inputs as query_table(inputs || '_statement') etc.: the
+same SQL over the capture's (`m('model')`: model_statement, model_attribution, model_statement_io) and
+over the advice's examples (`m('advice')`), each name with one meaning.
+
+A `scope: request` module is built inside `Modules.request(...)` (its variables: the request's, e.g. the
+statement ids the advice is for) and dropped when the request ends; what the request keeps is copied
+out of it. A session-scoped module it reads is built in the session, once.
 
 A `slice: pid` module is run once per time slice of the session (`Modules.slices`, the variables
 slice_lo and slice_hi; NULL: open-ended): its first slice creates its table, every later one appends
@@ -24,13 +33,15 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 SQL_DIR = Path(__file__).parent / "sql"
-FIELDS = ("builds", "inputs", "slice", "columns")
+FIELDS = ("builds", "inputs", "slice", "scope", "columns")
 SLICES = ("pid",)
+SCOPES = ("session", "request")
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,7 @@ class Module:
     inputs: tuple[str, ...]
     variables: tuple[str, ...] = ()
     slice: str | None = None
+    scope: str = "session"          # "request": built per request (Modules.request), dropped after
     sql: str | None = None          # an SQL module's text
     step: Callable | None = None    # a Python step: step(db) builds its tables; sliced: step(db, bounds)
     #                                 yields once per slice, its slice's rows then in its tables
@@ -48,6 +60,11 @@ class Module:
     @property
     def is_python(self) -> bool:
         return self.step is not None
+
+    @property
+    def is_macro(self) -> bool:
+        """A table macro: it reads its inputs when called, so building it needs only the macros it calls."""
+        return self.sql is not None and bool(re.search(r"\bCREATE\s+MACRO\b", _strip(self.sql), re.I))
 
 
 class ModuleError(Exception):
@@ -100,7 +117,10 @@ def from_sql(path: Path) -> Module:
     sliced = h.get("slice", "").strip() or None
     if sliced is not None and sliced not in SLICES:
         raise ModuleError(f"{path}: slice: {sliced} (known: {', '.join(SLICES)})")
-    return Module(path.stem, _names(h["builds"]), tables, variables, sliced, sql=text, where=str(path))
+    scope = h.get("scope", "session").strip()
+    if scope not in SCOPES:
+        raise ModuleError(f"{path}: scope: {scope} (known: {', '.join(SCOPES)})")
+    return Module(path.stem, _names(h["builds"]), tables, variables, sliced, scope, sql=text, where=str(path))
 
 
 _STEPS: list[Module] = []
@@ -126,9 +146,12 @@ def referenced(sql: str) -> tuple[set[str], set[str]]:
     """(tables read, tables created) by an SQL text: the names after FROM and JOIN that are not its
     CTEs' and after CREATE TABLE/VIEW (a check, not a parser: a name in a comma join is not seen)."""
     body = _strip(sql)
-    created = set(re.findall(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:TABLE|VIEW)\s+(\w+)", body, re.I))
+    created = set(re.findall(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:TABLE|VIEW|MACRO)\s+(\w+)", body, re.I))
     local = set(re.findall(r"\b(\w+)\s+AS\s*(?:MATERIALIZED\s*)?\(", body, re.I))
-    read = set(re.findall(r"\b(?:FROM|JOIN)\s+(\w+)\b(?!\s*\()", body, re.I))
+    read = set(re.findall(r"\b(?:FROM|JOIN)\s+(\w+)\b", body, re.I))
+    # a macro over a model's inputs reads query_table(inputs || '_statement'): the capture's model_statement
+    read |= {f"model_{t}" for t in re.findall(r"query_table\(\s*inputs\s*\|\|\s*'_(\w+)'\s*\)",
+                                             re.sub(r"--[^\n]*", " ", sql))}
     return read - local - created, created
 
 
@@ -225,8 +248,27 @@ class Modules:
     slices: Callable[[], list[tuple[int | None, int | None]]] = lambda: [(None, None)]
     built: list[str] = field(default_factory=list)   # module names in the order they ran
 
+    parent: "Modules | None" = None   # a request's: the session it runs in
+
     def holds(self, table: str) -> bool:
         return table in self.available
+
+    @contextmanager
+    def request(self, **variables):
+        """A request's runner: it builds `scope: request` modules with these variables (and what they
+        read from the session, in the session), and drops them at the end."""
+        req = Modules(self.db, set(self.available), {**self.variables, **variables}, self.slices, parent=self)
+        try:
+            yield req
+        finally:
+            from mwinv.correlator.load import session_tables
+
+            kinds = dict(self.db.sql("SELECT table_name, table_type FROM information_schema.tables").fetchall())
+            names = [t for m in reversed([m for m in modules() if m.name in req.built]) for t in reversed(m.builds)]
+            for t in names:
+                if t in session_tables(self.db):
+                    kind = {"VIEW": "VIEW", "BASE TABLE": "TABLE"}.get(kinds.get(t), "MACRO TABLE")
+                    self.db.con.execute(f"DROP {kind} {t}")
 
     def provide(self, table: str) -> None:
         """A table the session holds from elsewhere (read back from the capture): no module builds it."""
@@ -244,10 +286,17 @@ class Modules:
                     raise ModuleError(f"no module builds {table} and the session does not hold it")
                 return
             m = builder[table]
+            if (m.scope == "request") != (self.parent is not None):
+                if self.parent is None:
+                    raise ModuleError(f"{m.where}: built per request (Modules.request), not in the session")
+                self.parent.build(table)   # a request reads the session's tables: built there, once
+                self.available.add(table)
+                return
             if m.name not in needed:
                 needed[m.name] = m
                 for i in m.inputs:
-                    need(i)
+                    if not m.is_macro or (i in builder and builder[i].is_macro):
+                        need(i)
 
         for t in tables:
             need(t)
@@ -341,7 +390,8 @@ def graph(all_modules: list[Module] | None = None) -> str:
     lines = []
     for m in order(all_modules or modules()):
         kind = "python" if m.is_python else "sql"
-        tags = f" [{kind}" + (f", per {m.slice} slice" if m.slice else "") + "]"
+        tags = (f" [{kind}" + (f", per {m.slice} slice" if m.slice else "")
+                + (f", per {m.scope}" if m.scope != "session" else "") + "]")
         built = ", ".join(m.builds) if m.builds != (m.name,) else m.name
         lines.append(f"{built}{tags} <- {', '.join(m.inputs) or '-'}")
     return "\n".join(lines) + "\n"
@@ -352,7 +402,9 @@ def main(argv: list[str]) -> int:
         print("usage: python -m mwinv.correlator.modules --graph   # the module graph, in build order",
               file=sys.stderr)
         return 2
-    sys.stdout.write(graph())
+    from mwinv.correlator import modules as imported   # run as __main__: the steps register in the package's
+
+    sys.stdout.write(imported.graph())
     return 0
 
 

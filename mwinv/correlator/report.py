@@ -27,7 +27,7 @@ from mwinv.correlator import derive as derived
 from mwinv.correlator import svg
 from mwinv.correlator.advice import Advice
 from mwinv.correlator.classify import MIN_RANKED_SAMPLES, kernel_samples, thin_sources
-from mwinv.correlator.load import CaptureDB, literal, open_correlated, session_tables
+from mwinv.correlator.load import CaptureDB, literal, open_correlated
 from mwinv.correlator.model import MIN_TIMED_NS, WHAT_IFS, DiskWaitCheck, mean_abs_error
 from mwinv.correlator.nodes import NodePart
 from mwinv.correlator.pipeline import correlate, ranked_queries
@@ -43,7 +43,7 @@ class ReportData:
     """What one capture contributes to a report, read from its analysis session (derive.py built it)."""
     path: Path
     manifest: dict
-    statements: pa.Table   # the model's (derive.model_inputs): a cluster's data-node parts under their coordinator statement
+    statements: pa.Table   # the model's (model_statement): a cluster's data-node parts under their coordinator statement
     texts: dict[int, str]
     attribution: pa.Table
     kernel_functions: pa.Table
@@ -110,9 +110,10 @@ def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: b
     queries = ranked_queries(db)[:top] if derive else []
     if derive:
         derived.derive(db, advise=[q["example_id"] for q in queries], progress=step)
-    derived.model_inputs(db)
+    if db.has("statement"):
+        db.build(*derived.MODEL_INPUTS)
     texts = dict(db.sql("SELECT query_text_hash, any_value(text) FROM statement_text GROUP BY 1").fetchall())
-    data = ReportData(cap.path, manifest, _read(db, "model.statements"), texts, _read(db, "model.attribution"),
+    data = ReportData(cap.path, manifest, _read(db, "model_statement", "statement"), texts, _read(db, "model_attribution", "statement_attribution"),
                       _read(db, "statement_kernel_function"), _read(db, "node_sample"), db, missing,
                       duty_cycled=db.duty_cycled, queries=queries)
     if derive:
@@ -130,14 +131,13 @@ def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: b
 
 
 def _present(db: CaptureDB, table: str) -> bool:
-    schema, _, name = table.rpartition(".")
-    return name in session_tables(db, schema or "main")
+    return db.modules.holds(table)
 
 
-def _read(db: CaptureDB, table: str) -> pa.Table:
+def _read(db: CaptureDB, table: str, schema: str | None = None) -> pa.Table:
     """A table of the session (empty, typed by its schema, where the session has none)."""
     if not _present(db, table):
-        return empty_table(SCHEMAS[table])
+        return empty_table(SCHEMAS[schema or table])
     return db.sql(f"SELECT * FROM {table}").to_arrow_table()
 
 
@@ -171,13 +171,13 @@ def node_timelines(data: ReportData) -> dict[str, dict[str, dict[str, list[tuple
 
 def on_cpu_intervals(data: ReportData, statement_id: int) -> list[tuple[str, list[tuple[float, float]], str]]:
     """On-CPU intervals (seconds from the statement's start) of its backend and parallel workers, from sched_switch."""
-    st = data.db.sql("SELECT node, pid, start_ns, end_ns FROM model.statements "
+    st = data.db.sql("SELECT node, pid, start_ns, end_ns FROM model_statement "
                      f"WHERE statement_id = {literal(statement_id)}").fetchone()
     if st is None or not data.db.has("kernel_event"):
         return []
     node, pid, start, end = st
     pids = [pid] + [r[0] for r in data.db.sql(
-        f"SELECT DISTINCT pid FROM model.statements WHERE leader_pid = {literal(pid)} AND pid <> {literal(pid)} "
+        f"SELECT DISTINCT pid FROM model_statement WHERE leader_pid = {literal(pid)} AND pid <> {literal(pid)} "
         f"AND node = {literal(node)} AND start_ns < {literal(end)} AND end_ns > {literal(start)}").fetchall()]
     rows = []
     for p in pids:
@@ -313,7 +313,7 @@ def section_details(data: ReportData, queries: list[dict]) -> Section:
         h.append(f"<p>Longest of {q['calls']} execution(s): statement {sid}.</p>")
         strip = on_cpu_intervals(data, sid)
         if strip:
-            st = data.db.sql(f"SELECT start_ns, end_ns FROM model.statements WHERE statement_id = {literal(sid)}").fetchone()
+            st = data.db.sql(f"SELECT start_ns, end_ns FROM model_statement WHERE statement_id = {literal(sid)}").fetchone()
             h.append(svg.interval_strip(strip, (0, (st[1] - st[0]) / 1e9), "on-CPU (blue) / off-CPU (grey) over the statement"))
             on = sum(b - a for _, iv, _ in strip for a, b in iv)
             md.append(f"On-CPU {on * 1e3:.1f} ms of {(st[1] - st[0]) / 1e6:.1f} ms (from sched_switch).\n\n")

@@ -3,16 +3,18 @@
 -- up (largest first, equal shares in the limit classes' order), explained and unexplained time, the
 -- CPU split for a CPU-bound one, its parallel workers, and its I/O per node. The kernel functions'
 -- evidence is added in classify.classify for the few statements that have some (statement_class).
+-- A table macro over a model's inputs, read as query_table(inputs || '_statement') etc.: inputs 'model'
+-- (the capture's: model_statement, ...) or 'advice' (the advice's examples: advice_statement, ...).
 --
 -- builds:  class_evidence
 -- inputs:  class_shares, model_node_inputs; the variable internal_threshold
 -- columns: node, statement_id, query_id, limit, allocated_share, confidence, evidence
-CREATE VIEW class_evidence AS
+CREATE MACRO class_evidence(inputs) AS TABLE
 WITH io AS (
     SELECT statement_id, string_agg(printf('; node %s: seq %.1f MiB, random %d reqs (%.1f MiB), net %.1f MiB',
                                            node, seq_bytes / 1048576, random_reqs::BIGINT,
                                            random_bytes / 1048576, net_bytes / 1048576), '' ORDER BY node) AS lines
-    FROM model_node_inputs WHERE seq_bytes <> 0 OR random_reqs <> 0 OR net_bytes <> 0 GROUP BY 1)
+    FROM model_node_inputs(inputs) WHERE seq_bytes <> 0 OR random_reqs <> 0 OR net_bytes <> 0 GROUP BY 1)
 SELECT node, statement_id, query_id,
        CASE WHEN none THEN 'unknown' ELSE lim END AS "limit",
        CASE WHEN none THEN 0.0 ELSE explained END AS allocated_share,
@@ -39,4 +41,4 @@ SELECT node, statement_id, query_id,
                    ELSE '' END
            || coalesce(io.lines, '')
        END AS evidence
-FROM class_shares LEFT JOIN io USING (statement_id) ORDER BY statement_id
+FROM class_shares(inputs) LEFT JOIN io USING (statement_id) ORDER BY statement_id

@@ -3,12 +3,14 @@
 -- (dbms-internal when explained is below the variable internal_threshold, else the first largest
 -- of the limit classes in classify.LIMIT_CLASSES' order), its confidence, and `none` (no
 -- attribution rows). The one place these rules are written: the classification and the advice read it.
+-- A table macro over a model's inputs, read as query_table(inputs || '_statement') etc.: inputs 'model'
+-- (the capture's: model_statement, ...) or 'advice' (the advice's examples: advice_statement, ...).
 --
 -- builds:  class_shares
--- inputs:  statement_shares, statements; the variable internal_threshold
+-- inputs:  statement_shares, model_statement; the variable internal_threshold
 -- columns: statement_shares', node, s_<class> per classify.CLASS_COMPONENTS, none, explained, top, lim,
 --          confidence (tests/test_sql_files.py checks the classes against classify.py)
-CREATE VIEW class_shares AS
+CREATE MACRO class_shares(inputs) AS TABLE
 WITH c AS (
     SELECT sh.*, s.node,
            CASE WHEN wall_ns > 0 THEN (coalesce(cpu_user, 0) + coalesce(cpu_sys, 0)) / wall_ns ELSE 0 END AS s_cpu,
@@ -23,7 +25,7 @@ WITH c AS (
            cpu_user IS NULL AND cpu_sys IS NULL AND disk_seq IS NULL AND disk_random IS NULL AND network IS NULL
                AND remote_wait IS NULL AND lock_wait IS NULL AND run_queue IS NULL AND other_wait IS NULL
                AND client_wait IS NULL AND not_allocated IS NULL AS none
-    FROM statement_shares sh JOIN statements s USING (statement_id)),
+    FROM statement_shares(inputs) sh JOIN query_table(inputs || '_statement') s USING (statement_id)),
 d AS (
     SELECT *, s_cpu + s_disk_seq + s_disk_random + s_network + s_lock + s_run_queue + s_remote AS explained,
            greatest(s_cpu, s_disk_seq, s_disk_random, s_network, s_lock, s_run_queue, s_remote) AS top

@@ -1,33 +1,33 @@
 -- model_node_inputs: per root statement and node, the model's inputs ([Taufer]'s per-node terms): the
 -- root's own CPU and its parallel workers' apart, the workers' count, sequential and random bytes
--- and requests, network bytes. A view in the schema `model` (derive.model_inputs): the model, the
--- classifier and the disk check read it.
+-- and requests, network bytes. The model, the classifier and the disk check read it.
+-- A table macro over a model's inputs, read as query_table(inputs || '_statement') etc.: inputs 'model'
+-- (the capture's: model_statement, ...) or 'advice' (the advice's examples: advice_statement, ...).
 --
 -- builds:  model_node_inputs
--- inputs:  statements (statement_clean, or a cluster's with data-node parts as sub-statements),
---          attribution (statement_attribution), statement_io
+-- inputs:  model_statement, model_attribution, model_statement_io
 -- columns: statement_id, node, cpu_ns, workers_cpu_ns, workers, seq_bytes, seq_reqs, random_reqs,
 --          random_bytes, net_bytes (DOUBLE)
-CREATE VIEW model_node_inputs AS
+CREATE MACRO model_node_inputs(inputs) AS TABLE
 WITH RECURSIVE roots AS (  -- remote sub-statements and parallel workers belong to their root
-    SELECT statement_id, statement_id AS root_id, node AS root_node FROM statements WHERE parent_statement_id IS NULL
+    SELECT statement_id, statement_id AS root_id, node AS root_node FROM query_table(inputs || '_statement') WHERE parent_statement_id IS NULL
     UNION ALL
-    SELECT s.statement_id, r.root_id, r.root_node FROM statements s JOIN roots r ON s.parent_statement_id = r.statement_id
+    SELECT s.statement_id, r.root_id, r.root_node FROM query_table(inputs || '_statement') s JOIN roots r ON s.parent_statement_id = r.statement_id
 ),
 worker AS (  -- a parallel worker: its own pid, its leader's statement as parent
-    SELECT statement_id FROM statements
+    SELECT statement_id FROM query_table(inputs || '_statement')
     WHERE parent_statement_id IS NOT NULL AND leader_pid IS NOT NULL AND pid <> leader_pid
 ),
 cpu AS (  -- a leader's own CPU, and its workers' (rolled up into the leader's attribution rows)
     SELECT statement_id, node, sum(ns) FILTER (WHERE component IN ('cpu_user', 'cpu_sys')) AS cpu_ns,
            sum(from_workers_ns) FILTER (WHERE component IN ('cpu_user', 'cpu_sys')) AS workers_cpu_ns
-    FROM attribution GROUP BY ALL
+    FROM query_table(inputs || '_attribution') GROUP BY ALL
 ),
 io AS (
     SELECT statement_id, node, sum(seq_bytes) AS seq_bytes, sum(seq_reqs) AS seq_reqs, sum(random_reqs) AS random_reqs,
            sum(random_bytes) AS random_bytes,
            sum(coalesce(net_rx_bytes, 0) + coalesce(net_tx_bytes, 0)) AS net_bytes
-    FROM statement_io GROUP BY ALL
+    FROM query_table(inputs || '_statement_io') GROUP BY ALL
 ),
 both_ AS (
     SELECT coalesce(cpu.statement_id, io.statement_id) AS statement_id, coalesce(cpu.node, io.node) AS node,

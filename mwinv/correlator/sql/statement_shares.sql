@@ -2,12 +2,14 @@
 -- (its record's window less the portal's idle gaps waiting for the client) and the attributed ns
 -- per component, NULL where it has no row of that component. The model, the classification and the
 -- advice read it.
+-- A table macro over a model's inputs, read as query_table(inputs || '_statement') etc.: inputs 'model'
+-- (the capture's: model_statement, ...) or 'advice' (the advice's examples: advice_statement, ...).
 --
 -- builds:  statement_shares
--- inputs:  statements, attribution (the schema `model`: derive.model_inputs)
+-- inputs:  model_statement, model_attribution
 -- columns: statement_id, query_id, wall_ns, from_workers_ns, and one per ATTRIBUTION_COMPONENTS
 --          (tests/test_sql_files.py checks they are the same)
-CREATE VIEW statement_shares AS
+CREATE MACRO statement_shares(inputs) AS TABLE
 SELECT s.statement_id, s.query_id,
        any_value(s.end_ns - s.start_ns) - coalesce(sum(a.ns) FILTER (WHERE a.component = 'client_wait'), 0) AS wall_ns,
        coalesce(sum(a.from_workers_ns), 0) AS from_workers_ns,
@@ -22,6 +24,6 @@ SELECT s.statement_id, s.query_id,
        sum(a.ns) FILTER (WHERE a.component = 'other_wait') AS other_wait,
        sum(a.ns) FILTER (WHERE a.component = 'client_wait') AS client_wait,
        sum(a.ns) FILTER (WHERE a.component = 'not_allocated') AS not_allocated
-FROM statements s LEFT JOIN attribution a USING (statement_id)
+FROM query_table(inputs || '_statement') s LEFT JOIN query_table(inputs || '_attribution') a USING (statement_id)
 WHERE s.parent_statement_id IS NULL
 GROUP BY ALL ORDER BY 1;

@@ -1,0 +1,29 @@
+-- advice_statement: the statements the advice's model reads (macros over 'advice'): each example with
+-- its executions' times, rows and bytes summed (end_ns: its start plus their wall time) and their
+-- count, the executions' parallel workers and remote parts under their example, and, around an
+-- execution that waited for a lock, the other backends' statements (the blocker is among them).
+--
+-- builds:  advice_statement
+-- inputs:  advice_example, advice_member, statement, statement_attribution; the variables min_lock_share,
+--          blocker_lookback_ns
+-- scope:   request
+-- columns: statement's, executions
+CREATE TABLE advice_statement AS
+WITH g AS (
+    SELECT m.key, count(*) AS executions, sum(s.end_ns - s.start_ns)::BIGINT AS wall_ns,
+           sum(s.rows)::BIGINT AS rows, sum(s.write_bytes)::BIGINT AS write_bytes
+    FROM advice_member m JOIN statement s USING (statement_id) GROUP BY m.key),
+locked AS (  -- the single executions that waited for a lock
+    SELECT e.node, e.start_ns, e.end_ns FROM advice_example e JOIN g ON g.key = e.statement_id AND g.executions = 1
+    JOIN statement_attribution a USING (statement_id)
+    WHERE a.component = 'lock_wait' AND a.ns >= getvariable('min_lock_share') * (e.end_ns - e.start_ns))
+SELECT e.* REPLACE (e.start_ns + g.wall_ns AS end_ns, g.rows AS rows, g.write_bytes AS write_bytes),
+       g.executions
+FROM advice_example e JOIN g ON g.key = e.statement_id
+UNION ALL BY NAME  -- the executions' parallel workers and remote parts, under their example
+SELECT w.* REPLACE (m.key AS parent_statement_id), 1 AS executions
+FROM statement w JOIN advice_member m ON w.parent_statement_id = m.statement_id
+UNION ALL BY NAME  -- other backends' statements around a lock wait
+SELECT DISTINCT s.*, 1 AS executions FROM statement s JOIN locked l
+    ON s.node = l.node AND s.start_ns < l.end_ns AND s.end_ns > l.start_ns - getvariable('blocker_lookback_ns')
+WHERE s.statement_id NOT IN (SELECT statement_id FROM advice_member);
