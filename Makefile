@@ -6,7 +6,7 @@ OUT    ?= out/demo
 PYTEST_ARGS ?=
 BENCH  ?=
 
-.PHONY: deps demo demo-cluster test extension installcheck bench clean
+.PHONY: deps demo demo-cluster test test-quick extension installcheck bench clean
 
 deps:
 	bash scripts/deps.sh
@@ -25,6 +25,11 @@ demo-cluster: deps extension
 test: deps extension
 	@if [ -f dbplugins/postgresql/Makefile ]; then bash scripts/installcheck.sh; fi
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# the tests that need no root (those that do carry the marker `root`, given in tests/conftest.py):
+# any user, under 2 minutes, once `make deps extension` has run (docs/contributing.md)
+test-quick:
+	$(PY) -m pytest -m "not root" $(PYTEST_ARGS)
 
 # `make bench` lists the benchmarks; `make bench BENCH=correlate` (or BENCH=all) runs them.
 bench: deps extension

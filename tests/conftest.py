@@ -1,10 +1,100 @@
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 
+from mwinv.kernel_trace.tracefs import TRACEFS_CANDIDATES
 from mwinv.workloads.setup import tpch_server
 
 TEST_SCALE = float(os.environ.get("MWINV_TEST_SCALE", "0.01"))
+
+# The tests that need root, and what for: the one place the `root` marker is given (`make test-quick`
+# runs the rest: `-m "not root"`). A new test that needs root goes here, by its module (every test in
+# it), by module::test, or by a fixture (every test using it, also through another fixture). A need
+# is a word of the skip's reason; "tracefs" also needs kernel tracing mounted, "perf" the perf tool.
+ROOT_MODULES = {
+    "test_capture_lifetime": "tracefs",
+    "test_cluster": "namespaces, cgroups",
+    "test_correlator": "tracefs",
+    "test_degraded": "tracefs",
+    "test_duty_cycle": "tracefs",
+    "test_experiment": "namespaces, cgroups",
+    "test_model_whatif": "tracefs, cgroups, namespaces",
+    "test_report": "tracefs, cgroups",
+    "test_serverdir": "servers of root's directory",
+}
+ROOT_TESTS = {
+    "test_cluster::test_link_rate_what_if_checked_by_running": "tracefs",
+    "test_extension::test_usdt_probes_fire_with_statement_ids": "tracefs",
+    "test_inputs::test_full_disk_during_a_real_capture": "tracefs, mount",
+    "test_kernel_record::test_capture_of_tpch_queries": "tracefs",
+    "test_kernel_record::test_sigterm_restores_state_and_keeps_the_capture": "tracefs",
+    "test_kernel_record::test_kill9_leftovers_are_cleaned_by_the_next_run": "tracefs",
+    "test_kernel_record::test_missing_pid_and_events_are_clear_errors": "tracefs",
+    "test_lifecycle::test_kill9_capture_is_finished_by_the_next_correlation": "tracefs",
+    "test_lifecycle::test_an_interrupted_capture_leaves_its_parse_to_the_next_correlation": "tracefs",
+    "test_lifecycle::test_a_second_sigterm_while_a_capture_stops": "tracefs",
+    "test_lifecycle::test_two_sigterms_while_an_experiment_captures_its_load": "tracefs, namespaces, cgroups",
+    "test_mariadb::test_tpch_answers_equal_the_official_ones": "MariaDB as mysql",
+    "test_mariadb::test_capture_tpch_with_kernel_tracing": "tracefs",
+    "test_mariadb::test_sigterm_stops_and_removes_server": "MariaDB as mysql",
+    "test_mariadb::test_the_thread_pool_worker_of_each_statement": "tracefs",
+    "test_mariadb::test_reads_that_io_threads_complete_are_disk_waits": "tracefs",
+    "test_mariadb::test_statements_the_ring_overwrote_are_counted": "MariaDB as mysql",
+    "test_model_calibrate::test_disk_rate_follows_a_blkio_throttle": "cgroups",
+    "test_model_calibrate::test_link_rate_follows_tbf_on_a_veth": "namespaces",
+    "test_oracle::test_kernel_side_of_the_traced_host": "tracefs",
+    "test_pgserver::test_missing_postgres_user_is_one_line_error": "PostgreSQL as postgres",
+    "test_private_files::test_a_capture_and_its_report_are_private_whatever_the_umask": "tracefs",
+    "test_private_files::test_group_shares_read_only": "tracefs",
+    "test_private_files::test_an_experiment_under_a_quote_is_run_reported_and_private": "namespaces, cgroups",
+    "test_private_files::test_a_second_capture_replaces_the_perf_output_of_the_first": "perf",
+    "test_tpch::test_cold_run_restarts_server": "dropping the page cache",
+}
+ROOT_FIXTURES = {
+    "cluster_capture": "tracefs",         # test_cluster
+    "hostile": "another local user",
+    "installed": "the extension's installation",   # test_extension
+    "mariadb_server": "MariaDB as mysql",
+    "tiny_fs": "mount",                   # test_inputs
+    "traced": "tracefs",                  # test_statement_window
+}
+
+
+def _needs(item: pytest.Item) -> list[str]:
+    module = item.module.__name__ if getattr(item, "module", None) else ""
+    said = [ROOT_MODULES.get(module), ROOT_TESTS.get(f"{module}::{item.originalname}"),
+            *(ROOT_FIXTURES.get(f) for f in item.fixturenames)]
+    return list(dict.fromkeys(n.strip() for s in said if s for n in s.split(",")))
+
+
+def _missing(needs: list[str]) -> str | None:
+    """Why tests with these needs cannot run here (None: they can)."""
+    if os.geteuid() != 0:
+        return f"needs root ({', '.join(needs)})"
+    if "tracefs" in needs and not any((r / "instances").is_dir() for r in TRACEFS_CANDIDATES):
+        return "needs tracefs (kernel tracing) mounted"
+    if "perf" in needs and not shutil.which("perf"):
+        return "needs the perf tool"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)   # before -m selects by the marker
+def pytest_collection_modifyitems(config, items):
+    modules = {item.module.__name__: item.module for item in items if getattr(item, "module", None)}
+    stale = [m for m in ROOT_MODULES if not (Path(__file__).parent / f"{m}.py").exists()]
+    stale += [t for t in ROOT_TESTS if t.split("::")[0] in modules
+              and not hasattr(modules[t.split("::")[0]], t.split("::")[1])]
+    if stale:
+        raise pytest.UsageError(f"tests/conftest.py names modules or tests that do not exist: {stale}")
+    for item in items:
+        needs = _needs(item)
+        if needs:
+            item.add_marker(pytest.mark.root(*needs))
+            why = _missing(needs)
+            if why:
+                item.add_marker(pytest.mark.skip(reason=why))
 
 
 @pytest.fixture(scope="session")

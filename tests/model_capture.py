@@ -21,18 +21,6 @@ from mwinv.calibrate import calibrate_cpu, calibrate_disk, calibrate_link
 from mwinv.correlator.pipeline import correlate
 from mwinv.engines.postgresql.reader import connect_untracked
 
-TRACEFS = Path("/sys/kernel/tracing")
-
-
-def tracefs_usable() -> str | None:
-    """None if a tracefs instance can be made here, else why not."""
-    if os.geteuid() != 0:
-        return "needs root for tracefs"
-    if not (TRACEFS / "instances").is_dir():
-        return f"tracefs is not mounted at {TRACEFS}"
-    return None
-
-
 def make_capture_from_run(server, statements: list[tuple], capture_dir, dbname: str = "tpch",
                           node: str = "node0", before_each=None, calibration: dict | None = None,
                           settings: dict | None = None, on_backend=None) -> Capture:

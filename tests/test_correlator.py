@@ -1,7 +1,6 @@
 """Cross-checks of the correlator against independent sources, on a real PostgreSQL with the mwinv
 extension, real kernel tracing and a real capture (issue 6)."""
 
-import os
 import threading
 import time
 from pathlib import Path
@@ -13,10 +12,6 @@ from mwinv.cgroup import Cgroup, block_device_of, drop_page_cache
 from mwinv.correlator.pipeline import correlate, top_statements
 from mwinv.errors import MwinvError
 from mwinv.engines.postgresql.server import PgServer
-
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not Path("/sys/kernel/tracing/instances").exists(),
-    reason="needs root and tracefs (kernel tracing) for a real capture")
 
 # a slow disk (bandwidth for the scan, access rate for the probes), so that disk waits dominate the
 # cold scans at this small scale

@@ -17,10 +17,6 @@ from mwinv.engines.sqltext import normalized
 from mwinv.workloads import tpch
 from mwinv.workloads.setup import tpch_server
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not Path("/sys/kernel/tracing/instances").exists(),
-    reason="needs root and tracefs (kernel tracing) for a real capture")
-
 QUERIES = (1, 6, 3, 12)
 RUNS = 4   # one cold, then warm ones: the fastest warm one is compared
 

@@ -4,7 +4,6 @@ window covers whole are attributed from the kernel (and sum to their wall time),
 statement's shares over them agree with a full capture of the same load."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,9 +18,6 @@ from mwinv.correlator.report import load
 from mwinv.engines.postgresql.server import PgServer, pg_bindir
 
 MWINV_TRACE = str(Path(sys.executable).parent / "mwinv-trace")
-
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not Path("/sys/kernel/tracing/instances").exists(),
-                                reason="needs root and tracefs (kernel tracing) for a real capture")
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ import pytest
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, Capture
 from mwinv.workloads import tpch
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="clusters need root (namespaces, cgroups)")
 MWINV = str(Path(sys.executable).parent / "mwinv")
 CHROMIUM = "/usr/bin/chromium"
 PLAN = """

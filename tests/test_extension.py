@@ -26,8 +26,6 @@ GUCS = {"compute_query_id": "on"}
 
 
 def _install_extension() -> Path:
-    if os.geteuid() != 0:
-        pytest.skip("installing the extension into the PostgreSQL lib dir needs root")
     proc = subprocess.run(["make", "-C", str(EXT_DIR), "install"], capture_output=True, text=True)
     if proc.returncode != 0:
         pytest.fail("make install failed: " + (proc.stderr.strip().splitlines() or ["?"])[-1])
@@ -368,10 +366,9 @@ def _append(path: Path, line: str) -> None:
         os.close(fd)
 
 
-@pytest.mark.kernel
 def test_usdt_probes_fire_with_statement_ids(installed, server):
-    if not (TRACEFS / "uprobe_events").exists() or os.geteuid() != 0:
-        pytest.skip("needs root and tracefs with uprobe_events")
+    if not (TRACEFS / "uprobe_events").exists():
+        pytest.skip("the kernel has no uprobe_events")
     group = f"mwinvext{os.getpid()}"
     instance = TRACEFS / "instances" / group
     probes = [_usdt_uprobe(installed, n, group) for n in ("statement__start", "statement__done")]
@@ -560,8 +557,8 @@ def test_a_ring_name_planted_by_another_user_is_not_used(installed, hostile, tmp
     """Another local user who makes /dev/shm/mwinv.<postmaster pid> first (a file of theirs, 0666, or a
     symlink) neither gets the ring nor stops the server nor its mapped reader: the ring goes to a new file
     of a random name, the server's OS user's alone, which mwinv_ring_attach() names."""
-    if os.geteuid() != 0 or not os.path.isdir("/dev/shm"):
-        pytest.skip("needs root (a server of another OS user) and /dev/shm")
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("needs /dev/shm")
     planted: list[Path] = []
     # what the planted file would hold as a ring's header once the user rewrites it: 0 slots
     header = b"MWINVRNG" + (1).to_bytes(4, "little") + (256).to_bytes(4, "little") + bytes(248)
@@ -654,7 +651,7 @@ def _ring_header(nslots=16, slot_size=200, record_offset=8, header_size=256, mag
     ({"magic": b"NOTARING"}, "magic b'NOTARING'"), ({"token": 8}, "token differs"),
     ({"size": 256 + 15 * 200}, "size 3256, not 256 + 16 slots of 200 bytes"),
     ({"size": 100}, "100 bytes, shorter than its 256-byte header"),
-    ({"mode": 0o644}, "mode 0644, not 0600"), ({"owner": 12345}, "owner uid 0, the server runs as uid 12345"),
+    ({"mode": 0o644}, "mode 0644, not 0600"), ({"owner": 12345}, "owner uid {uid}, the server runs as uid 12345"),
 ])
 def test_a_corrupt_ring_file_is_one_line(tmp_path, change, field):
     """Every header field the reader trusts is checked before the slots are mapped: a bad one is a one-line
@@ -674,7 +671,8 @@ def test_a_corrupt_ring_file_is_one_line(tmp_path, change, field):
     path.chmod(change.get("mode", 0o600))
     with pytest.raises(MwinvError) as err:
         MappedRing(str(path), 7, dtype, change.get("owner", os.geteuid())).close()
-    assert str(err.value).startswith(f"{path}: not this server's mwinv ring: {field}") and "\n" not in str(err.value)
+    said = field.format(uid=os.geteuid())   # the file's owner: whoever runs the test
+    assert str(err.value).startswith(f"{path}: not this server's mwinv ring: {said}") and "\n" not in str(err.value)
 
 
 def test_a_ring_file_is_not_opened_through_a_symlink(tmp_path):

@@ -21,17 +21,6 @@ from mwinv.kernel_trace.tracefs import TRACEFS_CANDIDATES, our_uprobes
 BIN = Path(sys.executable).parent
 
 
-def _tracing_unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "kernel tracing needs root"
-    if not any((r / "instances").is_dir() for r in TRACEFS_CANDIDATES):
-        return "tracefs is not mounted"
-    return None
-
-
-kernel = pytest.mark.skipif(_tracing_unavailable() is not None, reason=str(_tracing_unavailable()))
-
-
 def our_instances(pid: int | None = None) -> list[str]:
     """The mwinv instances of process `pid` (default: this one). Another mwinv run on the machine (a second
     test suite, a user's capture) has its own, named by its pid: they must not count."""
@@ -53,8 +42,6 @@ def wait_for(cond, timeout_s: float = 60.0):
     raise AssertionError("timed out")
 
 
-@pytest.mark.kernel
-@kernel
 def test_capture_of_tpch_queries(tpch_pg, tmp_path):
     from mwinv.node_capture import NodeCapture
     from mwinv.options import CaptureOptions
@@ -107,8 +94,6 @@ def test_capture_of_tpch_queries(tpch_pg, tmp_path):
     assert cap.summary["sampler"]["samples"] > 0
 
 
-@pytest.mark.kernel
-@kernel
 def test_sigterm_restores_state_and_keeps_the_capture(tmp_path):
     sleeper = subprocess.Popen(["sleep", "120"])
     try:
@@ -154,8 +139,6 @@ def _probe_target() -> str:
     return f"/usr/bin/true:0x{_file_offset(entry, _load_segments(Path('/usr/bin/true'))):x}"
 
 
-@pytest.mark.kernel
-@kernel
 def test_kill9_leftovers_are_cleaned_by_the_next_run(tmp_path):
     from mwinv.kernel_trace.recorder import KernelRecorder, RecorderConfig
 
@@ -188,8 +171,6 @@ def test_kill9_leftovers_are_cleaned_by_the_next_run(tmp_path):
         sleeper.kill()
 
 
-@pytest.mark.kernel
-@kernel
 def test_missing_pid_and_events_are_clear_errors(tmp_path):
     from mwinv.kernel_trace.recorder import KernelRecorder, RecorderConfig
     from mwinv.kernel_trace.usdt import ProbeSet

@@ -74,7 +74,6 @@ def test_start_failures_are_one_line(mariadb_server):
     assert "\n" not in str(e.value) and not bad.base_dir.exists()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="MariaDB runs as mysql: only root can start it so")
 def test_tpch_answers_equal_the_official_ones(mariadb_server):
     data = tpch.generate(0.01)
     with mariadb_server.connect() as conn:
@@ -94,8 +93,6 @@ def _thread_cpu_ns(pid: int, tid: int) -> int:
     return (int(fields[11]) + int(fields[12])) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not Path("/sys/kernel/tracing/instances").exists(),
-                    reason="needs root and tracefs (kernel tracing)")
 def test_capture_tpch_with_kernel_tracing(mariadb_server, tmp_path):
     """TPC-H on MariaDB under a capture: every statement on its OS thread, its components summing to its
     wall time, its CPU against /proc's count for that thread, the clock mapping's error bounded,
@@ -148,8 +145,6 @@ def test_capture_tpch_with_kernel_tracing(mariadb_server, tmp_path):
     assert "mariadb.index" in text and "l_returnflag" in text and "max_parallel_workers" not in text
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not Path("/sys/kernel/tracing/instances").exists(),
-                    reason="needs root and tracefs (kernel tracing)")
 def test_the_thread_pool_worker_of_each_statement(tmp_path):
     """With the thread pool a connection's statements run on whichever worker is free, and
     performance_schema names only the worker a connection last ran on. Each statement is placed on the
@@ -200,8 +195,6 @@ def test_the_thread_pool_worker_of_each_statement(tmp_path):
     print(f"{moved} of {len(rows)} statements ran on another worker than performance_schema's last one")
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not Path("/sys/kernel/tracing/instances").exists(),
-                    reason="needs root and tracefs (kernel tracing) for a real capture")
 def test_reads_that_io_threads_complete_are_disk_waits(tmp_path):
     """A cold scan through a buffer pool smaller than the table, O_DIRECT: the query thread submits its
     reads and sleeps on a futex until InnoDB has reaped the completion and released the page. Those
@@ -262,7 +255,6 @@ def test_reads_that_io_threads_complete_are_disk_waits(tmp_path):
     assert parts.get("lock_wait", 0) <= other + tails + 0.25 * io + 0.05 * wall, (parts, io, other, tails)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="MariaDB runs as mysql: only root can start it so")
 def test_statements_the_ring_overwrote_are_counted(tmp_path):
     """A 100-row history ring drained every 0.5 s under 3,000 quick statements: what was overwritten
     before a drain is counted from the server's own counters, and the capture's manifest says so."""

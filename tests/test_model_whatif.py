@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from model_capture import make_capture_from_run, statement_ids, tracefs_usable, veth_namespace  # noqa: E402
+from model_capture import make_capture_from_run, statement_ids, veth_namespace  # noqa: E402
 
 from mwinv.cgroup import Cgroup, block_device_of, drop_page_cache  # noqa: E402
 from mwinv.correlator.model import model_connection, predict  # noqa: E402
@@ -39,8 +39,7 @@ MAX_SPREAD = 1.5  # slowest / fastest free re-run: above this the machine is too
 THROTTLE_BPS = 8 * 2**20
 
 pytestmark = [
-    pytest.mark.kernel, pytest.mark.slow,
-    pytest.mark.skipif(tracefs_usable() is not None, reason=f"capture: {tracefs_usable()}"),
+    pytest.mark.slow,
     pytest.mark.skipif(not Path("/sys/fs/cgroup/cpu/tasks").exists() or not Path("/sys/fs/cgroup/blkio/tasks").exists(),
                        reason="cgroup v1 cpu and blkio controllers are not mounted"),
 ]

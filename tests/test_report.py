@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from model_capture import make_capture_from_run, sql_key, statement_ids, tracefs_usable  # noqa: E402
+from model_capture import make_capture_from_run, sql_key, statement_ids  # noqa: E402
 
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, Capture  # noqa: E402
 from mwinv.cgroup import Cgroup, drop_page_cache  # noqa: E402
@@ -26,9 +26,6 @@ from mwinv.workloads import tpch  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(os.environ.get("MWINV_TEST_ARTIFACTS", Path(__file__).parent.parent / "out" / "test-artifacts"))
-
-pytestmark = [pytest.mark.kernel,
-              pytest.mark.skipif(tracefs_usable() is not None, reason=f"real capture: {tracefs_usable()}")]
 
 SHORT_SQL = "SELECT count(*) FROM orders WHERE o_totalprice > 1000"
 SHORT_RUNS = 30

@@ -19,7 +19,6 @@ from mwinv.kernel_trace.tracefs import pid_alive
 from mwinv.engines.postgresql.server import PgServer
 
 MWINV = str(Path(sys.executable).parent / "mwinv")
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="clean and down run as root")
 
 
 def _mwinv(*argv: str, **env: str) -> subprocess.CompletedProcess:

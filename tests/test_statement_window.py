@@ -9,7 +9,6 @@ import os
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -17,10 +16,6 @@ import pytest
 from mwinv.capture.tables import Capture
 from mwinv.engines.postgresql.server import PgServer, pg_bindir
 from pgwire import Wire  # noqa: E402
-
-needs_tracing = pytest.mark.skipif(
-    os.geteuid() != 0 or not Path("/sys/kernel/tracing/instances").exists(),
-    reason="needs root and tracefs (kernel tracing) for a real capture")
 
 SCRIPT = """\\set aid random(1, 100000)
 \\set r random(1, 99000)
@@ -218,7 +213,6 @@ def _attribution(db, where: str) -> tuple[dict, dict]:
     return row, comp
 
 
-@needs_tracing
 def test_portal_run_in_chunks_waits_for_the_client(traced):
     """One record for the portal's 11 Executes; the sleeps between them are its client_wait, seen both by
     the extension (client_wait_ns) and by the kernel trace (epoll_wait after recvfrom's EAGAIN), not
@@ -234,7 +228,6 @@ def test_portal_run_in_chunks_waits_for_the_client(traced):
     assert wall - comp["client_wait"] < 0.2 * slept, comp
 
 
-@needs_tracing
 def test_table_lock_wait_is_lock_wait_and_names_the_blocker(traced):
     """The 1.5 s wait for the other session's LOCK TABLE is the record's lock_wait, and the advice names the
     backend that held the lock and its LOCK TABLE statement."""
