@@ -198,117 +198,138 @@ def _prepend(carry: dict[str, np.ndarray], raw: dict[str, np.ndarray]) -> dict[s
     return {c: np.insert(raw[c], at, carry[c]) for c in raw}
 
 
+class _Pids:
+    """One slice's rows grouped by pid (sorted by node, pid, ts): each row's group start and end, and the
+    fills within a group that carry the state."""
+
+    def __init__(self, raw: dict[str, np.ndarray]):
+        node_c, pid = raw["node"], raw["pid"]
+        n = len(pid)
+        self.kind = raw["kind"]
+        self.rows = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
+        new_group = np.ones(n, bool)
+        new_group[1:] = (pid[1:] != pid[:-1]) | (node_c[1:] != node_c[:-1])
+        self.start = np.maximum.accumulate(np.where(new_group, self.rows, 0))
+        self.last = np.empty(n, bool)
+        self.last[:-1], self.last[-1:] = new_group[1:], True
+        self.end = np.minimum.accumulate(np.where(self.last, self.rows, n)[::-1])[::-1]
+
+    def is_kind(self, *names: str) -> np.ndarray:
+        wanted = np.zeros(len(POINT_KINDS) + 1, bool)   # the last entry: code -1 (none)
+        wanted[[_code(POINT_KINDS, k) for k in names]] = True
+        return wanted[self.kind]
+
+    def forward(self, valid: np.ndarray) -> np.ndarray:
+        return _forward(valid, self.start, self.rows)
+
+    def backward(self, valid: np.ndarray) -> np.ndarray:
+        return _backward(valid, self.end, self.rows)
+
+    def cumsum(self, v: np.ndarray) -> np.ndarray:
+        c = np.cumsum(v)
+        return c - (c[self.start] - v[self.start])
+
+
 def _segment_state(raw: dict[str, np.ndarray], infos: list[str],
                    last_slice: bool) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:
     """The segment columns of one slice (`keep`: the rows whose stretch ends in this slice) and
     the rows the next slice needs (None after the last slice)."""
-    node_c, pid, ts, kind_c, info_c, nr = (raw[c] for c in ("node", "pid", "ts", "kind", "info", "nr"))
-    n = len(pid)
-    rows = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
-
-    def is_kind(*names: str) -> np.ndarray:
-        wanted = np.zeros(len(POINT_KINDS) + 1, bool)   # the last entry: code -1 (none)
-        wanted[[_code(POINT_KINDS, k) for k in names]] = True
-        return wanted[kind_c]
-
-    new_group = np.ones(n, bool)
-    new_group[1:] = (pid[1:] != pid[:-1]) | (node_c[1:] != node_c[:-1])
-    start = np.maximum.accumulate(np.where(new_group, rows, 0))
-    last = np.empty(n, bool)
-    last[:-1], last[-1:] = new_group[1:], True
-    end = np.minimum.accumulate(np.where(last, rows, n)[::-1])[::-1]
-
-    on, off, wake = is_kind("on"), is_kind("off"), is_kind("wake")
-    enter, exit_ = is_kind("enter"), is_kind("exit")
-    self_evidence = is_kind(*SELF_EVIDENCE_KINDS)
-    runnable_info = np.array([v.startswith("R") for v in infos] + [False], bool)[info_c]
-    last_onoff = _forward(on | off, start, rows)          # the last switch in or out, -1 none
-    last_onoff_on = _carried(on, last_onoff, False)
-    # CPU state an event implies: codes of CPU_STATES, -1 none
-    event_state = np.full(n, -1, np.int8)
-    event_state[wake] = np.where(last_onoff_on[wake], _code(CPU_STATES, "running"), _code(CPU_STATES, "runnable"))
-    event_state[off] = np.where(runnable_info[off], _code(CPU_STATES, "runnable"), _code(CPU_STATES, "sleeping"))
-    event_state[on | self_evidence] = _code(CPU_STATES, "running")
-    evidence = np.full(n, -1, np.int8)
-    evidence[self_evidence] = _code(EVIDENCE, "self")
-    evidence[off], evidence[on] = _code(EVIDENCE, "off"), _code(EVIDENCE, "on")
-    onoff = np.where(on, _code(EVIDENCE, "on"), np.where(off, _code(EVIDENCE, "off"), -1)).astype(np.int8)
-
-    has_next = ~last
-    following = np.full(n, -1, rows.dtype)
-    following[:-1] = np.where(has_next[:-1], rows[1:], -1)
-    next_evidence = np.where(following >= 0, _carried(_backward(evidence >= 0, end, rows), following), -1)
-    next_evidence = _carried(evidence, next_evidence)
-    call = _forward(enter | exit_, start, rows)            # the last syscall entry or exit
-    stmt = _forward(is_kind("stmt_start", "stmt_end"), start, rows)
-    lock, lwlock = is_kind("lock_start", "lock_done"), is_kind("lwlock_start", "lwlock_done")
-    io_start = is_kind("io_start") & (nr >= 0)
-    off_info = off & (info_c >= 0)
-    # a socket call that would have blocked: the wait that follows (epoll) is for the network to
-    # take a result, or for the client to send its next message (a portal resumed by a later Execute)
-    eagain = exit_ & (raw["ret"] == -EAGAIN)
-    socket_eagain = eagain & np.isin(nr, NET_TX_SYSCALLS)
-    client_eagain = eagain & np.isin(nr, NET_RX_SYSCALLS)
-
-    def waiting(start_kind: str, changes: np.ndarray) -> np.ndarray:
-        return _carried(is_kind(start_kind), _forward(changes, start, rows), False)
-
-    def group_cumsum(v: np.ndarray) -> np.ndarray:
-        c = np.cumsum(v)
-        return c - (c[start] - v[start])
-
-    # an entry's access pattern (from file_read), none after an exit or a plain entry
-    pattern_of_info = np.array([FILE_PATTERNS.index(v) if v in FILE_PATTERNS else -1 for v in infos] + [-1], np.int8)
-    file_c = np.where(enter, pattern_of_info[info_c], -1)
-    disk_sleep_info = np.array([v.startswith("D") for v in infos] + [False], bool)
-    io_seq_inflight, io_rand_inflight = group_cumsum(raw["io_seq"]), group_cumsum(raw["io_rand"])
-
+    g = _Pids(raw)
+    event_state, last_onoff = _cpu_state(g, raw, infos)
     # The pid's tail, from its last switch (in or out) on, waits for the next slice: what the task
     # did after it is told by the next switch. Context rows were counted in their own slice. A pid
     # whose tail outgrows MAX_CARRY_POINTS (it never switches) has its tail counted now.
-    tail = np.zeros(n, bool)
+    tail = np.zeros(len(g.rows), bool)
     if not last_slice:
-        last_switch = last_onoff[end]
-        from_row = np.where(last_switch >= 0, last_switch, start)
-        tail = ~raw["context"] & (rows >= from_row) & (end - from_row < MAX_CARRY_POINTS)
-    keep = ~raw["context"] & ~tail
-    columns = {
-        "keep": keep, "node": node_c.astype(np.int16), "kind": kind_c.astype(np.int8), "nr": nr, "ret": raw["ret"],
-        "ts": ts, "ts_end": np.where(has_next, np.append(ts[1:], 0), -1),
-        "off_stack": _carried(raw["stack_id"], _forward(off, start, rows), -2),
-        "syscall": _carried(np.where(enter, nr, -1), call, -2),
-        "last_io_kind": _carried(nr, _forward(io_start, start, rows), -2),
-        "in_lock": waiting("lock_start", lock) | waiting("lwlock_start", lwlock),
-        "io_seq_inflight": io_seq_inflight, "io_rand_inflight": io_rand_inflight,
-        "sid": _carried(np.where(is_kind("stmt_start"), raw["sid"], -1), stmt, -2),
-        "cpu_state": _carried(event_state, _forward(event_state >= 0, start, rows)).astype(np.int8),
-        "next_evidence": next_evidence.astype(np.int8),
-        "next_onoff": _carried(onoff, _backward(onoff >= 0, end, rows)).astype(np.int8),
-        "disk_sleep": _carried(disk_sleep_info[info_c], _forward(off_info, start, rows), False),
-        "file_pattern": _carried(file_c, call).astype(np.int8),
-        "socket_blocked": _carried(socket_eagain, _forward(exit_, start, rows), False),
-        "client_blocked": _carried(client_eagain, _forward(exit_, start, rows), False),
-    }
+        last_switch = last_onoff[g.end]
+        from_row = np.where(last_switch >= 0, last_switch, g.start)
+        tail = ~raw["context"] & (g.rows >= from_row) & (g.end - from_row < MAX_CARRY_POINTS)
+    inflight = {"io_seq": g.cumsum(raw["io_seq"]), "io_rand": g.cumsum(raw["io_rand"])}
+    columns = _segment_columns(g, raw, infos, event_state, inflight, keep=~raw["context"] & ~tail)
     if last_slice:
         return columns, None
-    # Context: per pid, the last counted row of every kind a forward fill looks back for, with the
-    # pid's running in-flight request counts put on its first context row.
+    return columns, _carry(g, raw, event_state, inflight, tail)
+
+
+def _cpu_state(g: _Pids, raw: dict[str, np.ndarray], infos: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The CPU state each point implies (codes of CPU_STATES, -1 none) and each row's last switch in or
+    out (-1 none)."""
+    on, off, wake = g.is_kind("on"), g.is_kind("off"), g.is_kind("wake")
+    runnable_info = np.array([v.startswith("R") for v in infos] + [False], bool)[raw["info"]]
+    last_onoff = g.forward(on | off)
+    last_onoff_on = _carried(on, last_onoff, False)
+    event_state = np.full(len(g.rows), -1, np.int8)
+    event_state[wake] = np.where(last_onoff_on[wake], _code(CPU_STATES, "running"), _code(CPU_STATES, "runnable"))
+    event_state[off] = np.where(runnable_info[off], _code(CPU_STATES, "runnable"), _code(CPU_STATES, "sleeping"))
+    event_state[on | g.is_kind(*SELF_EVIDENCE_KINDS)] = _code(CPU_STATES, "running")
+    return event_state, last_onoff
+
+
+def _segment_columns(g: _Pids, raw: dict[str, np.ndarray], infos: list[str], event_state: np.ndarray,
+                     inflight: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray]:
+    """Per row, the state of the stretch from it to the pid's next row (sql/seg_*_part.sql read them)."""
+    ts, info_c, nr = raw["ts"], raw["info"], raw["nr"]
+    on, off = g.is_kind("on"), g.is_kind("off")
+    enter, exit_ = g.is_kind("enter"), g.is_kind("exit")
+    evidence = np.full(len(g.rows), -1, np.int8)
+    evidence[g.is_kind(*SELF_EVIDENCE_KINDS)] = _code(EVIDENCE, "self")
+    evidence[off], evidence[on] = _code(EVIDENCE, "off"), _code(EVIDENCE, "on")
+    onoff = np.where(on, _code(EVIDENCE, "on"), np.where(off, _code(EVIDENCE, "off"), -1)).astype(np.int8)
+    has_next = ~g.last
+    following = np.full(len(g.rows), -1, g.rows.dtype)
+    following[:-1] = np.where(has_next[:-1], g.rows[1:], -1)
+    next_evidence = np.where(following >= 0, _carried(g.backward(evidence >= 0), following), -1)
+    call = g.forward(enter | exit_)            # the last syscall entry or exit
+    # a socket call that would have blocked: the wait that follows (epoll) is for the network to
+    # take a result, or for the client to send its next message (a portal resumed by a later Execute)
+    eagain = exit_ & (raw["ret"] == -EAGAIN)
+    # an entry's access pattern (from file_read), none after an exit or a plain entry
+    pattern_of_info = np.array([FILE_PATTERNS.index(v) if v in FILE_PATTERNS else -1 for v in infos] + [-1], np.int8)
+    disk_sleep_info = np.array([v.startswith("D") for v in infos] + [False], bool)
+
+    def waiting(start_kind: str, *changes: str) -> np.ndarray:
+        return _carried(g.is_kind(start_kind), g.forward(g.is_kind(start_kind, *changes)), False)
+
+    return {
+        "keep": keep, "node": raw["node"].astype(np.int16), "kind": raw["kind"].astype(np.int8), "nr": nr,
+        "ret": raw["ret"], "ts": ts, "ts_end": np.where(has_next, np.append(ts[1:], 0), -1),
+        "off_stack": _carried(raw["stack_id"], g.forward(off), -2),
+        "syscall": _carried(np.where(enter, nr, -1), call, -2),
+        "last_io_kind": _carried(nr, g.forward(g.is_kind("io_start") & (nr >= 0)), -2),
+        "in_lock": waiting("lock_start", "lock_done") | waiting("lwlock_start", "lwlock_done"),
+        "io_seq_inflight": inflight["io_seq"], "io_rand_inflight": inflight["io_rand"],
+        "sid": _carried(np.where(g.is_kind("stmt_start"), raw["sid"], -1), g.forward(g.is_kind("stmt_start", "stmt_end")), -2),
+        "cpu_state": _carried(event_state, g.forward(event_state >= 0)).astype(np.int8),
+        "next_evidence": _carried(evidence, next_evidence).astype(np.int8),
+        "next_onoff": _carried(onoff, g.backward(onoff >= 0)).astype(np.int8),
+        "disk_sleep": _carried(disk_sleep_info[info_c], g.forward(off & (info_c >= 0)), False),
+        "file_pattern": _carried(np.where(enter, pattern_of_info[info_c], -1), call).astype(np.int8),
+        "socket_blocked": _carried(eagain & np.isin(nr, NET_TX_SYSCALLS), g.forward(exit_), False),
+        "client_blocked": _carried(eagain & np.isin(nr, NET_RX_SYSCALLS), g.forward(exit_), False),
+    }
+
+
+def _carry(g: _Pids, raw: dict[str, np.ndarray], event_state: np.ndarray, inflight: dict[str, np.ndarray],
+           tail: np.ndarray) -> dict[str, np.ndarray]:
+    """The rows the next slice needs: per pid, the last counted row of every kind a forward fill looks
+    back for (context), with the pid's running in-flight request counts put on its first context row,
+    then its tail."""
     counted = ~tail
-    picks = [_last_per_group(m & counted, start) for m in
-             (on | off, event_state >= 0, enter | exit_, is_kind("stmt_start", "stmt_end"), off, io_start,
-              lock, lwlock, off_info, exit_)]
-    context = np.unique(np.concatenate(picks))
+    off = g.is_kind("off")
+    fills = (g.is_kind("on", "off"), event_state >= 0, g.is_kind("enter", "exit"), g.is_kind("stmt_start", "stmt_end"),
+             off, g.is_kind("io_start") & (raw["nr"] >= 0), g.is_kind("lock_start", "lock_done"),
+             g.is_kind("lwlock_start", "lwlock_done"), off & (raw["info"] >= 0), g.is_kind("exit"))
+    context = np.unique(np.concatenate([_last_per_group(m & counted, g.start) for m in fills]))
     carry = {c: v[context] for c, v in raw.items()}
     carry["context"][:] = True
     first = np.ones(len(context), bool)
-    first[1:] = start[context][1:] != start[context][:-1]
-    last_counted = _last_per_group(counted, start)
-    for col, inflight in (("io_seq", io_seq_inflight), ("io_rand", io_rand_inflight)):
-        running = np.zeros(n, inflight.dtype)
-        running[start[last_counted]] = inflight[last_counted]   # indexed by the group's first row
-        carry[col] = np.where(first, running[start[context]], 0)
-    tail_rows = {c: v[tail] for c, v in raw.items()}
-    return columns, _prepend(carry, tail_rows)
+    first[1:] = g.start[context][1:] != g.start[context][:-1]
+    last_counted = _last_per_group(counted, g.start)
+    for col, running_count in inflight.items():
+        running = np.zeros(len(g.rows), running_count.dtype)
+        running[g.start[last_counted]] = running_count[last_counted]   # indexed by the group's first row
+        carry[col] = np.where(first, running[g.start[context]], 0)
+    return _prepend(carry, {c: v[tail] for c, v in raw.items()})
 
 
 def _last_per_group(mask: np.ndarray, start: np.ndarray) -> np.ndarray:
