@@ -42,7 +42,7 @@ BLOCK_EVENTS = ["block:block_bio_queue", "block:block_rq_issue", "block:block_rq
 # Completions run in interrupts, on whichever task the CPU was running: a pid-filtered instance kept 245
 # of the 5,746 completions of a cold InnoDB scan's requests. They are recorded in an instance of their
 # own without the pid filter (every request of the machine completes there); the correlator pairs them
-# with the DBMS's own requests (correlator/attribution.py, build_disk_requests).
+# with the DBMS's own requests (correlator/sql/disk_request.sql).
 UNFILTERED_EVENTS = ["block:block_rq_complete"]
 # The syscalls a DBMS waits in (all raw_syscalls cost 26 % of pgbench TPS here: only these).
 WAIT_SYSCALLS = ["pread64", "pwrite64", "read", "write", "preadv", "pwritev", "fsync", "fdatasync",
