@@ -417,6 +417,121 @@ def _label(others: str, varied: set[str]) -> str:
     return " ".join(kept) or "all cells"
 
 
+def _cells_md(s: dict, md: list[str], html: list[str]) -> None:
+    """One row per cell with its factor levels and counts."""
+    md += ["## Cells", "", "| cell | nodes | scheme | cpu | memory MB | read MB/s | link Mbit | link ms | workers | "
+           "streams | cold | queries | timeouts | failures |", "|" + "---|" * 14]
+    for c in s["cells"]:
+        md.append("| " + " | ".join(str(c[k] if c[k] is not None else "-") for k in (
+            "cell", "nodes", "scheme", "node_cpu", "node_memory_mb", "node_read_mbps", "link_mbit", "link_latency_ms",
+            "parallel_workers", "streams", "cold", "queries", "timeouts", "failures")) + " |")
+    md.append("")
+
+
+def _speedup_md(s: dict, md: list[str], html: list[str]) -> None:
+    """Per group whose cells differ in node count: each query's speed-up table and chart."""
+    groups = list(dict.fromkeys(r["grp"] for r in s["speedup"]))
+    if not any(len({r["nodes"] for r in s["speedup"] if r["grp"] == g}) > 1 for g in groups):
+        return
+    md += ["## Speed-up over node counts", "",
+           "Against the ideal (nodes / the smallest count); ▼ a slow-down, ⏱ a timeout, ✗ a failure.", ""]
+    for g in groups:
+        mine = [r for r in s["speedup"] if r["grp"] == g]
+        ns = sorted({r["nodes"] for r in mine})
+        if len(ns) < 2:
+            continue
+        md += [f"### {g}", "", "| query | " + " | ".join(f"{n} node{'s' if n > 1 else ''}" for n in ns) + " |", "|---|" + "---|" * len(ns)]
+        series = {"ideal": [(n, n / ns[0]) for n in ns]}
+        for q in sorted({r["query"] for r in mine}):
+            cells = []
+            for n in ns:
+                r = next((x for x in mine if x["query"] == q and x["nodes"] == n), None)
+                if r is None:
+                    cells.append("")
+                elif r["timed_out"]:
+                    cells.append("⏱")
+                elif r["failed"]:
+                    cells.append("✗")
+                else:
+                    cells.append(f"{r['speedup']:.2f}{' ▼' if r['slowdown'] else ''} ({ms(r['wall_ns'])} ms)")
+                    series.setdefault(f"Q{q}", []).append((n, r["speedup"]))
+            md.append(f"| Q{q} | " + " | ".join(cells) + " |")
+        md.append("")
+        html.append(svg.line_chart(series, f"speed-up, {g}", "x", x_format="{:.0f} nodes", dashed=("ideal",)))
+
+
+def _shares_md(s: dict, md: list[str], html: list[str]) -> None:
+    """Per group, the coordinator's components per node count: a table and stacked bars."""
+    if not s["shares"]:
+        return
+    md += ["## Component shares per node count", "",
+           "The coordinator's time summed over the queries; remote_wait is its wait for the data nodes.", ""]
+    for g in dict.fromkeys(r["grp"] for r in s["shares"]):
+        mine = [r for r in s["shares"] if r["grp"] == g]
+        md += [f"### {g}", "", "| nodes | wall ms | " + " | ".join(ATTRIBUTION_COMPONENTS) + " |",
+               "|---|---|" + "---|" * len(ATTRIBUTION_COMPONENTS)]
+        peak = max(r["wall_ns"] for r in mine) or 1
+        for r in mine:
+            md.append(f"| {r['nodes']} | {ms(r['wall_ns'])} | "
+                      + " | ".join(f"{100 * r['shares'][c]:.0f}%" for c in ATTRIBUTION_COMPONENTS) + " |")
+            html.append(svg.stacked_bar([(c, r["shares"][c] * r["wall_ns"]) for c in ATTRIBUTION_COMPONENTS],
+                                        r["wall_ns"], peak, label=f"{g}: {r['nodes']} nodes, {ms(r['wall_ns'])} ms"))
+        grows = s["growing"].get(g)
+        if grows is not None:
+            md += ["", f"Growing with nodes (what limits scaling): {', '.join(grows) if grows else 'none'}."]
+        md.append("")
+    html.append(svg.legend(list(ATTRIBUTION_COMPONENTS)))
+
+
+def _scheme_md(s: dict, md: list[str], html: list[str]) -> None:
+    """Scheme against scheme per query and node count, and the partitioning advice measured from it."""
+    if s["scheme_diff"]:
+        md += ["## Scheme against scheme", "", "| query | nodes | schemes a / b | ms a | ms b | kB shipped a | kB b "
+               "| moved most (b − a) |", "|---|---|---|---|---|---|---|---|"]
+        for r in s["scheme_diff"]:
+            md.append(f"| Q{r['query']} | {r['nodes']} | {r['scheme_a']} / {r['scheme_b']} | {ms(r['wall_a'])} | "
+                      f"{ms(r['wall_b'])} | {(r['net_a'] or 0) / 1e3:,.0f} | {(r['net_b'] or 0) / 1e3:,.0f} | "
+                      f"{r['moved'] or '-'} {(r['moved_ns'] or 0) / 1e6:+.1f} ms |")
+        md.append("")
+    if s["scheme_advice"]:
+        md += ["## Partitioning advice", "", "Measured: the scheme that ran the query a tenth faster or more, "
+               "with what the model expected from the slower scheme's run alone.", ""]
+        md += [f"- {a}" for a in s["scheme_advice"]] + [""]
+
+
+def _sweeps_md(s: dict, md: list[str], html: list[str]) -> None:
+    """Per one-factor sweep: the best level, the knee, what grew past the best level; the charts."""
+    if not s["sweeps"]:
+        return
+    md += ["## One-factor sweeps", "", "Past the best level: the levels above it that took a tenth longer or "
+           "more, and the component that grew the most from the best level (for CPUs: contention).", "",
+           "| factor | others | query | best level | knee | past the best level | levels (ms) |",
+           "|---|---|---|---|---|---|---|"]
+    for f in s["sweeps"]:
+        levels = ", ".join(f"{lv}: {'⏱' if to else ms(w)}" for lv, w, to in f["levels"])
+        past = "; ".join(f"{p['level']}: +{p['slower']:.0%}, {p['grew']} +{ms(p['grew_ns'])} ms"
+                         for p in f["past_best"]) or "-"
+        md.append(f"| {f['factor']} | {f['others']} | Q{f['query']} | {f['best']} | {f['knee']} | {past} "
+                  f"| {levels} |")
+    md.append("")
+    html += _sweep_charts(s["sweeps"])
+
+
+def _predictions_sections(s: dict, md: list[str], html: list[str]) -> None:
+    """The predictions checked by running: node counts, then schemes."""
+    if s["predictions"]:
+        md += _predictions_md(
+            "Node counts predicted, then run", "From each group's smallest node count: the coordinator's own time "
+            "stays, its wait for the data nodes shrinks with the data per node.", s["prediction_error"],
+            ["group", "query", "from", "to"],
+            [[p["group"], f"Q{p['query']}", p["from_nodes"], p["nodes"]] for p in s["predictions"]], s["predictions"])
+    if s["scheme_predictions"]:
+        md += _predictions_md(
+            "The other scheme predicted, then run", _scheme_rule(s), None, ["query", "nodes", "from", "to"],
+            [[f"Q{p['query']}", p["nodes"], p["from_scheme"], p["scheme"]] for p in s["scheme_predictions"]],
+            s["scheme_predictions"])
+
+
 def render(out: str | Path) -> tuple[Path, Path]:
     """report.md and report.html (with charts), results.csv and summary.json in OUT/report."""
     out = Path(out)
@@ -432,94 +547,9 @@ def render(out: str | Path) -> tuple[Path, Path]:
     os.replace(privfile.restrict(tmp), csv)
     privfile.write(rep / "summary.json", json.dumps(s, indent=1, default=str))
     md, html = [f"# Experiment {s['plan'].get('name', out.name)}", ""], []
-    md += ["## Cells", "", "| cell | nodes | scheme | cpu | memory MB | read MB/s | link Mbit | link ms | workers | "
-           "streams | cold | queries | timeouts | failures |", "|" + "---|" * 14]
-    for c in s["cells"]:
-        md.append("| " + " | ".join(str(c[k] if c[k] is not None else "-") for k in (
-            "cell", "nodes", "scheme", "node_cpu", "node_memory_mb", "node_read_mbps", "link_mbit", "link_latency_ms",
-            "parallel_workers", "streams", "cold", "queries", "timeouts", "failures")) + " |")
-    md.append("")
-    groups = list(dict.fromkeys(r["grp"] for r in s["speedup"]))
-    if any(len({r["nodes"] for r in s["speedup"] if r["grp"] == g}) > 1 for g in groups):
-        md += ["## Speed-up over node counts", "",
-               "Against the ideal (nodes / the smallest count); ▼ a slow-down, ⏱ a timeout, ✗ a failure.", ""]
-        for g in groups:
-            mine = [r for r in s["speedup"] if r["grp"] == g]
-            ns = sorted({r["nodes"] for r in mine})
-            if len(ns) < 2:
-                continue
-            md += [f"### {g}", "", "| query | " + " | ".join(f"{n} node{'s' if n > 1 else ''}" for n in ns) + " |", "|---|" + "---|" * len(ns)]
-            series = {"ideal": [(n, n / ns[0]) for n in ns]}
-            for q in sorted({r["query"] for r in mine}):
-                cells = []
-                for n in ns:
-                    r = next((x for x in mine if x["query"] == q and x["nodes"] == n), None)
-                    if r is None:
-                        cells.append("")
-                    elif r["timed_out"]:
-                        cells.append("⏱")
-                    elif r["failed"]:
-                        cells.append("✗")
-                    else:
-                        cells.append(f"{r['speedup']:.2f}{' ▼' if r['slowdown'] else ''} ({ms(r['wall_ns'])} ms)")
-                        series.setdefault(f"Q{q}", []).append((n, r["speedup"]))
-                md.append(f"| Q{q} | " + " | ".join(cells) + " |")
-            md.append("")
-            html.append(svg.line_chart(series, f"speed-up, {g}", "x", x_format="{:.0f} nodes", dashed=("ideal",)))
-    if s["shares"]:
-        md += ["## Component shares per node count", "",
-               "The coordinator's time summed over the queries; remote_wait is its wait for the data nodes.", ""]
-        for g in dict.fromkeys(r["grp"] for r in s["shares"]):
-            mine = [r for r in s["shares"] if r["grp"] == g]
-            md += [f"### {g}", "", "| nodes | wall ms | " + " | ".join(ATTRIBUTION_COMPONENTS) + " |",
-                   "|---|---|" + "---|" * len(ATTRIBUTION_COMPONENTS)]
-            peak = max(r["wall_ns"] for r in mine) or 1
-            for r in mine:
-                md.append(f"| {r['nodes']} | {ms(r['wall_ns'])} | "
-                          + " | ".join(f"{100 * r['shares'][c]:.0f}%" for c in ATTRIBUTION_COMPONENTS) + " |")
-                html.append(svg.stacked_bar([(c, r["shares"][c] * r["wall_ns"]) for c in ATTRIBUTION_COMPONENTS],
-                                            r["wall_ns"], peak, label=f"{g}: {r['nodes']} nodes, {ms(r['wall_ns'])} ms"))
-            grows = s["growing"].get(g)
-            if grows is not None:
-                md += ["", f"Growing with nodes (what limits scaling): {', '.join(grows) if grows else 'none'}."]
-            md.append("")
-        html.append(svg.legend(list(ATTRIBUTION_COMPONENTS)))
-    if s["scheme_diff"]:
-        md += ["## Scheme against scheme", "", "| query | nodes | schemes a / b | ms a | ms b | kB shipped a | kB b "
-               "| moved most (b − a) |", "|---|---|---|---|---|---|---|---|"]
-        for r in s["scheme_diff"]:
-            md.append(f"| Q{r['query']} | {r['nodes']} | {r['scheme_a']} / {r['scheme_b']} | {ms(r['wall_a'])} | "
-                      f"{ms(r['wall_b'])} | {(r['net_a'] or 0) / 1e3:,.0f} | {(r['net_b'] or 0) / 1e3:,.0f} | "
-                      f"{r['moved'] or '-'} {(r['moved_ns'] or 0) / 1e6:+.1f} ms |")
-        md.append("")
-    if s["scheme_advice"]:
-        md += ["## Partitioning advice", "", "Measured: the scheme that ran the query a tenth faster or more, "
-               "with what the model expected from the slower scheme's run alone.", ""]
-        md += [f"- {a}" for a in s["scheme_advice"]] + [""]
-    if s["sweeps"]:
-        md += ["## One-factor sweeps", "", "Past the best level: the levels above it that took a tenth longer or "
-               "more, and the component that grew the most from the best level (for CPUs: contention).", "",
-               "| factor | others | query | best level | knee | past the best level | levels (ms) |",
-               "|---|---|---|---|---|---|---|"]
-        for f in s["sweeps"]:
-            levels = ", ".join(f"{lv}: {'⏱' if to else ms(w)}" for lv, w, to in f["levels"])
-            past = "; ".join(f"{p['level']}: +{p['slower']:.0%}, {p['grew']} +{ms(p['grew_ns'])} ms"
-                             for p in f["past_best"]) or "-"
-            md.append(f"| {f['factor']} | {f['others']} | Q{f['query']} | {f['best']} | {f['knee']} | {past} "
-                      f"| {levels} |")
-        md.append("")
-        html += _sweep_charts(s["sweeps"])
-    if s["predictions"]:
-        md += _predictions_md(
-            "Node counts predicted, then run", "From each group's smallest node count: the coordinator's own time "
-            "stays, its wait for the data nodes shrinks with the data per node.", s["prediction_error"],
-            ["group", "query", "from", "to"],
-            [[p["group"], f"Q{p['query']}", p["from_nodes"], p["nodes"]] for p in s["predictions"]], s["predictions"])
-    if s["scheme_predictions"]:
-        md += _predictions_md(
-            "The other scheme predicted, then run", _scheme_rule(s), None, ["query", "nodes", "from", "to"],
-            [[f"Q{p['query']}", p["nodes"], p["from_scheme"], p["scheme"]] for p in s["scheme_predictions"]],
-            s["scheme_predictions"])
+    # each section appends its markdown lines and its charts (none when the plan gives it nothing)
+    for section in (_cells_md, _speedup_md, _shares_md, _scheme_md, _sweeps_md, _predictions_sections):
+        section(s, md, html)
     md_path = privfile.write(rep / "report.md", "\n".join(md))
     html_path = privfile.write(rep / "report.html",
                                "<!doctype html><meta charset='utf-8'><title>mwinv experiment</title>"
