@@ -359,10 +359,10 @@ def test_capture_a_running_server_from_the_command_line(mariadb_server, tmp_path
     consumers_off = ("SELECT count(*) FROM performance_schema.setup_consumers WHERE ENABLED = 'NO' "
                      "AND NAME LIKE 'events_statements%'")
     assert srv.sql(consumers_off)[0][0] == 3
-    cap = subprocess.Popen([mwinv, "mariadb", "capture", str(out), "--defaults-file", str(cnf), "--duration", "6",
+    cap = subprocess.Popen([mwinv, "mariadb", "capture", str(out), "--defaults-file", str(cnf), "--duration", "5",
                             "--node", "db"], stderr=subprocess.PIPE, text=True, env=env)
-    time.sleep(3)
-    bench = _sysbench(srv, "run", "--time=2", "--threads=2")
+    time.sleep(2)
+    bench = _sysbench(srv, "run", "--time=0", "--events=300", "--threads=2")
     _, err = cap.communicate(timeout=120)
     assert cap.returncode == 0 and bench.returncode == 0, err
     assert f"server pid {srv.pid()}" in err and "CPU not split into user and system" in err
@@ -380,3 +380,28 @@ def test_capture_a_running_server_from_the_command_line(mariadb_server, tmp_path
     # the statement consumers, off on this server, were switched on for the capture and off again
     assert "switching on for the capture" in err
     assert srv.sql(consumers_off)[0][0] == 3
+
+    # --prepared-texts: each execution's text from the general log, which needs SUPER (perf lacks it)
+    r = subprocess.run([mwinv, "mariadb", "capture", str(tmp_path / "no2"), "--defaults-file", str(cnf),
+                        "--prepared-texts"], capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and "lacks SUPER (--prepared-texts" in r.stderr, r.stderr
+    root_cnf = tmp_path / "root.cnf"
+    root_cnf.write_text(f"[client]\nuser = root\nsocket = {srv.socket}\n")
+    root_cnf.chmod(0o600)
+    out = tmp_path / "cap2"
+    cap = subprocess.Popen([mwinv, "mariadb", "capture", str(out), "--defaults-file", str(root_cnf), "--duration", "5",
+                            "--node", "db", "--prepared-texts"], stderr=subprocess.PIPE, text=True, env=env)
+    time.sleep(2)
+    bench = _sysbench(srv, "run", "--time=0", "--events=300", "--threads=2")
+    _, err = cap.communicate(timeout=120)
+    assert cap.returncode == 0 and bench.returncode == 0, err
+    node = Capture(out).manifest()["nodes"]["db"]
+    assert node["prepared_executions"] > 1000 and node["prepared_recovered"] >= 0.99 * node["prepared_executions"]
+    texts = {r["query_text_hash"]: r["text"] for r in Capture(out).read("statement_text").to_pylist()}
+    shapes = {}
+    for h in Capture(out).read("statement").column("query_text_hash").to_pylist():
+        shapes[texts[h]] = shapes.get(texts[h], 0) + 1
+    # each of sysbench's statement shapes, with its text, and its share of the executions
+    assert set(node["prepared_texts"]) <= set(shapes), set(node["prepared_texts"]) - set(shapes)
+    assert shapes["SELECT c FROM sbtest1 WHERE id=?"] == 10 * shapes["BEGIN"] > 0
+    assert srv.sql("SELECT @@global.general_log")[0][0] == 0

@@ -27,8 +27,11 @@ class MariaDBCapture:
     """Use as a context manager around the workload; `summary` after it."""
 
     def __init__(self, server: MariaDBServer | LiveServer, out: str | Path, node: str = "mariadb",
-                 stacks: bool = False, trace: bool | str = True, progress=None):
-        """server: a throw-away MariaDBServer, or a LiveServer (a running server mwinv did not start)."""
+                 stacks: bool = False, trace: bool | str = True, progress=None, general_log: bool = False):
+        """server: a throw-away MariaDBServer, or a LiveServer (a running server mwinv did not start);
+        general_log: the general query log on for the capture, for the text of each execution of a
+        server-side prepared statement (PerfSchemaReader)."""
+        self.general_log = general_log
         self.server, self.capture, self.node = server, Capture(out), node
         self.kernel = NodeCapture(out, CaptureOptions(node=node, stacks=stacks, statements=False, trace=trace),
                                   pids=[server.pid()], progress=progress, engine=MARIADB)
@@ -38,7 +41,8 @@ class MariaDBCapture:
     def start(self) -> "MariaDBCapture":
         self.kernel.start()
         try:
-            self.reader = PerfSchemaReader(self.server.connect, self.capture, self.node).start()
+            self.reader = PerfSchemaReader(self.server.connect, self.capture, self.node,
+                                           general_log=self.general_log).start()
         except BaseException:
             self.kernel.stop()
             raise
@@ -66,8 +70,8 @@ class MariaDBCapture:
             texts = info.get("prepared_texts", [])
             info["prepared_note"] = (
                 f"{unknown:,} executions of server-side prepared statements (statement/com/Execute) without their "
-                f"text: performance_schema does not say which prepared statement each ran; they are one query "
-                f"here. Their connections had prepared {len(texts)} texts: "
+                f"text: performance_schema does not say which prepared statement each ran (`mwinv mariadb capture "
+                f"--prepared-texts` reads it from the general log); they are one query here. Their connections had prepared {len(texts)} texts: "
                 + "; ".join(" ".join(t.split())[:80] for t in texts[:12]) + ("; ..." if len(texts) > 12 else ""))
             said.append(info["prepared_note"])
         if said:

@@ -36,21 +36,27 @@ def mariadb_cli() -> None:
 @click.option("--duration", type=float, default=None, help="stop after this many seconds (default: Ctrl-C).")
 @click.option("--node", default=None, help="node name in the tables (default: this host's name).")
 @click.option("--stacks", is_flag=True, help="also sample kernel stacks of the server's threads.")
+@click.option("--prepared-texts", is_flag=True,
+              help="switch the general query log on (its table) for the capture, restored after it, for the text of "
+                   "each execution of a server-side prepared statement; writes a row per statement; needs SUPER.")
 @group_option
-def capture_cmd(out, socket_path, host, port, user, defaults_file, pid, duration, node, stacks) -> None:
+def capture_cmd(out, socket_path, host, port, user, defaults_file, pid, duration, node, stacks,
+                prepared_texts) -> None:
     """Capture a running MariaDB or MySQL server on this host: its statements from performance_schema
     (each on the OS thread that ran it) and the kernel's events of all its threads, until --duration or
     Ctrl-C; then `mwinv-correlate OUT`. Runs as root (kernel tracing). Checks first, in one line, what
     it needs: performance_schema ON, SELECT on performance_schema, UPDATE on its setup_consumers and
     setup_instruments (the statement consumers are switched on for the capture and restored after it),
-    and PROCESS. Executions of server-side prepared statements carry no text in performance_schema: how
-    many there were, and each prepared text's own counts, are said (docs/mariadb.md).
+    and PROCESS. Executions of server-side prepared statements carry no text in performance_schema:
+    --prepared-texts takes each one's from the general query log; without it, how many there were and
+    the texts their connections prepared are said (docs/mariadb.md).
 
     \b
     Examples:
       mwinv mariadb capture out/db --duration 60
       mwinv mariadb capture out/db --socket /run/mysqld/mysqld.sock --defaults-file /root/perf.cnf
       MYSQL_PWD=... mwinv mariadb capture out/db --host 127.0.0.1 --port 3307 --user perf --duration 30
+      mwinv mariadb capture out/sysbench --prepared-texts --duration 60   # sysbench's prepared statements
     """
     import socket as socket_mod
 
@@ -61,12 +67,12 @@ def capture_cmd(out, socket_path, host, port, user, defaults_file, pid, duration
     err = progress_console()
     server = LiveServer(socket=socket_path, host=host, port=port, user=user, defaults_file=defaults_file,
                         given_pid=pid)
-    for note in check_privileges(server):
+    for note in check_privileges(server, general_log=prepared_texts):
         err.print(note, highlight=False)
     err.print(f"{server.where}: server pid {server.pid()}; capturing "
               + (f"for {duration:g} s" if duration else "until Ctrl-C"), highlight=False)
     cap = MariaDBCapture(server, out, node=node or socket_mod.gethostname(), stacks=stacks,
-                         progress=lambda s: err.print(s, highlight=False)).start()
+                         progress=lambda s: err.print(s, highlight=False), general_log=prepared_texts).start()
     try:
         wait_for_end(duration)
     finally:
@@ -75,7 +81,10 @@ def capture_cmd(out, socket_path, host, port, user, defaults_file, pid, duration
     err.print(f"{out}: {st.get('statements', 0):,} statements kept, {st.get('statements_overwritten', 0):,} "
               f"overwritten before a drain (counted); CPU not split into user and system (MariaDB keeps no "
               f"per-statement rusage: all of it shows as user); next: mwinv-correlate {out}", highlight=False)
-    if st.get("prepared_executions"):
+    if st.get("prepared_recovered"):
+        err.print(f"{st['prepared_recovered']:,} executions of server-side prepared statements with their text "
+                  "(the general log's)", highlight=False)
+    if st.get("prepared_note"):
         err.print(st["prepared_note"], highlight=False)
 
 

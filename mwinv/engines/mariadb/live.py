@@ -150,9 +150,9 @@ def listening_pid(port: int) -> int:
                      "on this host (or give --pid)")
 
 
-def check_privileges(server) -> list[str]:
+def check_privileges(server, general_log: bool = False) -> list[str]:
     """What the capture needs, checked before it switches anything on; raises one line naming every gap.
-    Returns notes (what the capture will change)."""
+    Returns notes (what the capture will change). general_log: the general log is to be switched on."""
     import pymysql
 
     conn = server.connect()
@@ -173,7 +173,10 @@ def check_privileges(server) -> list[str]:
             ("UPDATE performance_schema.setup_instruments SET ENABLED = ENABLED WHERE 1 = 0",
              "UPDATE on performance_schema.setup_instruments"),
             ("SHOW ENGINE INNODB STATUS", "PROCESS (every connection's thread and statements)"),
-        )
+        ) + ((
+            ("SET GLOBAL general_log = @@global.general_log", "SUPER (--prepared-texts switches the general log on)"),
+            ("SELECT 1 FROM mysql.general_log LIMIT 0", "SELECT on mysql.general_log (--prepared-texts)"),
+        ) if general_log else ())
         for query, need in probes:
             try:
                 cur.execute(query)
@@ -190,6 +193,9 @@ def check_privileges(server) -> list[str]:
         off = [r[0] for r in cur.fetchall()]
         if off:
             notes.append(f"switching on for the capture (restored after it): {', '.join(off)}")
+        if general_log:
+            notes.append("switching the general query log on for the capture (to mysql.general_log, restored "
+                         "after it): one row written per statement while it runs")
         if ring < 10_000:
             notes.append(f"events_statements_history_long holds {ring:,} rows: under load statements are "
                          "overwritten before a drain (counted); performance_schema_events_statements_history_"

@@ -19,6 +19,7 @@ import threading
 import time
 
 from mwinv.capture.tables import Capture, text_hash
+from mwinv.engines.sqltext import normalized
 from mwinv.errors import MwinvError
 
 DBMS = "mariadb"
@@ -61,9 +62,15 @@ def _digest_id(digest: str | None, text: str) -> int:
 
 
 class PerfSchemaReader:
-    def __init__(self, connect, capture: Capture, node: str, interval_s: float = 0.25):
-        """connect: a callable returning a new PyMySQL connection (autocommit) to the server."""
+    def __init__(self, connect, capture: Capture, node: str, interval_s: float = 0.25, general_log: bool = False):
+        """connect: a callable returning a new PyMySQL connection (autocommit) to the server; general_log:
+        switch the general query log on (to its table) for the capture, restored after it, for the text of
+        each execution of a server-side prepared statement."""
         self.connect, self.capture, self.node, self.interval_s = connect, capture, node, interval_s
+        self.general_log = general_log
+        self.saved_log: tuple | None = None
+        self.executes: dict[int, list[tuple[int, str]]] = {}   # connection id -> (wall ns, text) of its Executes
+        self.conn_ids: dict[int, int] = {}   # THREAD_ID -> PROCESSLIST_ID
         self.rows: list[dict] = []
         self.threads: dict[int, tuple[int | None, str | None]] = {}   # THREAD_ID -> (THREAD_OS_ID, user)
         # THREAD_ID -> its connection's socket (the fd in mariadbd): with the thread pool, THREAD_OS_ID is only
@@ -96,6 +103,8 @@ class PerfSchemaReader:
         # DROP on the table, and other tools on a server may be reading the history
         cur.execute("SELECT coalesce(max(TIMER_END), 0) FROM performance_schema.events_statements_history_long")
         self.floor_ps = int(cur.fetchone()[0])
+        if self.general_log:
+            self._general_log_on(cur)
         self.my_thread = self._thread_id(cur)
         cur.execute("SELECT @@performance_schema_events_statements_history_long_size")
         self.ring_size = cur.fetchone()[0]
@@ -118,7 +127,26 @@ class PerfSchemaReader:
         total, own = cur.fetchone()
         return int(total or 0), int(own or 0), time.monotonic_ns()
 
+    def _general_log_on(self, cur) -> None:
+        cur.execute("SELECT @@global.general_log, @@global.log_output, UNIX_TIMESTAMP(NOW(6))")
+        on, output, self.log_from = cur.fetchone()
+        self.saved_log = (on, output)
+        outputs = [o for o in output.upper().split(",") if o not in ("NONE", "")]
+        cur.execute("SET GLOBAL log_output = %s", (",".join(dict.fromkeys(outputs + ["TABLE"])),))
+        cur.execute("SET GLOBAL general_log = ON")
+
+    def _read_general_log(self, cur) -> None:
+        """The Execute commands the general log's table holds since the capture began, per connection in the
+        order they came (the table's order: it is a CSV file appended to)."""
+        cur.execute("SELECT thread_id, UNIX_TIMESTAMP(event_time), argument FROM mysql.general_log "
+                    "WHERE command_type = 'Execute' AND event_time >= FROM_UNIXTIME(%s)", (self.log_from,))
+        for conn_id, at, text in cur.fetchall():
+            self.executes.setdefault(conn_id, []).append((int(at * 1_000_000) * 1000, text))
+
     def _restore(self, cur) -> None:
+        if self.saved_log is not None:
+            cur.execute("SET GLOBAL general_log = %s", (self.saved_log[0],))
+            cur.execute("SET GLOBAL log_output = %s", (self.saved_log[1],))
         for name, enabled in self.saved_consumers.items():
             cur.execute("UPDATE performance_schema.setup_consumers SET ENABLED = %s WHERE NAME = %s", (enabled, name))
         for name, enabled, timed in self.saved_instruments:
@@ -154,9 +182,11 @@ class PerfSchemaReader:
 
     # ---- draining
     def _poll_threads(self, cur) -> None:
-        cur.execute("SELECT THREAD_ID, THREAD_OS_ID, PROCESSLIST_USER FROM performance_schema.threads")
-        for tid, os_id, user in cur.fetchall():
+        cur.execute("SELECT THREAD_ID, THREAD_OS_ID, PROCESSLIST_USER, PROCESSLIST_ID FROM performance_schema.threads")
+        for tid, os_id, user, conn_id in cur.fetchall():
             self.threads[tid] = (os_id, user)
+            if conn_id is not None:
+                self.conn_ids[tid] = conn_id
         cur.execute("SELECT THREAD_ID, SOCKET_ID FROM performance_schema.socket_instances "
                     "WHERE THREAD_ID IS NOT NULL AND PORT IS NOT NULL AND STATE IS NOT NULL")
         for tid, fd in cur.fetchall():
@@ -217,6 +247,8 @@ class PerfSchemaReader:
         cur = self.conn.cursor()
         try:
             self.clock_end = self._measure_clock(cur)
+            if self.saved_log is not None:
+                self._read_general_log(cur)
         finally:
             self._restore(cur)
             self.conn.close()
@@ -227,6 +259,30 @@ class PerfSchemaReader:
         executed = (total1 - total0) - (own1 - own0)
         ended_before = sum(1 for r in self.rows if self.to_mono(r["TIMER_END"]) <= at)
         return self._write(max(0, executed - ended_before), executed)
+
+    def _logged_texts(self, wall: int) -> dict[tuple[int, int], str]:
+        """(THREAD_ID, EVENT_ID) -> the text the general log wrote for that Execute: per connection, its
+        Executes in performance_schema (in EVENT_ID order) against the log's, at the shift that puts them
+        closest in time (the log may hold a few more at either end, written before the first or after the
+        last drain); a connection whose sequences do not line up within 1 ms keeps none."""
+        out: dict[tuple[int, int], str] = {}
+        mine: dict[int, list[dict]] = {}
+        for r in self.rows:
+            if r["EVENT_NAME"] == EXECUTE and not r["SQL_TEXT"]:
+                mine.setdefault(r["THREAD_ID"], []).append(r)
+        for tid, rows in mine.items():
+            logged = self.executes.get(self.conn_ids.get(tid), [])
+            rows.sort(key=lambda r: r["EVENT_ID"])
+            if len(logged) < len(rows):
+                continue
+            starts = [self.to_mono(r["TIMER_START"]) + wall for r in rows]
+
+            def cost(k: int) -> int:
+                return sorted(abs(at - st) for (at, _), st in zip(logged[k:], starts))[len(starts) // 2]
+            best = min(range(min(len(logged) - len(rows), 50) + 1), key=cost)
+            if cost(best) < 1_000_000:
+                out.update({(tid, r["EVENT_ID"]): text for r, (_, text) in zip(rows, logged[best:])})
+        return out
 
     def _prepared_text(self, thread_id: int, counts: dict) -> tuple[str, str | None]:
         """An Execute's text: its connection's one prepared text, else PREPARED_UNKNOWN; (text, digest)."""
@@ -248,12 +304,22 @@ class PerfSchemaReader:
         unknown_threads = 0
         wall = time.time_ns() - time.monotonic_ns()
         prepared = {"executions": 0, "recovered": 0}
+        logged = self._logged_texts(wall)
         for r in self.rows:
             text, digest = r["SQL_TEXT"] or "", r["DIGEST"]
-            if r["EVENT_NAME"] == EXECUTE and not text:
+            qid = None
+            if (key := (r["THREAD_ID"], r["EVENT_ID"])) in logged:
+                # the log writes the parameters' values in: the prepared text of that shape stands for it
+                shape = normalized(logged[key])
+                text = next((t for t in self.prepared.get(r["THREAD_ID"], {}).values() if normalized(t) == shape),
+                            logged[key])
+                qid = text_hash(shape)
+                prepared["executions"] += 1
+                prepared["recovered"] += 1
+            elif r["EVENT_NAME"] == EXECUTE and not text:
                 text, digest = self._prepared_text(r["THREAD_ID"], prepared)
             h = text_hash(text)
-            qid = _digest_id(digest, text)
+            qid = qid if qid is not None else _digest_id(digest, text)
             if h not in seen_text:
                 seen_text.add(h)
                 texts.append({"query_text_hash": h, "query_id": qid, "text": text})
