@@ -10,6 +10,8 @@ import sys
 import zlib
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -291,19 +293,35 @@ MIN_STATEMENTS_FOR_MEAN = 3
 
 
 def _estimates(before: Capture) -> tuple[list[dict], float | None, int]:
+    """The model's estimates on the run, judged on the time the machine's load did not add: each
+    statement's run-queue wait (runnable, not running: measured by the capture) is taken out of its
+    measured time, its allocated share and its error. The model has no term for contention, and under
+    load a statement waits for a CPU for a share of its time no model input foresees (a run on a busy
+    machine had 1 statement of >= 50 ms reach 85 % allocated, and the scan or the aggregate failed)."""
     st, at, io = before.read("statement"), before.read("statement_attribution"), before.read("statement_io")
     est = estimate(model_connection(st, at, io), before.manifest()["calibration"])
-    mae, n = mean_abs_error(est, min_measured_ns=MIN_TIMED_NS)
-    rows = est.to_pylist()
-    print("model on the real run (id, measured ms, estimated ms, allocated share, error):",
-          [(r["statement_id"] % 10**6, r["measured_ns"] // 10**6, r["estimated_ns"] // 10**6,
-            round(r["allocated_share"], 2), round(r["error"], 3)) for r in rows])
+    waited: dict[int, int] = {}
+    for r in at.filter(pc.equal(at["component"], "run_queue")).to_pylist():
+        waited[r["statement_id"]] = waited.get(r["statement_id"], 0) + r["ns"]
+    rows = []
+    for r in est.to_pylist():
+        free = r["measured_ns"] - waited.get(r["statement_id"], 0)
+        rows.append({**r, "measured_ns": free, "run_queue_ns": waited.get(r["statement_id"], 0),
+                     "allocated_share": r["allocated_share"] * r["measured_ns"] / free if free > 0 else 0.0,
+                     "error": (r["estimated_ns"] - free) / free if free > 0 else None})
+    mae, n = mean_abs_error(pa.Table.from_pylist(rows), min_measured_ns=MIN_TIMED_NS)
+    print("model on the real run (id, measured ms less the run queue's, run queue ms, estimated ms, "
+          "allocated share, error):",
+          [(r["statement_id"] % 10**6, r["measured_ns"] // 10**6, r["run_queue_ns"] // 10**6,
+            r["estimated_ns"] // 10**6, round(r["allocated_share"], 2), r["error"] and round(r["error"], 3))
+           for r in rows])
     return rows, mae, n
 
 
 def test_model_accuracy_scan_and_aggregate(captures):
     """A cold scan (reads streamed while the CPU works) and a CPU-bound aggregate, each long enough to
-    time (>= 50 ms), are estimated within 10 % (measured: scan -0.8 to -2.1 %, aggregate -0.6 to +0.1 %)."""
+    time (>= 50 ms), are estimated within 10 % (measured: scan -0.8 to -2.1 %, aggregate -0.6 to +0.1 %)
+    of their time less their run-queue wait (_estimates)."""
     before, _ = captures
     rows, _, _ = _estimates(before)
     by_label = dict((s[0], s[1]) for s in STATEMENTS)

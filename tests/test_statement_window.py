@@ -96,6 +96,7 @@ def test_cursor_fetches_leave_the_client_sleeps_out(server):
         pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
         conn.execute("SET mwinv.track = 'all'")
         conn.commit()
+        delay_before = _run_delay_ns(pid)
         with conn.cursor(name="chunks") as cur:
             cur.execute("SELECT aid, abalance FROM pgbench_accounts WHERE aid <= 1000 ORDER BY aid")
             fetched = 0
@@ -105,6 +106,7 @@ def test_cursor_fetches_leave_the_client_sleeps_out(server):
                 time.sleep(0.05)
                 sleeps.append((t0, time.monotonic_ns()))
         conn.commit()
+        waited = _run_delay_ns(pid) - delay_before
         recs = [r for r in _drain(admin) if r["pid"] == pid]
     assert fetched == 1000 and len(sleeps) >= 10
     top = [r for r in recs if r["nesting_level"] == 0]
@@ -117,7 +119,14 @@ def test_cursor_fetches_leave_the_client_sleeps_out(server):
     q = cursor_query[0]
     slept = sum(t1 - t0 for t0, t1 in sleeps)
     assert 0.9 * slept <= q["client_wait_ns"] <= q["end_ns"] - q["start_ns"], (q, slept)
-    assert q["end_ns"] - q["start_ns"] - q["client_wait_ns"] < 0.2 * slept, q
+    # the backend's own work between the fetches, less its wait for a CPU (which a busy machine stretches)
+    assert q["end_ns"] - q["start_ns"] - q["client_wait_ns"] - waited < 0.2 * slept, (q, waited)
+
+
+def _run_delay_ns(pid: int) -> int:
+    """A task's time runnable but waiting for a CPU so far, in ns (schedstat's second field)."""
+    with open(f"/proc/{pid}/schedstat") as f:
+        return int(f.read().split()[1])
 
 
 def _lock_and_wait(server, lock_sql: str, waiter, hold_s: float = 1.0) -> tuple[int, int]:
@@ -225,7 +234,8 @@ def test_portal_run_in_chunks_waits_for_the_client(traced):
     assert 0.9 * slept <= rec["client_wait_ns"] <= wall, (rec, slept)
     assert 0.9 * slept <= comp["client_wait"] <= wall, (comp, slept)
     assert comp["network"] + comp["other_wait"] < 0.05 * slept, comp
-    assert wall - comp["client_wait"] < 0.2 * slept, comp
+    # less the wait for a CPU, which a busy machine stretches (measured by the capture)
+    assert wall - comp["client_wait"] - comp.get("run_queue", 0) < 0.2 * slept, comp
 
 
 def test_table_lock_wait_is_lock_wait_and_names_the_blocker(traced):
@@ -238,7 +248,7 @@ def test_table_lock_wait_is_lock_wait_and_names_the_blocker(traced):
                                  "(SELECT query_text_hash FROM statement_text WHERE text = 'SELECT count(*) FROM lockt')")
     wall = rec["end_ns"] - rec["start_ns"]
     assert wall >= 1.45e9 and rec["parse_ns"] >= 1.45e9, rec
-    assert comp["lock_wait"] >= 0.9 * wall, comp
+    assert comp["lock_wait"] >= 0.9 * (wall - comp.get("run_queue", 0)), comp   # run_queue: the load's
     advice = [a for a in load(db.capture.path).advice if a.statement_id == rec["statement_id"]]
     lock = next(a for a in advice if a.rule == "lock.wait")
     assert f"backend pid {blocker} released it" in lock.advice, lock.advice
