@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+from html import escape
 from pathlib import Path
 
 import duckdb
@@ -176,3 +177,48 @@ def test_plan_and_scheme_errors(tmp_path):
     r = subprocess.run([MWINV, "experiment", "run", str(bad), "-o", str(tmp_path / "o")], capture_output=True, text=True)
     assert r.returncode == 2 and f"{scheme}: " in r.stderr and "line 1" in r.stderr
     assert not (tmp_path / "o" / "results").exists()
+
+
+def test_progress_lines_name_every_cell(experiment):
+    """A cell id in the runner's progress line was taken for rich markup and dropped ("cell 1/4 : ...")."""
+    cells = {c.name for c in (experiment[0] / "out" / "cells").iterdir()}
+    assert len(cells) == 4
+    for cell in cells:
+        assert re.search(rf"cell \d/4 \[{cell}\]: nodes=", experiment[1].stderr), (cell, experiment[1].stderr[-2000:])
+    assert not re.search(r"\w+\.py:\d+", experiment[1].stderr)
+
+
+def test_report_html_has_sections_and_tables(experiment):
+    """The HTML is the markdown rendered as the capture report is (sections, a table of contents, real
+    tables), not the markdown in a <pre>; and every glyph it uses is in the fonts here (⏱ was a box)."""
+    rep = experiment[0] / "out" / "report"
+    md, page = (rep / "report.md").read_text(), (rep / "report.html").read_text()
+    assert "<pre>" not in page
+    sections = re.findall(r"^## (.+)$", md, re.M)
+    assert len(sections) >= 3
+    for title in sections:
+        assert re.search(rf'<h2 id="s\d+">{re.escape(escape(title))}</h2>', page), title
+        assert f">{escape(title)}</a></li>" in page
+    md_rows = [line for line in md.splitlines() if line.startswith("|") and not re.fullmatch(r"\|(---\|)+", line)]
+    lines = md.splitlines()
+    tables = sum(1 for i, line in enumerate(lines) if line.startswith("|") and not (i and lines[i - 1].startswith("|")))
+    assert page.count("<tr>") == len(md_rows) and page.count("<table>") == tables
+    assert page.count("<svg") >= 4
+    glyphs = {ch for ch in md + page if ord(ch) > 0x7F}
+    lacking = [ch for ch in glyphs if not subprocess.run(["fc-list", f":charset={ord(ch):x}"], capture_output=True,
+                                                          text=True).stdout.strip()]
+    assert not lacking, lacking
+
+
+def test_the_documented_experiment_example_runs(experiment, tmp_path, monkeypatch):
+    """docs/python.md's `py` block, on this experiment's results."""
+    out = experiment[0] / "out"
+    for part in ("results", "results_node"):
+        shutil.copytree(out / part, tmp_path / "out" / "exp1" / part)
+    monkeypatch.chdir(tmp_path)
+    (block,) = re.findall(r"^```py\n(.*?)^```$", (Path(__file__).parent.parent / "docs" / "python.md").read_text(),
+                          re.S | re.M)
+    ns: dict = {}
+    exec(compile(block, "docs/python.md", "exec"), ns)
+    assert len(ns["runs"]) == len(q(out, "SELECT * FROM results"))
+    assert set(ns["runs"]["query"]) == {3, 12}

@@ -11,7 +11,6 @@ import json
 import os
 import statistics
 from dataclasses import asdict, dataclass
-from html import escape
 from pathlib import Path
 
 import duckdb
@@ -22,6 +21,7 @@ from mwinv.cluster.distribute import resolve_scheme
 from mwinv.correlator import svg
 from mwinv.correlator.load import connect, duck_type, literal, read_parquet
 from mwinv.errors import MwinvError
+from mwinv.experiment import html as report_html
 from mwinv.experiment.results import NODE_SCHEMA, RESULT_SCHEMA
 from mwinv.fmt import ms
 from mwinv.workloads import tpch
@@ -434,7 +434,7 @@ def _speedup_md(s: dict, md: list[str], html: list[str]) -> None:
     if not any(len({r["nodes"] for r in s["speedup"] if r["grp"] == g}) > 1 for g in groups):
         return
     md += ["## Speed-up over node counts", "",
-           "Against the ideal (nodes / the smallest count); ▼ a slow-down, ⏱ a timeout, ✗ a failure.", ""]
+           "Against the ideal (nodes / the smallest count); ▼ a slow-down, ✗ a failure.", ""]
     for g in groups:
         mine = [r for r in s["speedup"] if r["grp"] == g]
         ns = sorted({r["nodes"] for r in mine})
@@ -449,7 +449,7 @@ def _speedup_md(s: dict, md: list[str], html: list[str]) -> None:
                 if r is None:
                     cells.append("")
                 elif r["timed_out"]:
-                    cells.append("⏱")
+                    cells.append("timeout")   # ⏱ is in no font here: a box
                 elif r["failed"]:
                     cells.append("✗")
                 else:
@@ -508,7 +508,7 @@ def _sweeps_md(s: dict, md: list[str], html: list[str]) -> None:
            "| factor | others | query | best level | knee | past the best level | levels (ms) |",
            "|---|---|---|---|---|---|---|"]
     for f in s["sweeps"]:
-        levels = ", ".join(f"{lv}: {'⏱' if to else ms(w)}" for lv, w, to in f["levels"])
+        levels = ", ".join(f"{lv}: {'timeout' if to else ms(w)}" for lv, w, to in f["levels"])
         past = "; ".join(f"{p['level']}: +{p['slower']:.0%}, {p['grew']} +{ms(p['grew_ns'])} ms"
                          for p in f["past_best"]) or "-"
         md.append(f"| {f['factor']} | {f['others']} | Q{f['query']} | {f['best']} | {f['knee']} | {past} "
@@ -546,15 +546,12 @@ def render(out: str | Path) -> tuple[Path, Path]:
     con.close()
     os.replace(privfile.restrict(tmp), csv)
     privfile.write(rep / "summary.json", json.dumps(s, indent=1, default=str))
-    md, html = [f"# Experiment {s['plan'].get('name', out.name)}", ""], []
+    md, charts = [f"# Experiment {s['plan'].get('name', out.name)}", ""], []
     # each section appends its markdown lines and its charts (none when the plan gives it nothing)
     for section in (_cells_md, _speedup_md, _shares_md, _scheme_md, _sweeps_md, _predictions_sections):
+        html: list[str] = []
         section(s, md, html)
+        charts += [(len(md), h) for h in html]   # at the end of the section just written
     md_path = privfile.write(rep / "report.md", "\n".join(md))
-    html_path = privfile.write(rep / "report.html",
-                               "<!doctype html><meta charset='utf-8'><title>mwinv experiment</title>"
-                               "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
-                               "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}</style>"
-                               + "<section class='charts'>" + "".join(f"<div>{h}</div>" for h in html) + "</section>"
-                               + "<pre>" + escape("\n".join(md)) + "</pre>")
+    html_path = privfile.write(rep / "report.html", report_html.page(md, charts))
     return html_path, md_path
