@@ -9,6 +9,7 @@ from pathlib import Path
 from mwinv.node_capture import NodeCapture
 from mwinv.options import CaptureOptions
 from mwinv.capture.tables import Capture
+from mwinv.engines.mariadb.bounds import socket_bounds
 from mwinv.engines.mariadb.kernel import MARIADB
 from mwinv.engines.mariadb.live import LiveServer
 from mwinv.engines.mariadb.reader import PerfSchemaReader
@@ -50,9 +51,12 @@ class MariaDBCapture:
 
     def stop(self) -> dict:
         try:
-            info = self.reader.stop() if self.reader else {}
+            if self.reader:
+                self.reader.finish()
         finally:
             self.summary = self.kernel.stop()
+        # written after the kernel trace is: its socket calls bound the statements' windows
+        info = self.reader.write(lambda w: socket_bounds(self.capture, self.node, w)) if self.reader else {}
         pid = self.server.pid()
         rows = [{"node": self.node, "pid": os_id, "ppid": pid, "comm": name, "role": role(name)}
                 for os_id, name in self._thread_names() if os_id]

@@ -106,8 +106,9 @@ class PerfSchemaReader:
         if self.general_log:
             self._general_log_on(cur)
         self.my_thread = self._thread_id(cur)
-        cur.execute("SELECT @@performance_schema_events_statements_history_long_size")
-        self.ring_size = cur.fetchone()[0]
+        cur.execute("SELECT @@performance_schema_events_statements_history_long_size, @@thread_handling")
+        self.ring_size, handling = cur.fetchone()
+        self.thread_per_connection = handling == "one-thread-per-connection"
         self.clock_start = self._measure_clock(cur)
         self.poll_conn = self.connect()
         self.poll_thread = self._thread_id(self.poll_conn.cursor())
@@ -242,6 +243,11 @@ class PerfSchemaReader:
     def stop(self) -> dict:
         """The last drain, the end clock, overwritten statements counted, the setup restored, the tables
         written."""
+        self.finish()
+        return self.write()
+
+    def finish(self) -> None:
+        """The last drain, the end clock, the setup restored; the statements are kept for write()."""
         self._stop.set()
         self._thread.join()
         cur = self.conn.cursor()
@@ -255,10 +261,19 @@ class PerfSchemaReader:
         if self._error is not None:
             raise MwinvError(f"performance_schema reader failed: {self._error}") from self._error
         self.rows = [r for r in self.rows if r["THREAD_ID"] != self.poll_thread]
+
+    def write(self, bound=None) -> dict:
+        """The tables written; overwritten statements counted. bound: windows -> narrowed windows
+        (bounds.socket_bounds over the kernel trace), applied with a thread per connection only: with
+        the thread pool, performance_schema's thread is not the one that ran the statement."""
         (total0, own0, _), (total1, own1, at) = self.counts_start, self.counts_end
         executed = (total1 - total0) - (own1 - own0)
         ended_before = sum(1 for r in self.rows if self.to_mono(r["TIMER_END"]) <= at)
-        return self._write(max(0, executed - ended_before), executed)
+        windows = {(r["THREAD_ID"], r["EVENT_ID"]): (self.threads.get(r["THREAD_ID"], (None, None))[0],
+                                                     self.to_mono(r["TIMER_START"]), self.to_mono(r["TIMER_END"]))
+                   for r in self.rows if not r["NESTING_EVENT_LEVEL"]}
+        narrowed = bound(windows) if bound is not None and self.thread_per_connection else {}
+        return self._write(max(0, executed - ended_before), executed, narrowed)
 
     def _logged_texts(self, wall: int) -> dict[tuple[int, int], str]:
         """(THREAD_ID, EVENT_ID) -> the text the general log wrote for that Execute: per connection, its
@@ -293,7 +308,7 @@ class PerfSchemaReader:
         counts["recovered"] += 1
         return texts.pop(), None
 
-    def _write(self, lost: int, executed: int) -> dict:
+    def _write(self, lost: int, executed: int, narrowed: dict) -> dict:
         base = 1
         if self.capture.has("statement"):
             t = self.capture.read("statement")
@@ -306,9 +321,10 @@ class PerfSchemaReader:
         prepared = {"executions": 0, "recovered": 0}
         logged = self._logged_texts(wall)
         for r in self.rows:
+            key = (r["THREAD_ID"], r["EVENT_ID"])
             text, digest = r["SQL_TEXT"] or "", r["DIGEST"]
             qid = None
-            if (key := (r["THREAD_ID"], r["EVENT_ID"])) in logged:
+            if key in logged:
                 # the log writes the parameters' values in: the prepared text of that shape stands for it
                 shape = normalized(logged[key])
                 text = next((t for t in self.prepared.get(r["THREAD_ID"], {}).values() if normalized(t) == shape),
@@ -325,16 +341,16 @@ class PerfSchemaReader:
                 texts.append({"query_text_hash": h, "query_id": qid, "text": text})
             os_id, user = self.threads.get(r["THREAD_ID"], (None, None))
             unknown_threads += os_id is None
-            start, end = self.to_mono(r["TIMER_START"]), self.to_mono(r["TIMER_END"])
+            start, end = narrowed.get(key) or (self.to_mono(r["TIMER_START"]), self.to_mono(r["TIMER_END"]))
             parent = sid.get((r["THREAD_ID"], r["NESTING_EVENT_ID"])) if r["NESTING_EVENT_TYPE"] == "STATEMENT" else None
             statements.append({
-                "node": self.node, "dbms": DBMS, "pid": os_id, "statement_id": sid[(r["THREAD_ID"], r["EVENT_ID"])],
+                "node": self.node, "dbms": DBMS, "pid": os_id, "statement_id": sid[key],
                 "parent_statement_id": parent, "query_id": qid, "query_text_hash": h,
                 "database": r["CURRENT_SCHEMA"], "username": user, "start_ns": start, "end_ns": end,
                 "start_wall_ns": start + wall, "rows": (r["ROWS_SENT"] or 0) + (r["ROWS_AFFECTED"] or 0),
                 "nesting_level": r["NESTING_EVENT_LEVEL"] or 0, "errored": bool(r["ERRORS"]),
             })
-            sid_r = sid[(r["THREAD_ID"], r["EVENT_ID"])]
+            sid_r = sid[key]
             stats += [{"node": self.node, "statement_id": sid_r, "name": c.lower(), "value": int(r[c] or 0)}
                       for c in STAT_COLUMNS if r[c]]
             if (fd := self.sockets.get(r["THREAD_ID"])) is not None:
@@ -349,6 +365,7 @@ class PerfSchemaReader:
                 "prepared_executions": prepared["executions"], "prepared_recovered": prepared["recovered"],
                 "prepared_texts": sorted({t for ps in self.prepared.values() for t in ps.values()})[:50],
                 "threads_unknown": unknown_threads, "history_long_size": self.ring_size,
+                "windows_bounded_by_socket_calls": len(narrowed),
                 # not "clock": merged into the node's manifest, it replaced the node's clock ("mono")
                 "clock_mapping": {"method": "marker statement between two CLOCK_MONOTONIC reads",
                                   "start": self.clock_start, "end": self.clock_end}}

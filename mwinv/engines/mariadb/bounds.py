@@ -1,0 +1,72 @@
+"""Statement windows bounded by their thread's own socket calls. performance_schema's timers are mapped
+to CLOCK_MONOTONIC through a marker statement, good to some µs only: of 300 point selects (35 µs each)
+the mapped windows missed the thread's own command cycle by a median of several µs, one way or the
+other. With a thread per connection the kernel trace holds each command's cycle: the read that brought
+the command (the last successful recvfrom before the reply), the reply (sendto), and the wait for the
+next command (the first recvfrom after the reply). Each statement is matched to the cycle nearest to it
+and its window clamped into that cycle."""
+
+from __future__ import annotations
+
+import bisect
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from mwinv.capture.tables import Capture
+
+EVENTS = ("sys_exit_recvfrom", "sys_enter_recvfrom", "sys_exit_sendto")
+NEAR_NS = 100_000   # a cycle whose middle is further than this from the window's is not its
+
+
+def _socket_calls(capture: Capture, node: str, pids: set[int]) -> dict[int, list[tuple[int, str]]]:
+    """pid -> its (time, event) in order: recvfrom exits that read bytes, recvfrom entries, sendto exits."""
+    out: dict[int, list[tuple[int, str]]] = {}
+    for part in capture.parts("kernel_event"):
+        t = pq.read_table(part, columns=["node", "ts_ns", "pid", "event", "syscall_ret"],
+                          filters=[("node", "=", node), ("event", "in", EVENTS), ("pid", "in", sorted(pids))])
+        t = t.filter(pc.or_kleene(pc.not_equal(t["event"], "sys_exit_recvfrom"),
+                                  pc.greater(t["syscall_ret"], 0)))
+        for ts, pid, event in zip(*(t[c].to_pylist() for c in ("ts_ns", "pid", "event"))):
+            out.setdefault(pid, []).append((ts, event))
+    for calls in out.values():
+        calls.sort()
+    return out
+
+
+def command_cycles(calls: list[tuple[int, str]]) -> list[tuple[int, int]]:
+    """(command read, next wait) of each command the thread answered: the last read before a reply, and
+    the first recvfrom entered after it."""
+    cycles, read, replied = [], None, False
+    for ts, event in calls:
+        if event == "sys_exit_recvfrom" and not replied:
+            read = ts
+        elif event == "sys_exit_sendto" and read is not None:
+            replied = True
+        elif event == "sys_enter_recvfrom" and replied:
+            cycles.append((read, ts))
+            read, replied = None, False
+    return cycles
+
+
+def socket_bounds(capture: Capture, node: str, windows: dict) -> dict:
+    """windows: key -> (pid, start_ns, end_ns) of top-level statements on a thread per connection;
+    returns key -> (start_ns, end_ns) clamped into the command cycle nearest to each (by their middles,
+    within NEAR_NS), for the statements the trace covers; the others keep their windows."""
+    calls = _socket_calls(capture, node, {pid for pid, _, _ in windows.values() if pid})
+    cycles = {pid: command_cycles(c) for pid, c in calls.items()}
+    middles = {pid: [(r + w) // 2 for r, w in cs] for pid, cs in cycles.items()}
+    out = {}
+    for key, (pid, start, end) in windows.items():
+        cs, ms = cycles.get(pid), middles.get(pid)
+        if not cs:
+            continue
+        mid = (start + end) // 2
+        k = bisect.bisect_left(ms, mid)
+        k = min((j for j in (k - 1, k) if 0 <= j < len(cs)), key=lambda j: abs(ms[j] - mid))
+        if abs(ms[k] - mid) > NEAR_NS or bisect.bisect_right(ms, end) - bisect.bisect_left(ms, start) > 1:
+            continue   # no cycle near, or several in the window (LOAD DATA LOCAL reads its file from the client)
+        read, wait = cs[k]
+        new_start, new_end = min(max(start, read), wait), max(min(end, wait), read)
+        out[key] = (new_start, new_end) if new_start < new_end else (read, wait)
+    return out
