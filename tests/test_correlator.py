@@ -395,3 +395,23 @@ def test_top_sql_json_carries_the_advice(capture):
     for r in records.values():
         gains = [a["expected_gain_ns"] for a in r["advice"] if a["expected_gain_ns"] is not None]
         assert gains == sorted(gains, reverse=True) and all(a["evidence"] for a in r["advice"])
+
+
+def test_the_api_and_the_timeline_name_the_kernel_functions(capture):
+    """The kernel functions the terminal lists for a statement are the API's, and its timeline slice's args
+    carry the statement's hottest ones."""
+    from mwinv.api import Capture as ApiCapture
+    from mwinv.correlator.timeline import timeline
+
+    db = capture[0]
+    t = next(t for t in top_statements(db, n=5, by="disk") if t.kernel_functions)
+    assert t.query_id is not None
+    frame = ApiCapture(db).kernel_functions(t.query_id, limit=3)
+    assert [tuple(r) for r in frame.itertuples(index=False)] == t.kernel_functions
+    slices = {e["args"]["statement_id"]: e["args"] for e in timeline(db, top=1000).events
+              if e["ph"] == "X" and e["cat"] == "statement"}
+    mine = {(f, src): ns for f, src, ns in db.sql(f"""SELECT function, source, sum(ns) FROM statement_kernel_function
+                                                     WHERE statement_id = {t.example_id} GROUP BY 1, 2""").fetchall()}
+    shown = slices[str(t.example_id)]["kernel_functions"]
+    assert shown and all(f["ns"] == mine[(f["function"], f["source"])] for f in shown)
+    assert [f["ns"] for f in shown] == sorted(mine.values(), reverse=True)[:len(shown)]
