@@ -24,10 +24,10 @@ from mwinv.capture.columns import table_from_rows
 from mwinv.capture.tables import SCHEMAS, Capture
 from mwinv.correlator.advice import Advice, advise_capture
 from mwinv.correlator.classify import classify
-from mwinv.correlator.load import CaptureDB, parts_view
+from mwinv.correlator.load import CaptureDB, open_correlated, parts_view
 from mwinv.correlator.model import MODEL_MACROS, disk_wait_check, estimate, model_frames, predict
 from mwinv.correlator.nodes import NodePart, node_parts_from
-from mwinv.correlator.pipeline import ranked_queries
+from mwinv.correlator.pipeline import correlate, ranked_queries
 
 MODEL_INPUTS = ("model_statement", "model_attribution", "model_statement_io", *MODEL_MACROS)
 MODEL_TABLES = ("statement_class", "statement_estimate", "prediction", "disk_wait_check")
@@ -49,6 +49,25 @@ def derive(db: CaptureDB, tables: tuple[str, ...] = MODEL_TABLES + ADVICE_TABLES
         derive_model(db, step, write)
     if any(t in ADVICE_TABLES for t in tables):
         derive_advice(db, advise, step, write)
+
+
+def for_report(cap: Capture, top: int, progress=None, derive_all: bool = True,
+               db: CaptureDB | None = None) -> tuple[CaptureDB, list[dict]]:
+    """The session a report reads (db: mwinv-correlate's, else the capture's, correlated first when it
+    was not) with everything derived for its `top` queries (derive_all=False: the capture's tables and
+    the model's inputs only), and those queries."""
+    if db is None:
+        if cap.has("statement") and not cap.has("statement_attribution"):
+            (progress or (lambda _: None))("correlating (the capture was not correlated yet)")
+            db = correlate(cap.path, progress=progress)
+        else:
+            db = open_correlated(cap.path)
+    queries = ranked_queries(db)[:top] if derive_all else []
+    if derive_all:
+        derive(db, advise=[q["example_id"] for q in queries], progress=progress)
+    if db.has("statement"):
+        db.build(*MODEL_INPUTS)
+    return db, queries
 
 
 def derive_model(db: CaptureDB, step, write: bool) -> None:

@@ -27,10 +27,10 @@ from mwinv.correlator import derive as derived
 from mwinv.correlator import svg
 from mwinv.correlator.advice import Advice
 from mwinv.correlator.classify import MIN_RANKED_SAMPLES, kernel_samples, thin_sources
-from mwinv.correlator.load import CaptureDB, literal, open_correlated
+from mwinv.correlator.load import CaptureDB, literal
 from mwinv.correlator.model import MIN_TIMED_NS, WHAT_IFS, DiskWaitCheck, mean_abs_error
 from mwinv.correlator.nodes import NodePart
-from mwinv.correlator.pipeline import correlate, ranked_queries
+from mwinv.correlator.pipeline import ranked_queries
 from mwinv.errors import MwinvError
 from mwinv.fmt import ms
 from mwinv.kernel_trace.recorder import duty_change_text
@@ -62,24 +62,18 @@ class ReportData:
 
 def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: bool = True,
          db: CaptureDB | None = None) -> ReportData:
-    """A capture's tables and what was derived from them (derive.derive builds what the capture does not
-    hold yet: classes, the model's estimates and predictions, advice for the `top` queries' longest
-    executions). A capture not correlated yet is correlated first. progress(step) is called as each step
+    """A capture's tables and what was derived from them (derive.for_report builds what the capture does
+    not hold yet: classes, the model's estimates and predictions, advice for the `top` queries' longest
+    executions; a capture not correlated yet is correlated first): the report only reads. progress(step) is called as each step
     begins. derive=False: the tables only (a differential report's baseline needs no classes, model or
     advice). db: the capture's session already open and correlated (mwinv-correlate's)."""
-    step = progress or (lambda _: None)
     cap = Capture(capture_dir)
     if not cap.path.is_dir():
         raise MwinvError(f"{cap.path}: no such capture directory")
     manifest = cap.manifest()
     if not manifest:
         raise MwinvError(f"{cap.path / 'manifest.json'}: missing (not a capture directory)")
-    if db is None:
-        if cap.has("statement") and not cap.has("statement_attribution"):
-            step("correlating (the capture was not correlated yet)")
-            db = correlate(cap.path, progress=progress)
-        else:
-            db = open_correlated(cap.path)
+    db, queries = derived.for_report(cap, top, progress, derive, db)
     missing = [f"Node {node}: {info['statements_lost']}." for node, info in (manifest.get("nodes") or {}).items()
                if info.get("statements_lost")]
     if not db.has("statement"):
@@ -107,11 +101,6 @@ def load(capture_dir: str | os.PathLike, top: int = 10, progress=None, derive: b
         for change in info.get("duty_changes") or []:
             missing.append(f"Node {node}, at +{(change['at_ns'] - info['start_ns']) / 1e9:.1f} s of the capture: "
                            f"{duty_change_text(change, info['event_budget'])}.")
-    queries = ranked_queries(db)[:top] if derive else []
-    if derive:
-        derived.derive(db, advise=[q["example_id"] for q in queries], progress=step)
-    if db.has("statement"):
-        db.build(*derived.MODEL_INPUTS)
     texts = dict(db.sql("SELECT query_text_hash, any_value(text) FROM statement_text GROUP BY 1").fetchall())
     data = ReportData(cap.path, manifest, _read(db, "model_statement", "statement"), texts, _read(db, "model_attribution", "statement_attribution"),
                       _read(db, "statement_kernel_function"), _read(db, "node_sample"), db, missing,
