@@ -131,3 +131,26 @@ def test_a_table_asked_for_is_built_with_what_it_needs_once(tmp_path):
     assert db.sql("SELECT count(*) FROM statement_class").fetchone()[0] == 56
     assert db.sql("SELECT count(*) FROM model_statement").fetchone()[0] == 56
     assert not Capture(tmp_path / "cap").has("statement_class")   # write=False: the session only
+
+
+def test_a_later_advice_request_appends_only_the_statements_not_advised_yet(tmp_path):
+    """Derived rows are never rewritten: asked for one more statement, the advice adds its rows as a new
+    part and leaves the earlier ones as they were, in the session and in the capture."""
+    from mwinv.correlator import derive
+    from mwinv.correlator.load import open_correlated
+    from mwinv.correlator.pipeline import correlate
+
+    shutil.copytree(CAPTURE, tmp_path / "cap")
+    db = correlate(tmp_path / "cap")
+    derive.derive(db, derive.ADVICE_TABLES)
+    first = sorted(db.sql("SELECT * FROM statement_advice").fetchall(), key=repr)
+    advised = {r[0] for r in db.sql("SELECT statement_id FROM advised_statement").fetchall()}
+    (other,) = db.sql("""SELECT min(statement_id) FROM statement_clean WHERE coalesce(nesting_level, 0) = 0
+                         AND statement_id NOT IN (SELECT statement_id FROM advised_statement)""").fetchone()
+    derive.derive(db, derive.ADVICE_TABLES, advise=[other, *advised])
+    assert {r[0] for r in db.sql("SELECT statement_id FROM advised_statement").fetchall()} == advised | {other}
+    now = sorted(db.sql("SELECT * FROM statement_advice").fetchall(), key=repr)
+    assert [r for r in now if r[0] != other] == first and any(r[0] == other for r in now)
+    assert len(Capture(tmp_path / "cap").parts("statement_advice")) == 2
+    again = open_correlated(tmp_path / "cap")
+    assert sorted(again.sql("SELECT * FROM statement_advice").fetchall(), key=repr) == now
