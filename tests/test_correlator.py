@@ -233,7 +233,7 @@ def test_time_slices_give_the_same_result(capture, monkeypatch):
 
     db = capture[0]
     monkeypatch.setattr(attribution, "CHUNK_POINTS", 3000)
-    assert len(attribution._slice_bounds(db, attribution.CHUNK_POINTS)) >= 10
+    assert len(attribution.slice_bounds(db, attribution.CHUNK_POINTS)) >= 10
     sliced = correlate(db.capture.path, write=False)
     for table in ("statement_attribution", "statement_io", "statement_kernel_function"):
         whole = sorted(db.sql(f"SELECT * FROM {table}").fetchall(), key=repr)
@@ -270,11 +270,13 @@ def test_capture_of_two_nodes(tmp_path):
     db = correlate(out)
     assert set(db.capture.manifest()["nodes"]) == {"n1", "n2"}
     per_node = dict(db.sql("""
-        SELECT a.node, sum(a.ns) FILTER (WHERE a.component IN ('cpu_user', 'cpu_sys')) / sum(a.ns)
+        SELECT a.node, sum(a.ns) FILTER (WHERE a.component IN ('cpu_user', 'cpu_sys', 'run_queue')) / sum(a.ns)
         FROM statement_attribution a JOIN statement_clean s USING (node, statement_id)
         JOIN statement_text t ON t.query_id = s.query_id
         WHERE t.text IN (?, ?) GROUP BY a.node""", [work["n1"], work["n2"]]).fetchall())
-    assert per_node["n1"] >= 0.9 and per_node["n2"] <= 0.1, per_node   # CPU-bound on n1, a sleep on n2
+    # CPU-bound on n1, a sleep on n2; a CPU-bound statement is on a CPU or waiting for one, and how it
+    # splits between the two is the machine's load (0.879 on CPU, the rest runnable, on a busy host)
+    assert per_node["n1"] >= 0.9 and per_node["n2"] <= 0.1, per_node
     bad = db.sql("""
         SELECT s.node, s.statement_id FROM statement_attribution a JOIN statement_clean s USING (node, statement_id)
         GROUP BY ALL HAVING sum(a.ns) <> any_value(s.end_ns - s.start_ns)""").fetchall()
