@@ -141,26 +141,27 @@ def test_kernel_hot_spot_advice():
                                        + attr(2, cpu_user=300, cpu_sys=600, not_allocated=100),
                                        schema=SCHEMAS["statement_attribution"])
 
-    def kf(sid, function, share, samples, source="perf-cpu-clock"):
+    def kf(sid, function, share, samples, source="perf-cpu-clock", ns=None):
         return {"node": "a", "statement_id": sid, "query_id": sid * 10, "function": function, "share": share,
-                "samples": samples, "source": source}
+                "samples": samples, "source": source, "ns": ns}
     kfs = pa.Table.from_pylist([
         # statement 1: 100 perf samples; the migration functions 30 %, NUMA 5 %, page clearing 20 %
         kf(1, "find_busiest_group", 0.3, 30), kf(1, "task_numa_work", 0.05, 5), kf(1, "clear_page_erms", 0.2, 20),
         kf(1, "copy_user_generic", 0.45, 45),
-        # and 40 sleeping stretches, all in one place: a share of another source, not added to the perf ones
-        kf(1, "do_huge_pmd_anonymous_page", 1.0, 40, "sched-stack"),
+        # and 40 sleeping stretches, all in one place, 300 ms: off-CPU time, added to the on-CPU part
+        kf(1, "do_huge_pmd_anonymous_page", 1.0, 40, "sched-stack", 300 * MS),
         # statement 2: the same shares from 10 samples only: too few to rank
         kf(2, "find_busiest_group", 0.3, 3), kf(2, "copy_user_generic", 0.7, 7),
     ], schema=SCHEMAS["statement_kernel_function"])
     rules = {(a.statement_id, a.rule): a for a in advise(statements, attribution, kernel_functions=kfs, options=AdviceOptions(CAL))}
-    # 30 % of 600 ms sys = 180 ms; NUMA at 5 % stays below the 10 % bar
+    # 30 % of 600 ms sys = 180 ms; NUMA at 5 % of sys is 3 % of the wall time, below the 5 % bar
     assert rules[(1, "kernel.sched_migration_cost")].expected_gain_ns == 180 * MS
     assert "sched_migration_cost_ns" in rules[(1, "kernel.sched_migration_cost")].advice
-    assert "(perf-cpu-clock, 30 samples;" in rules[(1, "kernel.sched_migration_cost")].evidence
+    assert "(180.0 ms in 30 samples from perf cpu-clock" in rules[(1, "kernel.sched_migration_cost")].evidence
     assert (1, "kernel.numa_balancing") not in rules
-    # page faults: the sched-stack source sees 100 % (not 100 % + 20 %), 600 ms is the bound
-    assert rules[(1, "kernel.transparent_hugepage")].expected_gain_ns == 600 * MS
+    # the THP fault's 300 ms asleep is the bound; the page clearing on CPU (20 % of 600 ms) is a plain fault
+    assert rules[(1, "kernel.transparent_hugepage")].expected_gain_ns == 300 * MS
+    assert rules[(1, "kernel.page_faults")].expected_gain_ns == 120 * MS
     assert not [r for (sid, r) in rules if sid == 2 and r.startswith("kernel.")]
     classes = {r["statement_id"]: r["evidence"] for r in classify(model_connection(statements, attribution, None), kfs).to_pylist()}
     # the top three by share, each named with its source

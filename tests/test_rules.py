@@ -157,22 +157,6 @@ def test_run_queue():
     assert r.run_queue(evidence({"run_queue": 0.05}, ns=ns)) is None
 
 
-@pytest.mark.parametrize("spot", r.KERNEL_HOT_SPOTS, ids=[s[1] for s in r.KERNEL_HOT_SPOTS])
-def test_kernel_hot_spot(spot):
-    pattern, key, _, _ = spot
-    name = next(n for n in ("find_busiest_group", "task_numa_work", "clear_page", "balance_dirty_pages")
-                if pattern.search(n))
-    rule = r.kernel_hot_spot(*spot)
-    kfuncs = [{"function": name, "source": "kprobe", "share": 0.3, "samples": 30},
-              {"function": "unrelated_fn", "source": "kprobe", "share": 0.7, "samples": 70}]
-    a = rule(evidence(ns={"cpu_sys": 100_000_000}, kernel_functions=kfuncs))
-    assert a.rule == f"kernel.{key}" and a.evidence.startswith(f"{name}: 30% of the statement's kernel time (kprobe")
-    assert a.expected_gain_ns == 30_000_000
-    assert rule(evidence(ns={"cpu_sys": 10_000_000}, kernel_functions=kfuncs)) is None  # 1 % sys: not kernel-bound
-    few = [{**kfuncs[0], "share": 0.05}]
-    assert rule(evidence(ns={"cpu_sys": 100_000_000}, kernel_functions=few)) is None
-
-
 def test_not_allocated():
     a = r.not_allocated(evidence({"unexplained": 0.7, "cpu": 0.3}, explained=0.3))
     assert a.rule == "not_allocated" and a.evidence == "explained 30%; cpu 30%, disk_seq 0%, disk_random 0%, network 0%"

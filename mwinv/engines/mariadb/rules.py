@@ -6,8 +6,7 @@ replace the PostgreSQL rules for MariaDB's statements: the settings and remedies
 from __future__ import annotations
 
 from mwinv.fmt import ms_text as _ms, pct as _pct
-from mwinv.rules import (KERNEL_HOT_SPOTS, MIN_LOCK_SHARE, MIN_RUN_QUEUE_SHARE, MIN_SHARE, Advice, Evidence, Rule,
-                         kernel_hot_spot)
+from mwinv.rules import (KERNEL_RULES, MIN_LOCK_SHARE, MIN_RUN_QUEUE_SHARE, MIN_SHARE, Advice, Evidence, Rule)
 
 EXAMINED_PER_ROW = 100      # rows examined per row returned before an index is worth a word
 MIN_EXAMINED = 10_000
@@ -100,4 +99,4 @@ def unexplained(e: Evidence) -> Advice | None:
 
 
 MARIADB_RULES: list[Rule] = [missing_index, tmp_tables_on_disk, sort_merges, buffer_pool, cpu, lock, run_queue,
-                             *(kernel_hot_spot(*spot) for spot in KERNEL_HOT_SPOTS), unexplained]
+                             *KERNEL_RULES, unexplained]

@@ -5,8 +5,7 @@ rule is adding a function to RULES."""
 from __future__ import annotations
 
 from mwinv.fmt import ms_text, pct
-from mwinv.rules import (KERNEL_HOT_SPOTS, MIN_LOCK_SHARE, MIN_RUN_QUEUE_SHARE, MIN_SHARE, Advice, Evidence, Rule,
-                         kernel_hot_spot)
+from mwinv.rules import (KERNEL_RULES, MIN_LOCK_SHARE, MIN_RUN_QUEUE_SHARE, MIN_SHARE, Advice, Evidence, Rule)
 
 SPILL_BYTES = 1 << 20  # a SELECT writing a MiB or more is spilling sorts/hashes, not setting hint bits
 # Half a CPU idle on average while a statement waited runnable: the CPUs were not short, the process was
@@ -254,6 +253,6 @@ RULES: list[Rule] = [
     disk_seq_bandwidth, disk_seq_pruning, disk_seq_memory,
     disk_random_index, disk_random_io_concurrency, disk_random_shared_buffers,
     network, lock_wait, remote, run_queue,
-    *(kernel_hot_spot(*spot) for spot in KERNEL_HOT_SPOTS),
+    *KERNEL_RULES,
     not_allocated,
 ]

@@ -1,0 +1,128 @@
+"""The kernel-knob rules (mwinv/kernel_knobs.py) on recorded stacks: the statement_kernel_function rows of
+a TPC-H demo capture (tests/golden/pg_tpch_demo.kernel.json, see SOURCES.md), through the normal advice
+path; knob values read from a directory laid out as the host's /proc and /sys. No root, no server."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from mwinv import kernel_knobs as kk
+from mwinv.capture.tables import SCHEMAS
+from mwinv.correlator.advice import advise
+from mwinv.options import AdviceOptions
+from tests.test_rules import evidence
+
+GOLDEN = json.loads((Path(__file__).parent / "golden" / "pg_tpch_demo.kernel.json").read_text())
+READER = 1838793371172439061  # a parallel scan that slept 18.3 ms of its 161 ms in page-cache reads
+SHMEM = 1838793371172439043  # 2.9 ms of 118 ms in shared-memory faults: below the bar
+FAMILY = {f.key: f for f in kk.FAMILIES}
+
+
+def golden_advice():
+    t = {k: pa.Table.from_pylist(GOLDEN[k], schema=SCHEMAS[k])
+         for k in ("statement", "statement_attribution", "statement_kernel_function")}
+    return advise(t["statement"], t["statement_attribution"], kernel_functions=t["statement_kernel_function"],
+                  options=AdviceOptions.from_manifest(GOLDEN["manifest"]))
+
+
+def test_recorded_stacks_through_the_advice_path():
+    kernel = [a for a in golden_advice() if a.rule.startswith("kernel.")]
+    assert [(a.statement_id, a.rule) for a in kernel] == [(READER, "kernel.readahead")]
+    a = kernel[0]
+    assert a.evidence.startswith("folio_wait_bit_common: 11% of the statement's time (18.3 ms in 445 sleeps "
+                                 "from stacks at the switch that put it to sleep")
+    assert "<- folio_wait_bit_common <- filemap_get_pages <- filemap_read <-" in a.evidence
+    assert a.expected_gain_ns == 18_305_871 and a.basis.startswith("upper bound: all of the family's 11%")
+    assert "sampled stacks" in a.basis
+    assert "/queue/read_ahead_kb = " in a.advice  # the host's own value
+
+
+def test_the_shmem_faults_below_the_bar():
+    rows = [r for r in GOLDEN["statement_kernel_function"]
+            if r["statement_id"] == SHMEM and r["source"] == kk.WAIT_SOURCE]
+    assert {kk.family_of(r).key for r in rows if kk.family_of(r)} == {"shmem_hugepages"}
+    rule = kk.kernel_knob_rule(FAMILY["shmem_hugepages"])
+    e = evidence(wall_ns=118.1e6, ns={"cpu_sys": 47_500_000}, kernel_functions=rows)
+    assert rule(e) is None  # 2.5 % of the wall time
+    fired = rule(replace(e, wall_ns=40e6))  # the same sleeps in a statement of 40 ms: 7 %
+    assert fired.rule == "kernel.shmem_hugepages" and "shmem_fault" in fired.evidence
+
+
+def test_every_function_with_a_share_is_mapped_or_consciously_not():
+    # a parallel worker has no attribution row of its own: its wall and sys time are its record's
+    wall = {s["statement_id"]: s["end_ns"] - s["start_ns"] - s["client_wait_ns"] for s in GOLDEN["statement"]}
+    sys_ns = {s["statement_id"]: s["cpu_sys_ns"] for s in GOLDEN["statement"]}
+    seen = set()
+    for r in GOLDEN["statement_kernel_function"]:
+        ns = r["ns"] if r["source"] == kk.WAIT_SOURCE else r["share"] * sys_ns.get(r["statement_id"], 0)
+        if ns >= 0.01 * wall[r["statement_id"]]:
+            assert kk.family_of(r) or kk.not_mapped_reason(r["function"]), r
+            seen.add(r["function"])
+    assert len(seen) > 10
+
+
+def fake_host(tmp_path: Path) -> Path:
+    files = {
+        "proc/sys/vm/dirty_ratio": "20\n", "proc/sys/vm/dirty_background_ratio": "10\n",
+        "proc/sys/vm/dirty_bytes": "0\n", "proc/sys/vm/dirty_background_bytes": "0\n",
+        "proc/sys/kernel/numa_balancing": "1\n", "proc/sys/kernel/sched_autogroup_enabled": "1\n",
+        "sys/kernel/mm/transparent_hugepage/enabled": "[always] madvise never\n",
+        "sys/kernel/mm/transparent_hugepage/defrag": "always defer defer+madvise [madvise] never\n",
+        "sys/block/vda/queue/read_ahead_kb": "128\n", "sys/block/loop0/queue/read_ahead_kb": "128\n",
+        "proc/mounts": "/dev/vda1 / ext4 rw,relatime 0 0\n/dev/vdb /data ext4 rw,discard,noatime 0 0\n",
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    (tmp_path / "sys/block/vda/device").mkdir()  # a disk; loop0 has no device
+    return tmp_path
+
+
+def test_knob_values_read_from_the_host_layout(tmp_path):
+    root = fake_host(tmp_path)
+    assert kk.knob_values(FAMILY["readahead"], root) == [("/sys/block/vda/queue/read_ahead_kb", "128")]
+    assert kk.knob_values(FAMILY["transparent_hugepage"], root) == [
+        ("/sys/kernel/mm/transparent_hugepage/enabled", "always"),
+        ("/sys/kernel/mm/transparent_hugepage/defrag", "madvise"),
+        ("/proc/sys/vm/compaction_proactiveness", "unknown (absent on this kernel)")]
+    assert kk.knob_values(FAMILY["sched_migration_cost"], root) == [
+        ("/sys/kernel/debug/sched/migration_cost_ns", "unknown (debugfs not mounted, not read)"),
+        ("/proc/sys/kernel/sched_migration_cost_ns", "unknown (absent on this kernel)"),
+        ("/proc/sys/kernel/sched_autogroup_enabled", "1")]
+    (root / "sys/kernel/debug/sched").mkdir(parents=True)
+    (root / "sys/kernel/debug/sched/migration_cost_ns").write_text("500000\n")
+    assert kk.knob_values(FAMILY["sched_migration_cost"], root)[0] == \
+        ("/sys/kernel/debug/sched/migration_cost_ns", "500000")
+    assert kk.knob_values(FAMILY["discard"], root) == [("/proc/mounts", "discard on /data (ext4, /dev/vdb)")]
+
+
+def test_recorded_reader_with_the_fake_host(tmp_path):
+    rows = [r for r in GOLDEN["statement_kernel_function"] if r["statement_id"] == READER]
+    e = evidence(wall_ns=161.4e6, ns={"cpu_sys": 29_300_000}, kernel_functions=rows)
+    a = kk.kernel_knob_rule(FAMILY["readahead"], fake_host(tmp_path))(e)
+    assert "Now: /sys/block/vda/queue/read_ahead_kb = 128. Effect:" in a.advice
+    assert a.evidence.startswith("folio_wait_bit_common: 11% of the statement's time (18.3 ms in 445 sleeps")
+
+
+# one kernel function per family, as the kernel names it (6.x), and the frame that decides in a stack
+@pytest.mark.parametrize("key,function,stack", [
+    ("transparent_hugepage", "clear_page_erms", "clear_page_erms <- folio_zero_user <- __do_huge_pmd_anonymous_page"),
+    ("numa_balancing", "change_protection_range", "change_protection_range <- change_prot_numa <- task_numa_work"),
+    ("sched_migration_cost", "update_sd_lb_stats", "update_sd_lb_stats <- sched_balance_find_src_group"),
+    ("dirty_writeback", "balance_dirty_pages", "__schedule <- schedule <- io_schedule_timeout <- balance_dirty_pages"),
+    ("readahead", "page_cache_ra_unbounded", "page_cache_ra_unbounded <- filemap_get_pages"),
+    ("discard", "blkdev_issue_discard", "blkdev_issue_discard <- ext4_free_blocks"),
+    ("page_faults", "clear_page_erms", "clear_page_erms <- do_anonymous_page <- __handle_mm_fault"),
+])
+def test_each_family_on_cpu(key, function, stack):
+    rule = kk.kernel_knob_rule(FAMILY[key])
+    rows = [{"function": function, "stack": stack, "source": "perf-cpu-clock", "share": 0.3, "samples": 30, "ns": 0},
+            {"function": "unrelated_fn", "stack": "unrelated_fn", "source": "perf-cpu-clock", "share": 0.7,
+             "samples": 70, "ns": 0}]
+    a = rule(evidence(ns={"cpu_sys": 500_000_000}, kernel_functions=rows))  # 30 % of 500 ms sys, 1 s wall
+    assert a.rule == f"kernel.{key}" and a.expected_gain_ns == 150_000_000
+    assert a.evidence.startswith(f"{function}: 15% of the statement's time (150.0 ms in 30 samples from perf")
+    assert rule(evidence(ns={"cpu_sys": 100_000_000}, kernel_functions=rows)) is None  # 3 % of the wall time
