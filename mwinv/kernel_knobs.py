@@ -81,8 +81,9 @@ FAMILIES: tuple[Family, ...] = (
            "CPU, so load balancing searches less ([Tanigawa]: find_busiest_group 30 % of an INSERT's "
            "kernel time, 20 % fewer checks under TPC-C); idle CPUs may then wait longer for work"),
     Family("dirty_writeback",
-           _re("balance_dirty_pages", "wb_wait_for_completion", "folio_wait_writeback", "wait_on_page_writeback",
-               "writeback_sb_inodes", r"\bwb_writeback"),
+           # not balance_dirty_pages_ratelimited: each buffered write's cheap check, throttling or not
+           _re("balance_dirty_pages(?!_ratelimited)", "wb_wait_for_completion", "folio_wait_writeback",
+               "wait_on_page_writeback", "writeback_sb_inodes", r"\bwb_writeback"),
            ("proc/sys/vm/dirty_ratio", "proc/sys/vm/dirty_background_ratio", "proc/sys/vm/dirty_bytes",
             "proc/sys/vm/dirty_background_bytes"),
            "start background writeback earlier and bound dirty memory: vm.dirty_background_bytes (e.g. "
@@ -139,6 +140,20 @@ NOT_MAPPED: tuple[tuple[re.Pattern, str], ...] = (
     (_re("xas_load", "filemap_get_read_batch", "folio_add_file_rmap", "__x64_sys_pread64", "pte_mkwrite",
          "lock_mm_and_find_vma", "up_read", "unwind_get_return_address", "rcu_cblist", "__x86_indirect_thunk"),
      "page cache lookups, syscall entry, stack unwinding: the work itself, too spread to tune"),
+    (_re("ftrace_", "trace_event_buffer", "ring_buffer_", "rb_commit", "uprobe", "process_fetch_insn", "read_tsc",
+         "ktime_get_mono_fast_ns"),
+     "the capture's own cost: the syscall events and the DBMS probes it records (docs/overhead.md)"),
+    (_re("vsnprintf", "format_decode", r"^number$", "seq_read", "proc_single_show", "do_io_accounting",
+         "getrusage"),
+     "the mwinv extension reading its backend's /proc/self/io and rusage per statement (docs/overhead.md)"),
+    (_re("do_syscall_64", "entry_SYSCALL", "__check_object_size", "__virt_addr_valid", "_copy_from_user",
+         "memcpy", "mtree_load", "fdget", r"^schedule$", "poll_schedule_timeout", "do_select"),
+     "syscall entry and exit, argument copies, a wait in select/poll for the client: no kernel knob"),
+    (_re("ext4_", "__es_insert_extent", "generic_perform_write", "block_commit_write", "create_empty_buffers",
+         "filemap_add_folio", "folio_batch_move_lru", "folio_lruvec_lock", "mem_cgroup", "filemap_get_entry",
+         "balance_dirty_pages_ratelimited"),
+     "a buffered write into the page cache (ext4 delayed allocation, memory cgroup charge): the write "
+     "itself; fewer or direct writes are the DBMS's settings; throttling, when it comes, is dirty_writeback"),
     (_re("bit_wait_io", "__folio_lock", "folio_wait_bit_common", "wait_for_completion_io"),
      "waiting for an I/O: the family is named by the caller in the stack (readahead, a shmem fault, a "
      "discard), else a metadata read (inode, directory) no knob governs"),
