@@ -216,13 +216,18 @@ def knob_values(family: Family, root: str | os.PathLike = "/") -> list[tuple[str
     return out
 
 
+def row_ns(r: dict, sys_ns: float) -> float:
+    """A row's time: on-CPU sources as their share of the statement's exact sys time, the wait source as
+    the time slept."""
+    return (r.get("ns") or 0) if r["source"] == WAIT_SOURCE else (r.get("share") or 0) * sys_ns
+
+
 def family_time(e: Evidence, rows: list[dict]) -> dict[str, tuple[float, int]]:
-    """Per source, the family's time in ns and its sample (or sleep) count: on-CPU sources as their
-    share of the statement's exact sys time, the wait source as the time slept."""
+    """Per source, the family's time in ns (row_ns) and its sample (or sleep) count."""
     out: dict[str, tuple[float, int]] = {}
     sys_ns = e.ns.get("cpu_sys", 0)
     for r in rows:
-        ns = (r.get("ns") or 0) if r["source"] == WAIT_SOURCE else (r.get("share") or 0) * sys_ns
+        ns = row_ns(r, sys_ns)
         t, n = out.get(r["source"], (0.0, 0))
         out[r["source"]] = (t + ns, n + (r.get("samples") or 0))
     return out
@@ -239,7 +244,7 @@ def kernel_knob_rule(family: Family, root: str | os.PathLike = "/"):
         total = sum(t for t, _ in per_source.values())
         if total < MIN_FAMILY_SHARE * e.wall_ns:
             return None
-        top = max(rows, key=lambda r: r.get("share") or 0)
+        top = max(rows, key=lambda r: row_ns(r, e.ns.get("cpu_sys", 0)))  # its stack is the example
         names = ", ".join(sorted({r["function"] for r in rows})[:4])
         parts = "; ".join(f"{ms_text(t)} in {n:,} {'sleeps' if src == WAIT_SOURCE else 'samples'} from "
                           f"{SOURCE_TEXT.get(src, src)}" for src, (t, n) in sorted(per_source.items()))

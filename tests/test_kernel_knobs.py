@@ -78,8 +78,7 @@ def test_every_function_with_a_share_is_mapped_or_consciously_not(data):
     sys_ns = {s["statement_id"]: s["cpu_sys_ns"] for s in data["statement"]}
     seen = set()
     for r in data["statement_kernel_function"]:
-        ns = r["ns"] if r["source"] == kk.WAIT_SOURCE else r["share"] * sys_ns.get(r["statement_id"], 0)
-        if ns >= 0.01 * wall[r["statement_id"]]:
+        if kk.row_ns(r, sys_ns[r["statement_id"]]) >= 0.01 * wall[r["statement_id"]]:
             assert kk.family_of(r) or kk.not_mapped_reason(r["function"]), r
             seen.add(r["function"])
     assert len(seen) > 10
