@@ -79,16 +79,14 @@ class CorrelateOptions:
     query_id: int | None = None
 
     def __post_init__(self) -> None:
-        if self.node is not None:
-            check_node_name(self.node)
         if self.node is not None and self.merge:
             raise MwinvError("--node correlates one node, --merge all of them afterwards: one or the other")
         if self.top < 1:
             raise MwinvError(f"top {self.top}: 1 or more statements")
 
     def check(self, manifest: dict) -> None:
-        """The node is one of the capture's: correlating one it does not have would replace the
-        capture's derived tables with empty ones."""
+        """The node is one of the capture's (whose names the manifest's check allows as file names):
+        correlating one it does not have would replace the capture's derived tables with empty ones."""
         nodes = sorted(manifest.get("nodes") or {})
         if self.node is not None and self.node not in nodes:
             raise MwinvError(f"node {self.node!r}: not in this capture (its nodes: {', '.join(nodes) or 'none'})")

@@ -129,4 +129,9 @@ def check_manifest(data, path: Path) -> dict:
     the field."""
     if problem := _check(data, MANIFEST, ""):
         raise MwinvError(f"{path}: {problem}")
+    # a node's name becomes a file name when its parts are written (<table>/<node>-00000.parquet): a
+    # quote is fine there (names never go into SQL text), a separator or a parent is not
+    for node in data["nodes"]:
+        if not node or node in (".", "..") or "/" in node or "\0" in node or len(node.encode()) > 200:
+            raise MwinvError(f"{path}: nodes: {node!r} cannot be a file name")
     return data
