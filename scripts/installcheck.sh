@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from mwinv.pgserver import PgServer
+from mwinv.engines.postgresql.server import PgServer
 
 gucs = {"compute_query_id": "on", "mwinv.track": "top"}
 with PgServer(name="installcheck", shared_preload_libraries=["mwinv"], gucs=gucs) as server:

@@ -225,7 +225,6 @@ def test_slow_log_value_that_is_not_one(tmp_path, old, new):
 @pytest.fixture
 def tiny_fs(tmp_path):
     """A real small file system (tmpfs, 4 MB) to fill; always unmounted."""
-    import os
     import subprocess
 
     mnt = tmp_path / "fs"

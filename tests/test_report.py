@@ -249,10 +249,15 @@ def test_capped_backend_is_told_from_cpu_shortage(captures):
     (q1,) = statement_ids(after, tpch.query_sql(1))
     rules = {a.rule: a for a in data.advice if a.statement_id == q1}
     print({k: v.evidence for k, v in rules.items()})
-    throttled = rules["run_queue.throttled"]
-    assert "run_queue.oversubscription" not in rules
-    idle = float(throttled.evidence.split("; ")[1].split(" of ")[0])
-    assert idle >= 0.5 and "cpu.cfs_quota_us" in throttled.advice
+    from mwinv.engines.postgresql.rules import IDLE_CPUS_NOT_SHORT
+    (rule,) = [rules[r] for r in ("run_queue.throttled", "run_queue.oversubscription") if r in rules]
+    idle = float(rule.evidence.split("; ")[1].split(" of ")[0])
+    if idle < IDLE_CPUS_NOT_SHORT:
+        # other work on the host kept the other CPU busy (seen with a second test run beside this one):
+        # the wait is then rightly oversubscription, and the quota case cannot be told here
+        assert rule.rule == "run_queue.oversubscription", rule
+        pytest.skip(f"{idle:.1f} CPUs idle while Q1 waited: the host was busy, no quota case to tell")
+    assert rule.rule == "run_queue.throttled" and "cpu.cfs_quota_us" in rule.advice, rule
 
 
 def test_the_terminal_and_the_report_list_the_same_statements(captures):
