@@ -64,6 +64,30 @@ class CaptureOptions:
             object.__setattr__(self, "events", tuple(self.events))
 
 
+# DuckDB's memory limit, as `--memory` takes it: a number and a unit
+MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.I)
+# the default's bounds: half of what the machine has available, but the attribution's numpy slices
+# (~0.5 GB, attribution.CHUNK_POINTS) live outside DuckDB's limit and the process should stay under 2 GB
+MEMORY_CAP_BYTES = 1 << 30
+MEMORY_FLOOR_BYTES = 256 << 20
+
+
+def default_memory() -> str:
+    """DuckDB's limit when `--memory` is not given: half of MemAvailable, within the floor and the cap."""
+    try:
+        with open("/proc/meminfo") as f:
+            available = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        available = 2 * MEMORY_CAP_BYTES
+    return f"{max(MEMORY_FLOOR_BYTES, min(MEMORY_CAP_BYTES, available // 2)) >> 20}MiB"
+
+
+def check_memory(value: str) -> str:
+    if not MEMORY.fullmatch(value.strip()) or float(MEMORY.fullmatch(value.strip()).group(1)) <= 0:
+        raise MwinvError(f"--memory {value!r}: a size such as 512MB or 2GB")
+    return value.strip()
+
+
 @dataclass(frozen=True)
 class CorrelateOptions:
     """What `mwinv-correlate` correlates and shows.
@@ -71,18 +95,21 @@ class CorrelateOptions:
     node: that node's tables only, correlated as on that node (None: every node; it must be one of the
     capture's, `check`); merge: the cluster view from every node's own correlation (not with node);
     top: how many statements to show (1 or more); by: the ranking (pipeline.RANK_BY: total or one
-    resource); query_id: that query id only."""
+    resource); query_id: that query id only; memory: DuckDB's memory limit (None: default_memory(), from
+    the machine); beyond it DuckDB spills into the capture's directory."""
     node: str | None = None
     merge: bool = False
     top: int = 5
     by: str = "total"
     query_id: int | None = None
+    memory: str | None = None
 
     def __post_init__(self) -> None:
         if self.node is not None and self.merge:
             raise MwinvError("--node correlates one node, --merge all of them afterwards: one or the other")
         if self.top < 1:
             raise MwinvError(f"top {self.top}: 1 or more statements")
+        object.__setattr__(self, "memory", check_memory(self.memory) if self.memory else default_memory())
 
     def check(self, manifest: dict) -> None:
         """The node is one of the capture's (whose names the manifest's check allows as file names):

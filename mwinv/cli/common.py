@@ -72,9 +72,10 @@ def status_line(console: Console, first: str) -> Iterator[Callable[[str], None]]
     yield update
 
 
-def run_main(command: click.Command, prog: str) -> None:
+def run_main(command: click.Command, prog: str, memory_option: str | None = None) -> None:
     """Run a click command; MwinvError and running out of memory become `prog: error: ...` and exit 2,
-    Ctrl-C exit 130."""
+    Ctrl-C exit 130. memory_option: the command's option that sets DuckDB's limit, named when it runs
+    out."""
     install_signal_handlers()
     try:
         command.main(prog_name=prog, standalone_mode=False)
@@ -99,7 +100,8 @@ def run_main(command: click.Command, prog: str) -> None:
             what = f"no space left on device writing {exc.filename}" if getattr(exc, "filename", None) else \
                 str(exc).splitlines()[0]
         elif type(exc).__name__ == "OutOfMemoryException":
-            what = str(exc).splitlines()[0]
+            what = str(exc).splitlines()[0] + (f" (raise DuckDB's limit with {memory_option}, e.g. {memory_option} 4GB)"
+                                               if memory_option else "")
         else:
             raise
         click.echo(f"{prog}: error: {what} (what was written before is kept)", err=True)

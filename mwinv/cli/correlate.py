@@ -36,9 +36,12 @@ from mwinv.options import CorrelateOptions
               help="the timeline's longest top-level statements (and the remote statements linked to them).")
 @click.option("--timeline-range", default=None, metavar="FROM:TO",
               help="the timeline's statements in this window, seconds from the first statement (e.g. 10:20, 30:).")
+@click.option("--memory", default=None, metavar="SIZE",
+              help="DuckDB's memory limit, e.g. 2GB (default: half the machine's available memory, at most "
+                   "1 GiB); beyond it DuckDB spills into the capture's directory.")
 @group_option
 def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge, timeline_file, timeline_top,
-        timeline_range) -> None:
+        timeline_range, memory) -> None:
     """Attribute every statement's wall time in CAPTURE to CPU (user/sys), disk (sequential/random),
     network, lock waits, run queue, other waits and not-allocated time; show the top statements with
     their breakdown, hot kernel functions and what to change (advice with the model's expected gain).
@@ -57,17 +60,19 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge, time
       for n in coord d1 d2; do mwinv-correlate CLUSTER --node $n; done   # each node on its own
       mwinv-correlate CLUSTER --merge --top-sql 5                         # then the cluster view
       mwinv-correlate CAPTURE --timeline out/timeline.json --timeline-range 10:20   # open it in Perfetto UI
+      mwinv-correlate LONG_CAPTURE --memory 4GB   # more room for DuckDB before it spills
     """
     if baseline and not report_dir:
         raise click.UsageError("--baseline needs --report DIR")
-    options = CorrelateOptions(node=node, merge=merge, top=top, by=by, query_id=query_id)
+    options = CorrelateOptions(node=node, merge=merge, top=top, by=by, query_id=query_id, memory=memory)
     options.check(Capture(capture).manifest())
     if report_dir:
         privfile.make_dir(report_dir)   # a place it may go: said before the work, not after
     span = parse_range(timeline_range)
     err = progress_console()
     progress = progress_logger(err) if fmt == "table" else None
-    db = merge_nodes(capture, progress=progress) if merge else correlate(capture, progress=progress, node=options.node)
+    db = merge_nodes(capture, progress=progress, memory=options.memory) if merge else \
+        correlate(capture, progress=progress, node=options.node, memory=options.memory)
     for w in db.warnings:
         err.print(f"[yellow]warning:[/] {w}")
     rows = top_statements(db, n=options.top, by=options.by, query_id=options.query_id)
@@ -106,4 +111,4 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge, time
 
 
 def main() -> None:
-    run_main(cli, "mwinv-correlate")
+    run_main(cli, "mwinv-correlate", memory_option="--memory")

@@ -108,31 +108,38 @@ def duck_type(t) -> str:
     return "VARCHAR"
 
 
-def connect(**config) -> duckdb.DuckDBPyConnection:
+def connect(spill_in: Path | None = None, **config) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection for the correlator: no progress bar (it wrote over the CLI's own progress
-    and into piped output)."""
-    # spill files in a directory of this connection's own: by default every connection spills into
-    # ./.tmp under the same file names, and two of them at once (two captures opened in one process, or
-    # two analyses in one directory) read each other's pages ("Could not read enough bytes")
-    spill = tempfile.mkdtemp(prefix="mwinv-duckdb-")
+    and into piped output). spill_in: the directory its spill files go under (a capture's: the room a
+    long capture's operators spill into is where the capture is, not /tmp)."""
+    # spill files in a directory of this connection's own (mkdtemp: 0700, made exclusively): by default
+    # every connection spills into ./.tmp under the same file names, and two of them at once (two captures
+    # opened in one process, or two analyses in one directory) read each other's pages
+    try:
+        spill = tempfile.mkdtemp(prefix=".duckdb-spill-", dir=spill_in)
+    except OSError:   # a capture this user may only read: the system's temporary directory
+        spill = tempfile.mkdtemp(prefix="mwinv-duckdb-")
     con = duckdb.connect(config={"temp_directory": spill, **config})
     weakref.finalize(con, shutil.rmtree, spill, ignore_errors=True)
     con.execute("SET enable_progress_bar = false")   # a session option, refused in connect()'s config
     return con
 
 
-def open_capture(path: str | Path, threads: int | None = None, memory_limit: str = "768MB",
+def open_capture(path: str | Path, threads: int | None = None, memory_limit: str | None = None,
                  nodes: list[str] | None = None) -> CaptureDB:
-    """The capture's tables as DuckDB views, checked. DuckDB's memory is capped (it spills beyond it):
-    the attribution's numpy slices live outside the cap, and the process stays under 2 GB. nodes: only
+    """The capture's tables as DuckDB views, checked. DuckDB's memory is capped (None:
+    options.default_memory(), from the machine; `mwinv-correlate --memory`) and it spills beyond it
+    into the capture's directory: the attribution's numpy slices live outside the cap. nodes: only
     those nodes' rows (a node's correlation on its own)."""
+    from mwinv.options import default_memory
+
     cap = Capture(path)
     if not cap.path.is_dir():
         raise MwinvError(f"{cap.path}: no such capture directory")
     if not cap.manifest_path.exists():
         raise MwinvError(f"{cap.path}: not a capture directory (no manifest.json)")
     manifest = cap.manifest()
-    con = connect(memory_limit=memory_limit, **({"threads": threads} if threads else {}))
+    con = connect(cap.path, memory_limit=memory_limit or default_memory(), **({"threads": threads} if threads else {}))
     present = set()
     for table in SCHEMAS:
         if table in DERIVED_TABLES:
@@ -210,12 +217,12 @@ def session_tables(db: CaptureDB, schema: str = "main") -> set[str]:
 
 
 def open_correlated(path: str | Path, rebuild: tuple[str, ...] = (),
-                    read_as: dict[str, str] | None = None) -> CaptureDB:
+                    read_as: dict[str, str] | None = None, memory_limit: str | None = None) -> CaptureDB:
     """open_capture, with the derived tables a correlation wrote read back (views of their parts), but
     those in `rebuild`, and the list of queries (query_summary) built from them; read_as: a table read
     back under another name, materialized (a merge reads the nodes' attribution as its local_attribution,
-    and replaces the parts it reads)."""
-    db = open_capture(path)
+    and replaces the parts it reads); memory_limit: open_capture's."""
+    db = open_capture(path, memory_limit=memory_limit)
     for table in DERIVED_TABLES:
         if not db.capture.has(table) or table in rebuild or db.modules.holds(table):   # traced_statement: built
             continue

@@ -46,10 +46,11 @@ class StatementSummary:
 PER_NODE_TABLES = ("statement_attribution", "statement_kernel_function", "statement_io", "traced_statement")
 
 
-def correlate(capture_dir: str | Path, write: bool = True, progress=None, node: str | None = None) -> CaptureDB:
+def correlate(capture_dir: str | Path, write: bool = True, progress=None, node: str | None = None,
+              memory: str | None = None) -> CaptureDB:
     """Attribute, find kernel hot spots and write the derived tables. node: that node's tables only (it
     could run on the node where they were captured), written as its own parts; merge() then makes the
-    cluster view from every node's."""
+    cluster view from every node's. memory: DuckDB's limit (load.open_capture)."""
     from mwinv.engines.postgresql.reader import recover_spooled
 
     from mwinv.node_capture import recover_kernel
@@ -57,11 +58,11 @@ def correlate(capture_dir: str | Path, write: bool = True, progress=None, node: 
     recover_spooled(Capture(capture_dir), progress)   # statements a killed capture left unconverted
     recover_kernel(Capture(capture_dir), progress)    # and its kernel pages
     with reading_parts(Capture(capture_dir)):
-        return _correlate(capture_dir, write, progress, node)
+        return _correlate(capture_dir, write, progress, node, memory)
 
 
-def _correlate(capture_dir: str | Path, write: bool, progress, node: str | None) -> CaptureDB:
-    db = open_capture(capture_dir, nodes=[node] if node else None)
+def _correlate(capture_dir: str | Path, write: bool, progress, node: str | None, memory: str | None) -> CaptureDB:
+    db = open_capture(capture_dir, nodes=[node] if node else None, memory_limit=memory)
     if not db.has("statement"):
         return db
     # the point stream is walked in time slices (attribution.CHUNK_POINTS points each)
@@ -91,13 +92,13 @@ ATTRIBUTION_STEPS = (
 )
 
 
-def merge(capture_dir: str | Path, progress=None) -> CaptureDB:
+def merge(capture_dir: str | Path, progress=None, memory: str | None = None) -> CaptureDB:
     """The cluster view from per-node correlations (correlate(node=...) for every node): the links between
     the nodes' statements and the coordinator's waits for its nodes, over their derived tables only (the
     nodes' attribution read back as local_attribution); statement_attribution and statement_link are
     rewritten whole."""
     db = open_correlated(capture_dir, rebuild=("statement_link",),
-                         read_as={"statement_attribution": "local_attribution"})
+                         read_as={"statement_attribution": "local_attribution"}, memory_limit=memory)
     if not db.has("statement"):
         return db
     done = {n for (n,) in db.sql("SELECT DISTINCT node FROM local_attribution").fetchall()} \
