@@ -26,7 +26,7 @@ from mwinv import privfile
 from mwinv.capture.tables import Capture
 from mwinv.engines import Engine
 from mwinv.engines.postgresql.kernel import POSTGRESQL
-from mwinv.errors import MwinvError
+from mwinv.errors import MwinvError, is_disk_full
 from mwinv.kernel_trace.parse import parse_trace
 from mwinv.kernel_trace.perf import perf_to_capture
 from mwinv.kernel_trace.recorder import OWNER, KernelRecorder, RecorderConfig, assemble, default_events, descendants
@@ -321,7 +321,10 @@ class NodeCapture:
         if "trace_tail" in done:
             self.summary["skipped"]["trace_tail"] = done.pop("trace_tail")
         self.summary.update(done)
-        self._update_node({"kernel_unparsed": None})
+        # a trace cut short stays as it is: its tail is what to look at
+        kept = "keep" if "trace_tail" in self.summary["skipped"] else self.options.keep_trace
+        retain_trace(self.capture.path / "kernel" / self.node, kept)
+        self._update_node({"kernel_unparsed": None, "trace_kept": kept})
 
     def __enter__(self) -> "NodeCapture":
         return self.start()
@@ -370,6 +373,30 @@ def _parse_kernel(capture: Capture, kdir: Path, node: str, role, sample_interval
         pids = {p["pid"] for p in capture.read("process").to_pylist() if p["node"] == node}
         out["perf_samples"] = perf_to_capture(kdir / "perf.data", capture, node, pids)
     return out
+
+
+def retain_trace(kdir: Path, keep: str) -> None:
+    """The raw traces of a node, parsed whole: kept, compressed into <name>.zst (streamed; `zstd -d`
+    restores it) or removed (options.KEEP_TRACE). A compression that fails (a full disk) keeps the raw
+    trace and removes its half-written copy."""
+    import pyarrow as pa
+
+    for raw in (kdir / "trace.dat", kdir / "unfiltered.dat"):
+        if keep == "keep" or not raw.exists():
+            continue
+        if keep == "zstd":
+            packed = raw.with_name(raw.name + ".zst")
+            try:
+                with open(raw, "rb") as src, privfile.create(packed) as f, \
+                        pa.CompressedOutputStream(pa.PythonFile(f, mode="w"), "zstd") as out:
+                    while block := src.read(16 << 20):
+                        out.write(block)
+            except BaseException as exc:
+                packed.unlink(missing_ok=True)
+                if isinstance(exc, OSError) and is_disk_full(exc):
+                    raise MwinvError(f"no space left on device compressing {raw} (kept as it is)") from None
+                raise
+        raw.unlink()
 
 
 def recover_kernel(capture: Capture, progress: Callable[[str], None] | None = None) -> None:

@@ -21,6 +21,10 @@ def check_node_name(name: str) -> None:
         raise MwinvError(f"node name {name!r}: letters, digits, _ . - (not first), at most 64")
 
 
+# what becomes of a parsed trace.dat (CaptureOptions.keep_trace)
+KEEP_TRACE = ("keep", "zstd", "drop")
+
+
 @dataclass(frozen=True)
 class CaptureOptions:
     """How one node capture (mwinv/node_capture.py) records.
@@ -34,7 +38,9 @@ class CaptureOptions:
     statement reader; duty: the share of the time with kernel events on, in windows of window_s
     seconds (statements are read throughout); event_budget: kernel events/s per CPU above which
     fewer windows are traced (None: no budget; `mwinv-trace capture` sets
-    recorder.DEFAULT_EVENT_BUDGET)."""
+    recorder.DEFAULT_EVENT_BUDGET); keep_trace: what becomes of the raw trace (kernel/<node>/trace.dat)
+    once it is parsed whole, KEEP_TRACE: kept, compressed (zstd: by default, as it is the bulk of a
+    capture, 113 of 134 MB for 30 s of pgbench -S, and a later parser may want it) or dropped."""
     node: str | None = None
     stacks: bool = False
     sample_interval_s: float = 1.0
@@ -46,6 +52,7 @@ class CaptureOptions:
     duty: float = 1.0
     window_s: float = 1.0
     event_budget: float | None = None
+    keep_trace: str = "zstd"
 
     def __post_init__(self) -> None:
         if self.node is None:
@@ -60,6 +67,8 @@ class CaptureOptions:
                              "windows of more than 0 s")
         if self.event_budget is not None and not self.event_budget > 0:
             raise MwinvError(f"event budget {self.event_budget:g}/s per CPU: more than 0 (or none)")
+        if self.keep_trace not in KEEP_TRACE:
+            raise MwinvError(f"keep trace {self.keep_trace!r}: one of {', '.join(KEEP_TRACE)}")
         if self.events is not None:
             object.__setattr__(self, "events", tuple(self.events))
 

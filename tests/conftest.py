@@ -33,6 +33,7 @@ ROOT_TESTS = {
     "test_kernel_record::test_kill9_leftovers_are_cleaned_by_the_next_run": "tracefs",
     "test_kernel_record::test_missing_pid_and_events_are_clear_errors": "tracefs",
     "test_lifecycle::test_kill9_capture_is_finished_by_the_next_correlation": "tracefs",
+    "test_long_capture::test_a_parsed_trace_is_compressed_or_dropped_and_a_reparse_says_so": "tracefs",
     "test_lifecycle::test_an_interrupted_capture_leaves_its_parse_to_the_next_correlation": "tracefs",
     "test_lifecycle::test_a_second_sigterm_while_a_capture_stops": "tracefs",
     "test_lifecycle::test_two_sigterms_while_an_experiment_captures_its_load": "tracefs, namespaces, cgroups",

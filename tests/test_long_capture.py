@@ -1,11 +1,14 @@
 """Long captures (issue 33): DuckDB's memory limit as an option, with a one-line error naming it when
-it is too low, on the project's small real capture (tests/golden/pg_small_capture)."""
+it is too low, on the project's small real capture (tests/golden/pg_small_capture); the raw trace
+compressed or dropped once parsed, on real short captures."""
 
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from mwinv.capture.tables import Capture
+from mwinv.kernel_trace.parse import count_events
 from tests.test_golden_capture import CAPTURE, derived_tables
 
 CLI = Path(sys.executable).parent / "mwinv-correlate"
@@ -47,3 +50,46 @@ def test_a_bad_memory_size_is_refused_before_anything_starts(tmp_path):
     assert r.returncode == 2 and r.stderr.strip() == "mwinv-correlate: error: --memory 'lots': a size such as " \
                                                       "512MB or 2GB"
     assert not (cap / "statement_attribution").exists()
+
+
+def _capture(out: Path, server, keep: str) -> Path:
+    """A real short capture of an idle server, the trace's fate `keep`; its node's kernel directory."""
+    r = subprocess.run([str(CLI.parent / "mwinv-trace"), "capture", str(out), "--conninfo", server.conninfo(),
+                        "--node", "n1", "--duration", "2", "--keep-trace", keep],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert Capture(out).manifest()["nodes"]["n1"]["trace_kept"] == keep
+    return out / "kernel" / "n1"
+
+
+def _reparse(trace: Path, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(CLI.parent / "mwinv-trace"), "parse", str(trace), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_parsed_trace_is_compressed_or_dropped_and_a_reparse_says_so(tmp_path, pg):
+    kdir = _capture(tmp_path / "zstd", pg, "zstd")
+    assert not (kdir / "trace.dat").exists()
+    # the compressed files are the whole traces (the pid-filtered one and the block completions'): zstd
+    # gives back what has the events the tables have
+    packed = sorted(kdir.glob("*.dat.zst"))
+    assert [p.name for p in packed] == ["trace.dat.zst", "unfiltered.dat.zst"] and not list(kdir.glob("*.dat"))
+    for p in packed:
+        subprocess.run(["zstd", "-q", "-d", str(p), "-o", str(tmp_path / p.stem)], check=True)
+    assert sum(count_events(tmp_path / p.stem) for p in packed) == \
+        Capture(tmp_path / "zstd").read("kernel_event").num_rows > 0
+    r = _reparse(kdir / "trace.dat", tmp_path / "again")
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == (
+        f"mwinv-trace: error: {kdir}/trace.dat: compressed after its parse (--keep-trace zstd): "
+        f"zstd -d {kdir}/trace.dat.zst restores it"), r.stderr
+
+    kdir = _capture(tmp_path / "drop", pg, "drop")
+    assert not list(kdir.glob("trace.dat*")) and Capture(tmp_path / "drop").read("kernel_event").num_rows > 0
+    r = _reparse(kdir / "trace.dat", tmp_path / "again")
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == (
+        f"mwinv-trace: error: {kdir}/trace.dat: dropped after its parse (--keep-trace drop): its events are "
+        "in the capture's kernel_event table"), r.stderr
+
+    kdir = _capture(tmp_path / "keep", pg, "keep")
+    assert sum(count_events(kdir / n) for n in ("trace.dat", "unfiltered.dat")) == \
+        Capture(tmp_path / "keep").read("kernel_event").num_rows

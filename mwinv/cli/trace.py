@@ -22,7 +22,7 @@ from rich.console import Console
 from mwinv.cli.common import group_option, progress_console, run_main, status_line
 from mwinv.errors import MwinvError
 from mwinv.kernel_trace.recorder import DEFAULT_EVENT_BUDGET, duty_change_text
-from mwinv.options import CaptureOptions
+from mwinv.options import KEEP_TRACE, CaptureOptions
 
 
 @click.group(help=__doc__)
@@ -52,10 +52,13 @@ def cli() -> None:
               help="kernel events/s per CPU: above it, fewer windows are traced (said, and in the "
                    "manifest); 0: no budget.")
 @click.option("--node", help="node name in the tables (default: $MWINV_NODE or the host name).")
+@click.option("--keep-trace", type=click.Choice(KEEP_TRACE), default=CaptureOptions.keep_trace, show_default=True,
+              help="the raw trace once parsed: kept, compressed (kernel/NODE/trace.dat.zst: it is most of a "
+                   "capture's disk) or dropped (its events are in the tables).")
 @group_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def capture(capture_dir, postmaster_pid, other_pids, data_dir, conninfo, duration, stacks, page_faults,
-            sample_interval_s, no_trace, duty, window_s, event_budget, node, command) -> None:
+            sample_interval_s, no_trace, duty, window_s, event_budget, node, keep_trace, command) -> None:
     """Capture until --duration, Ctrl-C, or the COMMAND after `--` exits; then parse into tables.
 
     \b
@@ -66,6 +69,7 @@ def capture(capture_dir, postmaster_pid, other_pids, data_dir, conninfo, duratio
       mwinv-trace capture out/oltp --data-dir /srv/pg15 --duty 0.1 --duration 600   # 1 s in 10 traced
       mwinv-trace capture out/all --data-dir /srv/pg15 --event-budget 0 --duration 60   # every event
       mwinv-trace capture out/run1 --pid 4242 --duration 30 --group dba   # readable by group dba
+      mwinv-trace capture out/hour --data-dir /srv/pg15 --duration 3600 --keep-trace drop   # tables only
       mwinv-trace capture out/run1 --conninfo "host=/tmp port=5432 dbname=tpch" \\
           -- psql -f q1.sql "host=/tmp port=5432 dbname=tpch"
     """
@@ -83,7 +87,7 @@ def capture(capture_dir, postmaster_pid, other_pids, data_dir, conninfo, duratio
             raise MwinvError("--pids is for another DBMS's processes: not with --pid, --data-dir or --conninfo")
     options = CaptureOptions(node=node, stacks=stacks, sample_interval_s=sample_interval_s, page_faults=page_faults,
                              trace=not no_trace, statements=pids is None, duty=duty, window_s=window_s,
-                             event_budget=event_budget or None)
+                             event_budget=event_budget or None, keep_trace=keep_trace)
     if postmaster_pid is None and pids is None:
         postmaster_pid = postmaster_of(data_dir=data_dir, conninfo=conninfo)
     if duration is None and not command:

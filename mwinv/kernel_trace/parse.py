@@ -57,7 +57,7 @@ def iter_tracedat_batches(td: TraceDat, state: DecodeState, chunk_pages: int = 8
 def open_trace(path: Path, node: str) -> tuple[DecodeState, Iterator[pa.RecordBatch], str]:
     """(decode state, batch iterator, clock) for a trace.dat or a text trace."""
     if not path.exists():
-        raise MwinvError(f"{path}: no such file")
+        raise MwinvError(_gone(path))
     if is_tracedat(path):
         td = read_tracedat(path)
         for fmt in td.formats.values():
@@ -69,6 +69,22 @@ def open_trace(path: Path, node: str) -> tuple[DecodeState, Iterator[pa.RecordBa
         return state, iter_tracedat_batches(td, state), td.clock
     state = DecodeState(node, {})
     return state, iter_text_batches(path, state), "unknown"
+
+
+def _gone(path: Path) -> str:
+    """Why a trace is missing: a capture's (kernel/<node>/trace.dat) compressed or dropped after its parse
+    (the manifest's nodes.<node>.trace_kept, mwinv-trace capture --keep-trace), or no such file."""
+    if path.with_name(path.name + ".zst").exists():
+        return f"{path}: compressed after its parse (--keep-trace zstd): zstd -d {path}.zst restores it"
+    manifest = path.parent.parent.parent / "manifest.json"
+    try:
+        kept = json.loads(manifest.read_text())["nodes"][path.parent.name]["trace_kept"]
+    except (OSError, ValueError, KeyError, TypeError):
+        kept = None
+    if path.parent.parent.name == "kernel" and kept == "drop":
+        return (f"{path}: dropped after its parse (--keep-trace drop): its events are in the capture's "
+                "kernel_event table")
+    return f"{path}: no such file"
 
 
 def _is_pid(v) -> bool:
