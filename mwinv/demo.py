@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from mwinv import privfile
+from mwinv.cli.common import output_console, progress_logger
 from mwinv.correlator import terminal
 from mwinv.correlator.derive import advice_of, derive, node_parts_of
 from mwinv.correlator.pipeline import correlate, top_statements
@@ -33,7 +34,7 @@ def run(dbms: str, scale: float, out: str, nodes: int = 0) -> Path:
     demo = registry.engines()[dbms].load("demo")
     if demo is None:
         raise MwinvError(f"{dbms}: no demo")
-    console = Console()
+    console = output_console()
     out_dir, capture_dir = _fresh(out)
     demo(scale, capture_dir, console, nodes)
     return _show(capture_dir, out_dir, console)
@@ -41,12 +42,13 @@ def run(dbms: str, scale: float, out: str, nodes: int = 0) -> Path:
 
 def _show(capture_dir: Path, out_dir: Path, console: Console) -> Path:
     """Correlate, print the top statements (with their data nodes' parts) and what to change, write the report."""
-    db = correlate(capture_dir, progress=lambda s: console.log(s))
+    progress = progress_logger(console)
+    db = correlate(capture_dir, progress=progress)
     for w in db.warnings:
         console.print(f"[yellow]warning:[/] {w}")
     top = top_statements(db, n=5)
     examples = [s.example_id for s in top]
-    derive(db, advise=examples, progress=lambda s: console.log(s))
+    derive(db, advise=examples, progress=progress)
     console.print(terminal.top_table(top, "top 5 statements by total time"))
     parts = node_parts_of(db, examples)
     for i, s in enumerate(top, 1):

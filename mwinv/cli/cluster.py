@@ -7,7 +7,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from mwinv.cli.common import progress_console
+from mwinv.cli.common import output_console, progress_console, progress_logger
 from mwinv.workloads import runner, tpch
 
 
@@ -52,7 +52,7 @@ def up(nodes, scale, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit
             check_level(option, factor, value)
     console = progress_console()
     caps = NodeCaps(cpu=node_cpu, memory_mb=node_memory_mb, read_mbps=node_read_mbps, link_mbit=link_mbit)
-    cl = Cluster(nodes=nodes, scale=scale, scheme=scheme, node_caps=caps, progress=console.log).up()
+    cl = Cluster(nodes=nodes, scale=scale, scheme=scheme, node_caps=caps, progress=progress_logger(console)).up()
     cl.detach()
     print(cl.tag)
     console.print(f"cluster {cl.tag}: coordinator {cl.coordinator.conninfo('tpch')}; "
@@ -73,7 +73,7 @@ def run(tag, query_spec, streams, check) -> None:
     """
     from mwinv.cluster.harness import coordinator_of, read_state
 
-    console = Console()
+    console = output_console()
     scale = read_state(tag).get("scale")
     runs = runner.run_with_progress(coordinator_of(tag), tpch.parse_query_list(query_spec), console=console,
                                     streams=streams, keep_results=check)

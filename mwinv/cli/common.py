@@ -28,6 +28,11 @@ def progress_console() -> Console:
     return Console(stderr=True, soft_wrap=True, log_path=False)
 
 
+def output_console() -> Console:
+    """stdout, for a command's tables and results, its logged steps without rich's source file and line."""
+    return Console(log_path=False)
+
+
 def progress_logger(console: Console) -> Callable[[str], None]:
     """progress(step) as time-stamped lines, printed as they are: a step's text is not rich markup (a
     cell id "[ab3f…]" in it was taken for a style and dropped) nor highlighted."""

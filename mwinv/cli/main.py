@@ -6,11 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from mwinv import privfile
 from mwinv.cli.cluster import clean_cmd, cluster_cli
-from mwinv.cli.common import group_option, run_main
+from mwinv.cli.common import group_option, output_console, progress_logger, run_main
 from mwinv.cli.experiment import experiment_cli
 from mwinv.engines import registry
 from mwinv.workloads import runner, tpch
@@ -59,10 +58,10 @@ def tpch_cmd(scale, query_spec, streams, cold, memory_mb, port, check) -> None:
       mwinv tpch --scale 0.01 --queries 1,6 --check
       mwinv tpch --scale 0.1 --streams 2 --cold --memory-mb 256
     """
-    console = Console()
+    console = output_console()
     numbers = tpch.parse_query_list(query_spec)
     scale = tpch.check_scale(scale)
-    server = tpch_server(scale, memory_mb=memory_mb, port=port, progress=lambda s: console.log(s))
+    server = tpch_server(scale, memory_mb=memory_mb, port=port, progress=progress_logger(console))
     try:
         runs = runner.run_with_progress(server, numbers, console=console, streams=streams, cold=cold,
                                         keep_results=check)
@@ -96,10 +95,10 @@ def calibrate(capture, data_dir, links) -> None:
     """
     from mwinv.calibrate import calibrate as measure, store
 
-    console = Console()
+    console = output_console()
     target = Path(capture)
     privfile.make_dir(target)
-    cal = measure(data_dir or target, list(links) or None, progress=console.log)
+    cal = measure(data_dir or target, list(links) or None, progress=progress_logger(console))
     store(target, cal)
     d = cal["disk"]
     console.print(f"disk {d['disk_rate_bps'] / 2**20:,.0f} MiB/s sequential ({d['seq_request_bytes'] // 1024} KiB "

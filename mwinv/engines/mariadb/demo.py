@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from mwinv.calibrate import calibrate, store
+from mwinv.cli.common import progress_logger
 from mwinv.errors import MwinvError
 from mwinv.workloads import tpch
 
@@ -20,18 +21,19 @@ def demo(scale: float, capture_dir: Path, console: Console, nodes: int = 0) -> N
 
     if nodes:
         raise MwinvError("--nodes is a PostgreSQL cluster (postgres_fdw); MariaDB's demo is one server")
+    progress = progress_logger(console)
     with MariaDBServer(name="demo") as server:
-        console.log(f"MariaDB on port {server.port}")
+        progress(f"MariaDB on port {server.port}")
         with server.connect() as conn:
-            mtpch.load(conn, tpch.generate(scale, progress=lambda s: console.log(s)), progress=lambda s: console.log(s))
+            mtpch.load(conn, tpch.generate(scale, progress=progress), progress=progress)
         with server.connect("tpch") as conn, conn.cursor() as cur:
             with MariaDBCapture(server, capture_dir, node="demo", stacks=True, trace="auto",
-                                progress=lambda s: console.log(s)) as cap:
+                                progress=progress) as cap:
                 for q in tpch.QUERY_NUMBERS:
                     t0 = time.monotonic()
                     cur.execute(mtpch.query_sql(q))
                     rows = cur.fetchall()
-                    console.log(f"Q{q}: {len(rows)} rows in {time.monotonic() - t0:.3f} s")
+                    progress(f"Q{q}: {len(rows)} rows in {time.monotonic() - t0:.3f} s")
         for what, why in cap.summary.get("skipped", {}).items():
             console.print(f"[yellow]skipped[/] {what}: {why}")
-        store(capture_dir, calibrate(server.data_dir, progress=lambda s: console.log(f"calibrate {s}")))
+        store(capture_dir, calibrate(server.data_dir, progress=lambda s: progress(f"calibrate {s}")))
