@@ -66,7 +66,8 @@ def top_table(rows: list[StatementSummary], title: str) -> Table:
     table.add_column("calls", justify="right")
     table.add_column("total s", justify="right")
     table.add_column("where the time went")
-    table.add_column("top kernel functions", max_width=36, overflow="fold")
+    # a name cut with "…" (JSON and the report have it whole), never broken mid-word
+    table.add_column("top kernel functions", max_width=36, overflow="ellipsis")
     for i, s in enumerate(rows, 1):
         text = " ".join(s.text.split()) or f"query_id {s.query_id}"
         text = text if len(text) <= 90 else text[:89] + "…"  # --format json/csv carry the whole text
