@@ -14,9 +14,9 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, Capture as CaptureDir
+from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, SCHEMAS, Capture as CaptureDir
 from mwinv.correlator import derive
-from mwinv.correlator.load import CaptureDB, create_empty, literal, open_correlated, session_tables
+from mwinv.correlator.load import CaptureDB, literal, open_correlated
 from mwinv.correlator.pipeline import RANK_BY, correlate, top_statements
 from mwinv.correlator.terminal import ranked_advice
 from mwinv.errors import MwinvError
@@ -123,8 +123,9 @@ class Capture:
         return self.db.sql(query).df()
 
     def _table(self, table: str, where: list[str], order: str):
-        if table not in session_tables(self.db):
-            create_empty(self.db.con, table, "VIEW")   # a capture without it: no rows, its columns
+        if not self.db.modules.holds(table):
+            # no rows, its columns; nothing created in the session: the runner may still build it there
+            return _frame([], SCHEMAS[table].names)
         return self.sql(f"SELECT * FROM {table}" + (f" WHERE {' AND '.join(where)}" if where else "")
                         + f" ORDER BY {order}")
 

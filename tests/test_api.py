@@ -89,3 +89,18 @@ def test_not_a_capture_is_one_error(tmp_path):
 
     with pytest.raises(mwinv.errors.MwinvError, match="no such capture directory"):
         mwinv.open(tmp_path / "nothing")
+
+
+def test_a_table_not_built_yet_is_left_to_the_runner(tmp_path):
+    """A frame of a derived table the session does not hold is empty and creates nothing: a view made
+    for it made the runner's later build of that table fail ("statement_attribution exists already")."""
+    from mwinv.api import Capture
+    from mwinv.capture.tables import SCHEMAS
+    from mwinv.correlator.load import open_capture
+
+    shutil.copytree(GOLDEN / "pg_small_capture", tmp_path / "cap")
+    with Capture(open_capture(tmp_path / "cap")) as cap:   # a session not correlated yet
+        empty = cap.attribution()
+        assert len(empty) == 0 and list(empty.columns) == SCHEMAS["statement_attribution"].names
+        cap.db.build("statement_attribution")
+        assert cap.attribution().ns.sum() > 0
