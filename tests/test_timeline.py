@@ -77,3 +77,17 @@ def test_a_bad_range_is_one_line(capture, tmp_path, bad):
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert f"--timeline-range {bad!r}: FROM:TO" in r.stderr
     assert not (tmp_path / "t.json").exists()
+
+
+def test_the_timeline_only_reads(capture):
+    """A renderer creates nothing in the session (it made tl_* temp tables over and over): the session's
+    tables are those before, and a second timeline is the first."""
+    import mwinv
+    from mwinv.correlator.load import session_tables
+    from mwinv.correlator.timeline import timeline
+
+    with mwinv.open(capture) as cap:
+        before = session_tables(cap.db)   # temporary tables too (their schema is main, in catalog temp)
+        first = timeline(cap.db, top=10).json()
+        assert session_tables(cap.db) == before
+        assert timeline(cap.db, top=10).json() == first
