@@ -7,6 +7,7 @@ is signalled.
         pg-<name>-<rand>/   0700, owned by the server's OS user (postgres, mysql): it must traverse
         pg-<name>-<rand>.json   0600: the process that owns that server, written before the directory
       clusters/             0700: <tag>.json, a cluster's state
+      settings/             0700: <pid>-<rand>.json, kernel settings a run changed, with their old values
 
 A server whose owner is gone (pid and start time) is an orphan: `mwinv clean` stops and removes it."""
 
@@ -56,6 +57,10 @@ def servers_dir() -> Path:
 
 def clusters_dir() -> Path:
     return _private_dir(root() / "clusters", 0o700)
+
+
+def settings_dir() -> Path:
+    return _private_dir(root() / "settings", 0o700)
 
 
 def _private_dir(path: Path, mode: int) -> Path:

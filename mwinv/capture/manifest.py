@@ -63,6 +63,9 @@ MANIFEST = {
     "settings": (["map", "any"], False),
     "calibration": (["null", CALIBRATION], False),
     "perf_sample_period_ns": ("int", False),
+    # the kernel settings an experiment's cell ran with, as read back (mwinv/kernel_settings.py)
+    "kernel_settings": (["map", {"path": ("str", True), "value": ("str", True), "before": ("str", True),
+                                 "scope": ("str", True)}], False),
 }
 
 

@@ -26,6 +26,8 @@ from mwinv.cluster import distribute
 from mwinv.cluster.net import NETNS_PREFIX, ClusterNet, leftovers
 from mwinv.engines.postgresql.reader import remove_stale_rings
 from mwinv import serverdir
+from mwinv.kernel_settings import KernelSettings
+from mwinv.kernel_settings import clean_stale as restore_stale_settings
 from mwinv.errors import MwinvError
 from mwinv.kernel_trace.tracefs import clean_stale
 from mwinv.engines.postgresql.server import PgServer
@@ -65,6 +67,7 @@ class Cluster:
         self.net = ClusterNet(self.tag)
         self.servers: dict[str, PgServer] = {}
         self.relays: list = []
+        self.kernel: KernelSettings | None = None
         self.state_file = serverdir.clusters_dir() / f"{self.tag}.json"
         self._state = {"tag": self.tag, "pid": os.getpid(), "owner": serverdir.owner_stamp(), "scale": self.scale,
                        "scheme": self.scheme_def.name, "nodes": self.nodes, "netns": [], "links": [], "bridge": None,
@@ -146,6 +149,18 @@ class Cluster:
                 self.net.unshape(node)
         self.node_caps = caps
 
+    def set_kernel(self, settings: dict) -> None:
+        """Kernel settings for the queries that follow (mwinv/kernel_settings.py): those in force restored,
+        these written and read back. On one host they apply to every node."""
+        if self.kernel is not None:
+            self.kernel.restore()
+            self.kernel = None
+        if settings:
+            self.kernel = KernelSettings(settings).apply()
+
+    def kernel_in_force(self) -> dict:
+        return self.kernel.in_force() if self.kernel else {}
+
     def caps_in_force(self, node: str) -> dict:
         """A node's caps as the kernel holds them (its cgroup) and its link rate."""
         caps = self.coordinator_caps if node == COORDINATOR else self.node_caps
@@ -223,6 +238,8 @@ class Cluster:
         """Stop the servers, remove their cgroups, links, bridge and namespaces and the state file (Ctrl-C and
         SIGTERM wait until all are gone)."""
         with held():
+            if self.kernel is not None:
+                self.kernel.restore()
             for relay in self.relays:
                 relay.stop()
             for server in self.servers.values():
@@ -346,7 +363,8 @@ def _remove_tagged(tags: set[str] | None, spare: set[str] = frozenset()) -> list
 def clean(all_clusters: bool = False) -> list[str]:
     """Remove what dead runs left (all clusters with all_clusters): servers whose owning mwinv process
     is gone (`mwinv tpch`, tests, clusters), and clusters' cgroups, links, bridges and namespaces, also
-    those a run killed before it wrote them down. Returns what was removed."""
+    those a run killed before it wrote them down; the kernel settings such runs changed are restored.
+    Returns what was removed and restored."""
     removed = []
     for state in clusters():
         if all_clusters or not _live(state):
@@ -355,6 +373,7 @@ def clean(all_clusters: bool = False) -> list[str]:
     removed += _remove_tagged(None, spare=set() if all_clusters else {c["tag"] for c in clusters() if _live(c)})
     removed += serverdir.clean_servers(serverdir.orphaned)
     removed += remove_stale_rings()
+    removed += restore_stale_settings()   # kernel settings of runs killed with -9
     try:   # the trace instances and uprobes of dead captures of its nodes
         removed += clean_stale()
     except MwinvError:
