@@ -33,6 +33,7 @@ def run_cmd(plan, out, drop_captures) -> None:
     Examples:
       mwinv experiment run examples/plans/nodes-and-schemes.toml -o out/exp1
       mwinv experiment run examples/plans/memory-sweep.toml -o out/mem --drop-captures
+      mwinv experiment run examples/plans/kernel-settings.toml -o out/kern   # restored after each cell
       mwinv experiment run examples/plans/memory-sweep.toml -o out/mem --group dba   # dba may read it
     """
     from mwinv.experiment.plan import load_plan

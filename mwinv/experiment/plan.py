@@ -17,6 +17,7 @@ one-factor resource sweeps), the queries, repetitions; each combination of level
     parallel_workers = [0, 2]          # max_parallel_workers_per_gather on every node
     streams = [1]
     cold = [false]                     # drop the page cache before the measured pass
+    kernel = [{}, {vm.dirty_background_ratio = 5}, {block.read_ahead_kb = 4096}]   # kernel settings per cell
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ from pathlib import Path
 from mwinv.cluster.distribute import read_toml, resolve_scheme
 from mwinv.cluster.harness import MAX_DATA_NODES
 from mwinv.errors import MwinvError
+from mwinv.kernel_settings import flatten, knob, settings_text, value_text
 from mwinv.workloads import tpch
 
 DEFAULTS = {"nodes": 2, "scheme": "2-part", "node_cpu": 0.5, "node_memory_mb": 512, "node_read_mbps": None,
-            "link_mbit": None, "link_latency_ms": None, "parallel_workers": None, "streams": 1, "cold": False}
+            "link_mbit": None, "link_latency_ms": None, "parallel_workers": None, "streams": 1, "cold": False, "kernel": {}}
 FACTORS = tuple(DEFAULTS)
 
 
@@ -44,10 +46,13 @@ class Cell:
 
     @property
     def id(self) -> str:
-        return hashlib.sha1(json.dumps(self.levels, sort_keys=True, default=str).encode()).hexdigest()[:10]
+        # no kernel settings: the id a cell had before the factor existed (an older run resumes)
+        levels = {k: v for k, v in self.levels.items() if k != "kernel" or v}
+        return hashlib.sha1(json.dumps(levels, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
     def label(self) -> str:
-        return " ".join(f"{k}={v}" for k, v in self.levels.items() if v is not None)
+        return " ".join(f"{k}={settings_text(v) if k == 'kernel' else v}" for k, v in self.levels.items()
+                        if v is not None)
 
 
 @dataclass
@@ -100,6 +105,7 @@ LEVELS = {
     "parallel_workers": (lambda v: _integer(v) and 0 <= v <= 1024, "an integer from 0 to 1024"),
     "streams": (lambda v: _integer(v) and 1 <= v <= 64, "an integer from 1 to 64"),
     "cold": (lambda v: isinstance(v, bool), "true or false"),
+    "kernel": (lambda v: isinstance(v, dict), "a table of kernel settings ({} for none)"),
 }
 
 
@@ -158,4 +164,13 @@ def load_plan(path: str | Path) -> Plan:
                 raise MwinvError(f"{p}: [factors] scheme: {exc}") from None
             resolved.append(spec)
         factors["scheme"] = resolved
+    if "kernel" in factors:
+        factors["kernel"] = [flatten(level) for level in factors["kernel"]]
+        for level in factors["kernel"]:
+            for name_, v in level.items():
+                try:   # known and present here; writable and held as written: kernel_settings.check
+                    knob(name_)
+                    value_text(v, name_)
+                except MwinvError as exc:
+                    raise MwinvError(f"{p}: [factors] kernel: {exc}") from None
     return Plan(p, name, float(scale), numbers, reps, float(timeout), factors)

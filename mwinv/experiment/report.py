@@ -7,6 +7,7 @@ CSV and JSON; derived by the SQL steps in `sql/`, rendered here."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import statistics
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 
-from mwinv import privfile
+from mwinv import kernel_knobs, privfile
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
 from mwinv.cluster.distribute import resolve_scheme
 from mwinv.correlator import svg
@@ -24,6 +25,7 @@ from mwinv.errors import MwinvError
 from mwinv.experiment import html as report_html
 from mwinv.experiment.results import NODE_SCHEMA, RESULT_SCHEMA
 from mwinv.fmt import ms
+from mwinv.kernel_settings import locate
 from mwinv.workloads import tpch
 
 SQL_DIR = Path(__file__).parent / "sql"
@@ -247,6 +249,34 @@ def scheme_advice(con, schemes: dict[str, dict], predicted: list[SchemePredictio
     return out
 
 
+def kernel_checks(con) -> list[dict]:
+    """Per cell that ran kernel settings and query: its time against the cell with none and every other level
+    equal (the baseline), and the kernel-level advice the baseline's statement carried for a knob the
+    setting changed (kernel_knobs.py: its expected gain, an upper bound). A change within
+    kernel_knobs.MIN_FAMILY_SHARE of the baseline is no gain: a rerun's noise."""
+    out = []
+    for r in _rows(con, """
+            SELECT s.kernel AS setting, o.others, s.query, s.wall_ns, b.wall_ns AS base_ns, b.kernel_advice
+            FROM cell_query s JOIN cell_others o ON o.cell = s.cell AND o.factor = 'kernel'
+            JOIN cell_others bo ON bo.factor = 'kernel' AND bo.level = 'default' AND bo.others = o.others
+            JOIN cell_query b ON b.cell = bo.cell AND b.query = s.query
+            WHERE s.kernel <> 'default' ORDER BY s.kernel, s.query"""):
+        paths = [str(locate(kv.split("=", 1)[0], dev="dev").path)[1:] for kv in r["setting"].split(",")]
+        advised = [a for a in json.loads(r["kernel_advice"] or "[]")
+                   if any(_governs(a["rule"], p) for p in paths)]
+        change = (r["base_ns"] - r["wall_ns"]) / r["base_ns"] if r["base_ns"] and r["wall_ns"] else None
+        out.append({**r, "advised": advised, "change": change,
+                    "verdict": "-" if change is None else "gain" if change >= kernel_knobs.MIN_FAMILY_SHARE
+                    else "slower" if change <= -kernel_knobs.MIN_FAMILY_SHARE else "no gain (within noise)"})
+    return out
+
+
+def _governs(rule: str, path: str) -> bool:
+    """Whether the advice `rule` (kernel.<family>) names the knob at `path` (block devices: any)."""
+    fam = next((f for f in kernel_knobs.FAMILIES if f"kernel.{f.key}" == rule), None)
+    return fam is not None and any(fnmatch.fnmatch(path, k) for k in fam.knobs)
+
+
 def _mb(b: float) -> str:
     return f"{b / 1e6:,.1f} MB" if b >= 1e5 else f"{b / 1e3:,.0f} kB"
 
@@ -313,7 +343,7 @@ def summarize(out: str | Path) -> dict:
         return {
             "plan": json.loads((Path(out) / "plan.json").read_text()) if (Path(out) / "plan.json").exists() else {},
             "cells": _rows(con, "SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, "
-                                "link_latency_ms, parallel_workers, streams, cold, count(*) AS queries, "
+                                "link_latency_ms, parallel_workers, streams, cold, kernel, count(*) AS queries, "
                                 "count(*) FILTER (WHERE timed_out) AS timeouts, count(*) FILTER (WHERE failed) AS failures "
                                 "FROM cell_query GROUP BY ALL ORDER BY scheme, nodes, cell"),
             "speedup": [{**r, "grp": _label(r["grp"], varied)} for r in _rows(con, "SELECT * FROM speedup")],
@@ -332,6 +362,7 @@ def summarize(out: str | Path) -> dict:
             "scheme_prediction_winners": winners(by_scheme),
             "scheme_prediction_costs": con.execute("SELECT count(plan_cost) > 0 FROM results").fetchone()[0],
             "scheme_advice": scheme_advice(con, plan_schemes(Path(out)), by_scheme),
+            "kernel_checks": kernel_checks(con),
         }
     finally:
         con.close()
@@ -420,11 +451,11 @@ def _label(others: str, varied: set[str]) -> str:
 def _cells_md(s: dict, md: list[str], html: list[str]) -> None:
     """One row per cell with its factor levels and counts."""
     md += ["## Cells", "", "| cell | nodes | scheme | cpu | memory MB | read MB/s | link Mbit | link ms | workers | "
-           "streams | cold | queries | timeouts | failures |", "|" + "---|" * 14]
+           "streams | cold | kernel | queries | timeouts | failures |", "|" + "---|" * 15]
     for c in s["cells"]:
         md.append("| " + " | ".join(str(c[k] if c[k] is not None else "-") for k in (
             "cell", "nodes", "scheme", "node_cpu", "node_memory_mb", "node_read_mbps", "link_mbit", "link_latency_ms",
-            "parallel_workers", "streams", "cold", "queries", "timeouts", "failures")) + " |")
+            "parallel_workers", "streams", "cold", "kernel", "queries", "timeouts", "failures")) + " |")
     md.append("")
 
 
@@ -517,6 +548,32 @@ def _sweeps_md(s: dict, md: list[str], html: list[str]) -> None:
     html += _sweep_charts(s["sweeps"])
 
 
+def _kernel_md(s: dict, md: list[str], html: list[str]) -> None:
+    """Each kernel setting's cells against the baseline, and the advice it checks (measured against expected)."""
+    if not s["kernel_checks"]:
+        return
+    md += ["## Kernel settings checked by running", "",
+           "Each setting's run against the cell without settings and every other level equal. The sysctls, THP and "
+           "scheduler tunables are the host's: on this one-host cluster a setting applies to every node; a block "
+           "device's to the disk all nodes' data directories are on. Advice: the kernel-level advice line on the "
+           "baseline's statement for a knob the setting changed, with its expected gain (an upper bound: all of the "
+           f"family's time); a change within {kernel_knobs.MIN_FAMILY_SHARE:.0%} is a rerun's noise.", "",
+           "| setting | query | baseline ms | ms | change | advice in the baseline | expected gain ms | measured |",
+           "|---|---|---|---|---|---|---|---|"]
+    for c in s["kernel_checks"]:
+        advice = ", ".join(a["rule"] for a in c["advised"]) or "-"
+        expected = sum(a["expected_gain_ns"] or 0 for a in c["advised"])
+        measured = c["verdict"]
+        if c["advised"] and c["change"] is not None:
+            gained = c["base_ns"] - c["wall_ns"]
+            measured += (f": {ms(gained)} ms of ≤ {ms(expected)} expected ({gained / expected:.0%})" if expected
+                         else f": {ms(gained)} ms")
+        change = f"{-c['change']:+.0%}" if c["change"] is not None else "-"
+        md.append(f"| {c['setting']} | Q{c['query']} | {ms(c['base_ns'])} | {ms(c['wall_ns'])} | {change} | {advice} "
+                  f"| {ms(expected) if c['advised'] else '-'} | {measured} |")
+    md.append("")
+
+
 def _predictions_sections(s: dict, md: list[str], html: list[str]) -> None:
     """The predictions checked by running: node counts, then schemes."""
     if s["predictions"]:
@@ -548,7 +605,7 @@ def render(out: str | Path) -> tuple[Path, Path]:
     privfile.write(rep / "summary.json", json.dumps(s, indent=1, default=str))
     md, charts = [f"# Experiment {s['plan'].get('name', out.name)}", ""], []
     # each section appends its markdown lines and its charts (none when the plan gives it nothing)
-    for section in (_cells_md, _speedup_md, _shares_md, _scheme_md, _sweeps_md, _predictions_sections):
+    for section in (_cells_md, _speedup_md, _shares_md, _scheme_md, _sweeps_md, _kernel_md, _predictions_sections):
         html: list[str] = []
         section(s, md, html)
         charts += [(len(md), h) for h in html]   # at the end of the section just written

@@ -20,9 +20,9 @@ COMPONENT_COLUMNS = [(f"c_{c}", i64) for c in ATTRIBUTION_COMPONENTS]
 RESULT_SCHEMA = pa.schema([
     ("experiment", s), ("cell", s), ("nodes", i32), ("scheme", s), ("node_cpu", f64), ("node_memory_mb", i64),
     ("node_read_mbps", f64), ("link_mbit", f64), ("link_latency_ms", f64), ("parallel_workers", i32), ("streams", i32), ("cold", b),
-    ("query", i32), ("repetition", i32), ("stream", i32), ("wall_ns", i64), ("error", s), ("timed_out", b),
+    ("kernel", s), ("query", i32), ("repetition", i32), ("stream", i32), ("wall_ns", i64), ("error", s), ("timed_out", b),
     ("statement_id", i64), ("limit", s), ("estimated_ns", i64), ("critical_node", s), ("net_bytes", i64),
-    ("plan_shipped_bytes", i64), ("plan_cost", f64),
+    ("plan_shipped_bytes", i64), ("plan_cost", f64), ("kernel_advice", s),
     *COMPONENT_COLUMNS,
 ])
 NODE_SCHEMA = pa.schema([

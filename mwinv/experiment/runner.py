@@ -1,5 +1,5 @@
 """Run an experiment plan: each cell on a cluster with its levels (one cluster for the cells that differ
-only in caps and settings), the queries under a capture of every node, correlated, its response
+only in caps and kernel settings), the queries under a capture of every node, correlated, its response
 variables written as one Parquet part per cell. A cell whose part exists is done: an interrupted run
 resumes where it stopped."""
 
@@ -15,7 +15,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mwinv import privfile
+from mwinv import kernel_settings, privfile
 from mwinv.errors import MwinvError
 from mwinv.experiment.plan import Cell, Plan
 from mwinv.experiment.results import NODE_SCHEMA, RESULT_SCHEMA, cell_rows, plan_figures
@@ -60,6 +60,8 @@ def run_plan(plan: Plan, out: str | Path, progress: Callable[[str], None] | None
     from mwinv.cluster.harness import Cluster
 
     say = progress or (lambda _: None)
+    if "kernel" in plan.factors:   # each setting written, read back and restored before any cell starts
+        kernel_settings.check(plan.factors["kernel"], f"{plan.path}: [factors] kernel")
     out = Path(out)
     privfile.make_dir(out)
     privfile.write(out / "plan.json", json.dumps({"name": plan.name, "path": str(plan.path), "scale": plan.scale,
@@ -89,7 +91,11 @@ def run_plan(plan: Plan, out: str | Path, progress: Callable[[str], None] | None
                     cluster = Cluster(nodes=lv["nodes"], scale=plan.scale, scheme=lv["scheme"],
                                       node_caps=node_caps(cell), progress=say).up()
                     key = cluster_key(cell)
-                rows, node_rows = run_cell(plan, cell, cluster, out, say, keep_captures)
+                cluster.set_kernel(cell.levels["kernel"])
+                try:
+                    rows, node_rows = run_cell(plan, cell, cluster, out, say, keep_captures)
+                finally:
+                    cluster.set_kernel({})
             except (MwinvError, psycopg.Error) as exc:
                 # a cell that cannot run (a cap too small, a scheme the nodes refuse, a server that died under
                 # its cap) is a result, not a crash; its cluster may be broken: the next cell starts another
@@ -118,7 +124,21 @@ def _failed_row(plan: Plan, cell: Cell, query: int, rep: int, error: str) -> dic
 def _levels(cell: Cell) -> dict:
     lv = dict(cell.levels)
     lv["scheme"] = Path(str(lv["scheme"])).stem if str(lv["scheme"]).endswith(".toml") else lv["scheme"]
+    lv["kernel"] = kernel_settings.settings_text(lv["kernel"])
     return lv
+
+
+def kernel_advice(db, statement_ids: list) -> dict[int, str]:
+    """Per coordinator statement, its kernel-level advice (mwinv/kernel_knobs.py) as JSON: each rule and
+    its expected gain, for the report to check against the cells that ran the setting."""
+    from mwinv.correlator.advice import advise_capture
+
+    out = {}
+    for sid, advice in advise_capture(db, sorted({s for s in statement_ids if s is not None})).items():
+        lines = [{"rule": a.rule, "expected_gain_ns": a.expected_gain_ns} for a in advice if a.rule.startswith("kernel.")]
+        if lines:
+            out[sid] = json.dumps(lines)
+    return out
 
 
 def run_cell(plan: Plan, cell: Cell, cluster, out: Path, say,
@@ -169,8 +189,10 @@ def run_cell(plan: Plan, cell: Cell, cluster, out: Path, say,
     try:
         derive(db, MODEL_TABLES)
         rows, node_rows = cell_rows(db, plan.name, cell.id, _levels(cell), runs)
+        advice = kernel_advice(db, [r["statement_id"] for r in rows]) if "kernel" in plan.factors else {}
         for row in rows:
             row.update(planned.get(row["query"], {}))
+            row["kernel_advice"] = advice.get(row["statement_id"])
     finally:
         db.con.close()
     if not keep_captures:

@@ -5,7 +5,8 @@
 --
 -- inputs:  results (RESULT_SCHEMA, every cell's part), results_node (NODE_SCHEMA)
 -- columns: the factor levels, cell, query, runs, wall_ns, timed_out, failed, error, estimated_ns,
---          net_bytes, plan_shipped_bytes, plan_cost, limit, c_<component> (the
+--          net_bytes, plan_shipped_bytes, plan_cost, limit, kernel_advice (JSON: the kernel-level advice
+--          on the coordinator statement, rule and expected gain), c_<component> (the
 --          coordinator's, mean ns), node_work_ns, n_<component> (the data nodes' summed, mean ns); and
 --          cell_level, cell_others (below)
 CREATE OR REPLACE TABLE cell_query AS
@@ -19,17 +20,17 @@ node_comp AS (
     GROUP BY ALL),
 q AS (
 SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, link_latency_ms, parallel_workers,
-       streams, cold, query, count(*) AS runs,
+       streams, cold, coalesce(kernel, 'default') AS kernel, query, count(*) AS runs,
        CAST(median(wall_ns) FILTER (WHERE error IS NULL) AS BIGINT) AS wall_ns,
        bool_or(timed_out) AS timed_out, bool_or(error IS NOT NULL AND NOT timed_out) AS failed,
        any_value(error) AS error,
        CAST(avg(estimated_ns) AS BIGINT) AS estimated_ns, CAST(avg(net_bytes) AS BIGINT) AS net_bytes,
        CAST(avg(plan_shipped_bytes) AS BIGINT) AS plan_shipped_bytes, avg(plan_cost) AS plan_cost,
-       mode("limit") AS "limit",
+       mode("limit") AS "limit", any_value(kernel_advice) AS kernel_advice,
        CAST(avg(COLUMNS('^c_(.*)')) AS BIGINT) AS "c_\1"
 FROM results
 GROUP BY cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, link_latency_ms, parallel_workers,
-         streams, cold, query)
+         streams, cold, coalesce(kernel, 'default'), query)
 SELECT q.*, w.node_work_ns, n.* EXCLUDE (cell, query)
 FROM q LEFT JOIN node_work w USING (cell, query) LEFT JOIN node_comp n USING (cell, query);
 
@@ -42,10 +43,10 @@ UNPIVOT (
            coalesce(CAST(link_mbit AS VARCHAR), '-') AS link_mbit,
            coalesce(CAST(link_latency_ms AS VARCHAR), '-') AS link_latency_ms,
            coalesce(CAST(parallel_workers AS VARCHAR), '-') AS parallel_workers, CAST(streams AS VARCHAR) AS streams,
-           CAST(cold AS VARCHAR) AS cold
+           CAST(cold AS VARCHAR) AS cold, kernel
     FROM cell_query)
 ON nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, link_latency_ms, parallel_workers, streams,
-   cold
+   cold, kernel
 INTO NAME factor VALUE level;
 
 -- cell_others: for each cell and factor, the cell's levels of all the other factors (cells with equal
