@@ -20,6 +20,7 @@ ROOT_MODULES = {
     "test_degraded": "tracefs",
     "test_duty_cycle": "tracefs",
     "test_experiment": "namespaces, cgroups",
+    "test_kernel_settings": "kernel settings, namespaces, cgroups",
     "test_model_whatif": "tracefs, cgroups, namespaces",
     "test_report": "tracefs, cgroups",
     "test_serverdir": "servers of root's directory",
