@@ -556,12 +556,13 @@ def _kernel_md(s: dict, md: list[str], html: list[str]) -> None:
            "Each setting's run against the cell without settings and every other level equal. The sysctls, THP and "
            "scheduler tunables are the host's: on this one-host cluster a setting applies to every node; a block "
            "device's to the disk all nodes' data directories are on. Advice: the kernel-level advice line on the "
-           "baseline's statement for a knob the setting changed, with its expected gain (an upper bound: all of the "
-           f"family's time); a change within {kernel_knobs.MIN_FAMILY_SHARE:.0%} is a rerun's noise.", "",
+           "baseline's statements (the coordinator's and its data nodes') for a knob the setting changed, with its "
+           "expected gain (an upper bound: all of the family's time, summed over the nodes); a change within "
+           f"{kernel_knobs.MIN_FAMILY_SHARE:.0%} is a rerun's noise.", "",
            "| setting | query | baseline ms | ms | change | advice in the baseline | expected gain ms | measured |",
            "|---|---|---|---|---|---|---|---|"]
     for c in s["kernel_checks"]:
-        advice = ", ".join(a["rule"] for a in c["advised"]) or "-"
+        advice = ", ".join(f"{a['rule']} ({a.get('node') or '?'})" for a in c["advised"]) or "-"
         expected = sum(a["expected_gain_ns"] or 0 for a in c["advised"])
         measured = c["verdict"]
         if c["advised"] and c["change"] is not None:

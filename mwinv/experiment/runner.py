@@ -129,16 +129,25 @@ def _levels(cell: Cell) -> dict:
 
 
 def kernel_advice(db, statement_ids: list) -> dict[int, str]:
-    """Per coordinator statement, its kernel-level advice (mwinv/kernel_knobs.py) as JSON: each rule and
-    its expected gain, for the report to check against the cells that ran the setting."""
+    """Per coordinator statement, the kernel-level advice (mwinv/kernel_knobs.py) on it and on its data
+    nodes' statements (statement_link: the scans run there), as JSON: each node, rule and expected gain,
+    for the report to check against the cells that ran the setting."""
     from mwinv.correlator.advice import advise_capture
 
-    out = {}
-    for sid, advice in advise_capture(db, sorted({s for s in statement_ids if s is not None})).items():
-        lines = [{"rule": a.rule, "expected_gain_ns": a.expected_gain_ns} for a in advice if a.rule.startswith("kernel.")]
-        if lines:
-            out[sid] = json.dumps(lines)
-    return out
+    parent = {s: s for s in statement_ids if s is not None}
+    if not parent:
+        return {}
+    if db.has("statement_link"):   # statement ids are unique over the nodes
+        parent.update(db.sql("SELECT statement_id, parent_statement_id FROM statement_link WHERE parent_statement_id "
+                             f"IN ({', '.join(map(str, map(int, parent)))})").fetchall())
+    node = dict(db.sql(f"SELECT statement_id, node FROM statement "
+                       f"WHERE statement_id IN ({', '.join(map(str, map(int, parent)))})").fetchall())
+    lines: dict[int, list] = {}
+    for sid, advice in advise_capture(db, sorted(parent)).items():
+        lines.setdefault(parent[sid], []).extend(
+            {"node": node.get(sid), "rule": a.rule, "expected_gain_ns": a.expected_gain_ns}
+            for a in advice if a.rule.startswith("kernel."))
+    return {sid: json.dumps(v) for sid, v in lines.items() if v}
 
 
 def run_cell(plan: Plan, cell: Cell, cluster, out: Path, say,
