@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from mwinv.capture.tables import Capture
+from mwinv.correlator.load import open_capture
 from mwinv.kernel_trace.parse import count_events
 from tests.test_golden_capture import CAPTURE, derived_tables
 
@@ -93,3 +97,29 @@ def test_a_parsed_trace_is_compressed_or_dropped_and_a_reparse_says_so(tmp_path,
     kdir = _capture(tmp_path / "keep", pg, "keep")
     assert sum(count_events(kdir / n) for n in ("trace.dat", "unfiltered.dat")) == \
         Capture(tmp_path / "keep").read("kernel_event").num_rows
+
+
+def test_statement_clean_fits_a_small_memory_limit_and_keeps_the_first_of_a_duplicated_id(tmp_path):
+    """A million statements (the golden capture's, repeated under new ids) in DuckDB's 100 MB: the
+    first-row window over every row could not spill and ran out; a duplicated id keeps its earliest row."""
+    cap_dir = tmp_path / "cap"
+    shutil.copytree(CAPTURE, cap_dir)
+    cap = Capture(cap_dir)
+    one = cap.read("statement")
+    rows = pa.concat_tables([one] * -(-1_000_000 // one.num_rows))
+    rows = rows.set_column(rows.schema.get_field_index("statement_id"), "statement_id",
+                           pa.array(range(rows.num_rows), pa.int64()))
+    # ids 0-4 recorded again, starting later: the first (earliest) rows are the ones kept
+    again = rows.slice(0, 5)
+    again = again.set_column(again.schema.get_field_index("start_ns"), "start_ns",
+                             pc.add(again.column("start_ns"), 1))
+    for p in cap.parts("statement"):
+        p.unlink()
+    cap.write_part("statement", pa.concat_tables([rows, again]), node="all")
+    db = open_capture(cap_dir, memory_limit="100MB")
+    valid = pc.sum(pc.greater_equal(rows.column("end_ns"), rows.column("start_ns"))).as_py()
+    assert db.sql("SELECT count(*), count(DISTINCT (node, statement_id)) FROM statement_clean").fetchone() \
+        == (valid, valid)
+    kept = db.sql("SELECT statement_id, start_ns FROM statement_clean WHERE statement_id < 5 ORDER BY 1").fetchall()
+    assert kept == [(r["statement_id"], r["start_ns"]) for r in rows.slice(0, 5).to_pylist()
+                    if r["start_ns"] is not None and r["end_ns"] >= r["start_ns"]]
