@@ -348,11 +348,11 @@ def _usdt_uprobe(so: Path, name: str, group: str) -> str:
 
     args = []
     for label, arg in zip(("sid", "qid"), m.group(3).split()):
-        mem = re.fullmatch(r"-8@(-?\d+)\(%(\w+)\)", arg)
+        mem = re.fullmatch(r"-8@(-?\d*)\(%(\w+)\)", arg)   # -8@(%rdi): no displacement
         reg = (mem.group(2) if mem else arg.split("%")[1]).replace("rax", "ax").replace("rbx", "bx") \
             .replace("rcx", "cx").replace("rdx", "dx").replace("rsi", "si").replace("rdi", "di") \
             .replace("rbp", "bp").replace("rsp", "sp")
-        args.append(f"{label}=+{mem.group(1)}(%{reg}):s64" if mem else f"{label}=%{reg}:s64")
+        args.append(f"{label}=+{mem.group(1) or 0}(%{reg}):s64" if mem else f"{label}=%{reg}:s64")
     loc, sem = file_offset(int(m.group(1), 16)), file_offset(int(m.group(2), 16))
     return f"p:{group}/{name.replace('__', '_')} {so}:{loc:#x}({sem:#x}) {' '.join(args)}"
 
