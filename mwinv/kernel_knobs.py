@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mwinv.fmt import ms_text, pct
+from mwinv.fmt import duration, pct
 
 if TYPE_CHECKING:
     from mwinv.rules import Advice, Evidence
@@ -235,24 +235,24 @@ def family_time(e: Evidence, rows: list[dict]) -> dict[str, tuple[float, int]]:
 
 def kernel_knob_rule(family: Family, root: str | os.PathLike = "/"):
     """The rule for one family: it fires when the family's time holds MIN_FAMILY_SHARE of the statement's
-    wall time; its expected gain is that time, an upper bound (the knob removes at most all of it)."""
+    time in the database; its expected gain is that time, an upper bound (the knob removes at most all of it)."""
     def rule(e: Evidence) -> Advice | None:
         rows = [k for k in e.kernel_functions if family_of(k) is family]
-        if not rows or not e.wall_ns:
+        if not rows or not e.db_ns:
             return None
         per_source = family_time(e, rows)
         total = sum(t for t, _ in per_source.values())
-        if total < MIN_FAMILY_SHARE * e.wall_ns:
+        if total < MIN_FAMILY_SHARE * e.db_ns:
             return None
         top = max(rows, key=lambda r: row_ns(r, e.ns.get("cpu_sys", 0)))  # its stack is the example
         names = ", ".join(sorted({r["function"] for r in rows})[:4])
-        parts = "; ".join(f"{ms_text(t)} in {n:,} {'sleeps' if src == WAIT_SOURCE else 'samples'} from "
+        parts = "; ".join(f"{duration(t)} in {n:,} {'sleeps' if src == WAIT_SOURCE else 'samples'} from "
                           f"{SOURCE_TEXT.get(src, src)}" for src, (t, n) in sorted(per_source.items()))
         knobs = ", ".join(f"{path} = {value}" for path, value in knob_values(family, root))
         return e.advice(
             f"kernel.{family.key}", f"{family.advice}. Now: {knobs}. Effect: {family.effect}",
-            f"{names}: {pct(total / e.wall_ns)} of the statement's time ({parts}); stack: {top.get('stack') or '-'}",
-            round(total), f"upper bound: all of the family's {pct(total / e.wall_ns)} of the wall time; "
+            f"{names}: {pct(total / e.db_ns)} of {e.in_db()} ({parts}); stack: {top.get('stack') or '-'}",
+            round(total), f"upper bound: all of the family's {pct(total / e.db_ns)} of the time in the database; "
                           "sampled stacks (no function tracer counts)")
     rule.__name__ = f"kernel_{family.key}"
     return rule

@@ -10,11 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from mwinv.fmt import duration
 from mwinv.kernel_knobs import KERNEL_RULES  # noqa: F401 (the kernel's rules, listed by every engine)
 
-MIN_WALL_NS = 10_000_000  # below 10 ms a handful of samples decide the shares: too thin to advise on
-MIN_SHARE = 0.25  # a resource has to hold a quarter of the wall time before it is worth tuning
-MIN_RUN_QUEUE_SHARE = 0.10  # waiting runnable this share of the wall time is worth a word
+MIN_WALL_NS = 10_000_000  # below 10 ms in the database a handful of samples decide the shares: too thin to advise on
+MIN_SHARE = 0.25  # a resource has to hold a quarter of the time in the database before it is worth tuning
+MIN_RUN_QUEUE_SHARE = 0.10  # waiting runnable this share of it is worth a word
 MIN_LOCK_SHARE = 0.10  # and so is waiting for a lock
 
 
@@ -34,11 +35,11 @@ class Evidence:
     """What the rules may read about one statement (or one query id's executions, summed)."""
     statement_id: int
     query_id: int | None
-    wall_ns: float
+    db_ns: float  # the time in the database: the wall time (its window) less client_wait; the shares' base
     executions: int  # > 1: the row stands for its query id's executions, summed
-    shares: dict[str, float]  # wall-time share per class (classify.class_shares): cpu, disk_seq, lock, ...
+    shares: dict[str, float]  # share of db_ns per class (classify.class_shares): cpu, disk_seq, lock, ...
     limit: str  # the class that limits it, e.g. "cpu", "dbms-internal"
-    explained: float  # share of the wall time a resource explains
+    explained: float  # share of db_ns a resource explains
     ns: dict[str, int]  # attributed ns per component (cpu_user, lock_wait, run_queue, ...)
     from_workers_ns: int  # time that came from parallel workers
     seq_bytes: int
@@ -68,6 +69,13 @@ class Evidence:
     def advice(self, rule: str, advice: str, evidence: str, gain: int | None = None,
                basis: str = "no model estimate") -> Advice:
         return make_advice(self.statement_id, self.query_id, self.executions, rule, advice, evidence, gain, basis)
+
+    def in_db(self) -> str:
+        """The base of the shares, said with them (docs/attribution.md, "Wall time and time in the database"):
+        '7.3 ms in the database (client waits, 2.1 ms, excluded)'; the top table's wall time holds both."""
+        client = self.ns.get("client_wait", 0)
+        return f"{duration(self.db_ns)} in the database" + (f" (client waits, {duration(client)}, excluded)"
+                                                            if client else "")
 
     def gain(self, what_if: str, k: float) -> int | None:
         return self.gains.get((what_if, k))

@@ -167,6 +167,12 @@ def _mean_ms_by_label(cap: Capture) -> dict[str, float]:
     return {k: sum(v) / len(v) for k, v in out.items()}
 
 
+def _as_ms(text: str) -> float:
+    """'1,234.5 ms', '412.3 µs', '850 ns' (fmt.duration) in ms."""
+    value, unit = text.replace(",", "").split()
+    return float(value) * {"ms": 1, "µs": 1e-3, "ns": 1e-6}[unit]
+
+
 def test_differential_and_markdown(captures, tmp_path):
     before, after = captures
     html, md = render_report(after.path, tmp_path, baseline_capture=before.path)
@@ -175,12 +181,16 @@ def test_differential_and_markdown(captures, tmp_path):
     mb, ma = _mean_ms_by_label(before), _mean_ms_by_label(after)
     q1 = sql_key(tpch.query_sql(1))
     line = next(l for l in diff.splitlines() if l.startswith("| ") and "l_returnflag" in l)
-    before_ms, after_ms, ratio = (c.strip() for c in line.split("|")[2:5])
+    before, after, ratio = (c.strip() for c in line.split("|")[2:5])
     # the means and their ratio are those of the statement tables (timing on a shared machine varies,
     # so the test checks the arithmetic of the diff, not that the quota made Q1 slower)
-    assert float(before_ms.replace(",", "")) == pytest.approx(mb[q1], abs=0.06)
-    assert float(after_ms.replace(",", "")) == pytest.approx(ma[q1], abs=0.06)
+    assert _as_ms(before) == pytest.approx(mb[q1], abs=0.06)
+    assert _as_ms(after) == pytest.approx(ma[q1], abs=0.06)
     assert float(ratio.rstrip("×")) == pytest.approx(ma[q1] / mb[q1], abs=0.006)
+    # a sub-millisecond statement with its real precision (it read "0.1 → 0.1 ms"): within 0.1 % of its mean
+    tiny = next(l for l in diff.splitlines() if l.rstrip().endswith("| `SELECT 1` |"))
+    for cell, mean in zip((c.strip() for c in tiny.split("|")[2:4]), (mb["SELECT 1"], ma["SELECT 1"])):
+        assert _as_ms(cell) == pytest.approx(mean, rel=1e-3, abs=0.05e-3), (cell, mean)
     sleep = next(l for l in diff.splitlines() if "pg_sleep" in l)
     assert "gone" in sleep  # the sleep only ran before
     q6 = next(l for l in text[text.index("## Top statements"):].splitlines() if "l_shipdate >= CAS" in l)

@@ -24,7 +24,7 @@ from mwinv.correlator.modules import Modules
 from mwinv.correlator.nodes import node_parts_from
 from mwinv.engines.oracle.executions import fetch_calls
 from mwinv.engines.registry import rules_for
-from mwinv.fmt import ms_text as _ms
+from mwinv.fmt import duration
 from mwinv.options import AdviceOptions
 from mwinv.rules import MIN_LOCK_SHARE, MIN_RUN_QUEUE_SHARE, MIN_WALL_NS, Advice, Evidence, make_advice, what_ifs
 
@@ -231,7 +231,7 @@ class _Context:
 
 
 def _too_thin(st: dict, row: dict) -> Advice:
-    why = "no attribution rows" if not st["attributed"] else f"wall time {_ms(st['wall_ns'])} < {_ms(MIN_WALL_NS)}"
+    why = "no attribution rows" if not st["attributed"] else f"{duration(st['wall_ns'])} in the database < {duration(MIN_WALL_NS)}"
     return make_advice(st["statement_id"], st["query_id"], row.get("executions") or 1, "too-thin",
                        "no advice: the data is too thin to tell what limits this statement",
                        why + "; the shares rest on too few events or samples")
@@ -258,7 +258,7 @@ def evidence_of(st: dict, cls: tuple[dict[str, float], str, float], row: dict, k
     if shares["lock"] >= MIN_LOCK_SHARE:
         blocker = _blocking_statement(row, ctx.blockers.get(st["statement_id"]), ctx.texts)
     return Evidence(
-        statement_id=st["statement_id"], query_id=st["query_id"], wall_ns=st["wall_ns"],
+        statement_id=st["statement_id"], query_id=st["query_id"], db_ns=st["wall_ns"],
         executions=row.get("executions") or 1, shares=shares, limit=limit, explained=explained,
         ns=st["attributed"], from_workers_ns=st["from_workers_ns"], **io, gains=gains,
         model_no_seq_ns=base["t_no_seq"] * 1e9 if base else None, model_net_ns=base["t_net"] * 1e9 if base else None,
@@ -282,7 +282,7 @@ def _blocking_statement(row: dict, blocker: dict | None, texts: dict[int, str]) 
     overlapping statement of another backend that ended last before the waiter went on."""
     if (row.get("executions") or 1) > 1:
         return (f"summed over its {row['executions']:,} executions, whose blockers may differ: an execution of "
-                f"{_ms(MIN_WALL_NS)} or more is advised on alone and names its own")
+                f"{duration(MIN_WALL_NS)} or more is advised on alone and names its own")
     b = blocker or {}
     if b.get("waker_pid") is not None:
         released = f"backend pid {b['waker_pid']} released it (woke it at +{(b['waker_ns'] - row['start_ns']) / 1e6:.0f} ms"

@@ -32,7 +32,7 @@ from mwinv.correlator.model import MIN_TIMED_NS, WHAT_IFS, DiskWaitCheck, mean_a
 from mwinv.correlator.nodes import NodePart
 from mwinv.correlator.pipeline import ranked_queries
 from mwinv.errors import MwinvError
-from mwinv.fmt import ms
+from mwinv.fmt import IN_DB, WALL, duration, ms
 from mwinv.kernel_trace.recorder import duty_change_text
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -268,18 +268,20 @@ def section_top(data: ReportData, queries: list[dict]) -> Section:
     rows, md_rows = [], []
     for q in queries:
         c = cls.get(q["example_id"], {})
-        bar = svg.stacked_bar(_breakdown(q), q["total_ns"], scale, label=f"{q['total_ns'] / 1e6:,.0f} ms")
+        bar = svg.stacked_bar(_breakdown(q), q["total_ns"], scale, label=duration(q["total_ns"]))
         text = _short(data.texts.get(q["query_text_hash"]))
         anchor = f'<a href="#q{q["query_id"]}">{q["query_id"]}</a>'
         calls = f"{q['calls']} ({q['traced_calls']} traced)" if data.duty_cycled else q["calls"]
-        rows.append([anchor, escape(str(q["node"])), calls, ms(q["total_ns"]), escape(c.get("limit", "-")),
+        rows.append([anchor, escape(str(q["node"])), calls, duration(q["total_ns"]), escape(c.get("limit", "-")),
                      bar, f"<code>{escape(text)}</code>"])
         total = q["total_ns"] or 1
         shares = ", ".join(f"{comp} {100 * v / total:.0f}%" for comp, v in _breakdown(q) if v / total >= 0.01)
-        md_rows.append([q["query_id"], q["node"], calls, ms(q["total_ns"]), c.get("limit", "-"), shares,
+        md_rows.append([q["query_id"], q["node"], calls, duration(q["total_ns"]), c.get("limit", "-"), shares,
                         f"`{text}`"])
-    h, md = _table(["query_id", "node", "calls", "total ms", "class", "breakdown", "statement"], rows, md_rows)
-    return Section("Top statements", svg.legend(list(ATTRIBUTION_COMPONENTS)) + h, md)
+    h, md = _table(["query_id", "node", "calls", "wall", "class", "breakdown", "statement"], rows, md_rows)
+    note = f"{WALL[0].upper()}{WALL[1:]}. The classes' evidence and the advice: {IN_DB}."
+    return Section("Top statements", svg.legend(list(ATTRIBUTION_COMPONENTS)) + f"<p>{escape(note)}</p>" + h,
+                   note + "\n\n" + md)
 
 
 def section_details(data: ReportData, queries: list[dict]) -> Section:
@@ -305,7 +307,7 @@ def section_details(data: ReportData, queries: list[dict]) -> Section:
             st = data.db.sql(f"SELECT start_ns, end_ns FROM model_statement WHERE statement_id = {literal(sid)}").fetchone()
             h.append(svg.interval_strip(strip, (0, (st[1] - st[0]) / 1e9), "on-CPU (blue) / off-CPU (grey) over the statement"))
             on = sum(b - a for _, iv, _ in strip for a, b in iv)
-            md.append(f"On-CPU {on * 1e3:.1f} ms of {(st[1] - st[0]) / 1e6:.1f} ms (from sched_switch).\n\n")
+            md.append(f"On-CPU {duration(on * 1e9)} of {duration(st[1] - st[0])} (from sched_switch).\n\n")
         else:
             h.append("<p>No on/off-CPU timeline: no sched_switch events for this backend.</p>")
         if c.get("evidence"):
@@ -331,12 +333,12 @@ def section_details(data: ReportData, queries: list[dict]) -> Section:
         if advice:
             h.append("<ul class=\"advice\">")
             for a in advice:
-                gain = f"expected gain {ms(a.expected_gain_ns)} ms ({escape(a.basis)})" if a.expected_gain_ns is not None \
+                gain = f"expected gain {duration(a.expected_gain_ns)} ({escape(a.basis)})" if a.expected_gain_ns is not None \
                     else escape(a.basis)
                 h.append(f"<li><b>{escape(a.rule)}</b>: {escape(a.advice)}<br><small>evidence: {escape(a.evidence)}; "
                          f"{gain}</small></li>")
                 md.append(f"- **{a.rule}**: {a.advice} — evidence: {a.evidence}; "
-                          + (f"expected gain {ms(a.expected_gain_ns)} ms ({a.basis})" if a.expected_gain_ns is not None
+                          + (f"expected gain {duration(a.expected_gain_ns)} ({a.basis})" if a.expected_gain_ns is not None
                              else a.basis) + "\n")
             h.append("</ul>")
             md.append("\n")
@@ -380,12 +382,12 @@ def section_data_nodes(data: ReportData, queries: list[dict]) -> Section:
         rows, md_rows = [], []
         for p in parts:
             busy = [(c, v) for c, v in p.components.items() if c != "client_wait" and v]
-            bar = svg.stacked_bar(busy, p.execution_ns, scale, label=f"{p.execution_ns / 1e6:,.1f} ms busy")
+            bar = svg.stacked_bar(busy, p.execution_ns, scale, label=f"{duration(p.execution_ns)} busy")
             cells = [p.statements, p.fetches, f"{p.rows:,}", f"{p.sent_bytes / 2**20:.2f}", ms(p.idle_ns),
                      ms(p.last_end_ns)]
             name = p.node + (" (critical)" if p.critical else "")
             rows.append([escape(name), *cells, bar])
-            md_rows.append([name, *cells, ", ".join(f"{c} {v / 1e6:.1f} ms" for c, v in busy)])
+            md_rows.append([name, *cells, ", ".join(f"{c} {duration(v)}" for c, v in busy)])
         h.append(_table(["node", "remote stmts", "fetches", "rows", "sent MiB", "idle ms", "last fetch ms",
                          "busy on the node"], rows, md_rows)[0])
         md.append(_table(["node", "remote stmts", "fetches", "rows", "sent MiB", "idle ms", "last fetch ms",
@@ -470,7 +472,7 @@ def section_diff(data: ReportData, base: ReportData, top: int) -> Section:
         for label, q, mean in (("before", a, mean_a), ("after", b, mean_b)):
             if q:
                 parts = [(c, v / q["calls"]) for c, v in _breakdown(q)]
-                bars += svg.stacked_bar(parts, mean, scale, label=f"{label} {mean / 1e6:,.1f} ms") + "<br>"
+                bars += svg.stacked_bar(parts, mean, scale, label=f"{label} {duration(mean)}") + "<br>"
         ratio = f"{mean_b / mean_a:.2f}×" if mean_a and mean_b else ("new" if b else "gone")
         text = _short(data.texts.get((b or a)["query_text_hash"]) or base.texts.get((b or a)["query_text_hash"]), 60)
         changes = []
@@ -479,11 +481,11 @@ def section_diff(data: ReportData, base: ReportData, top: int) -> Section:
                 vb = dict(_breakdown(b))[c]
                 d = vb / b["calls"] - va / a["calls"]
                 if abs(d) >= 0.05 * max(mean_a, mean_b):
-                    changes.append(f"{c} {d / 1e6:+,.1f} ms")
-        rows.append([i, ms(mean_a) if a else "-", ms(mean_b) if b else "-", ratio, bars,
-                     escape(", ".join(changes)), f"<code>{escape(text)}</code>"])
-        md_rows.append([i, ms(mean_a) if a else "-", ms(mean_b) if b else "-", ratio, ", ".join(changes), f"`{text}`"])
-    h, md = _table(["query_id", "before ms/call", "after ms/call", "ratio", "breakdown", "largest changes",
+                    changes.append(f"{c} {duration(d, sign=True)}")
+        rows.append([i, duration(mean_a), duration(mean_b), ratio, bars, escape(", ".join(changes)),
+                     f"<code>{escape(text)}</code>"])
+        md_rows.append([i, duration(mean_a), duration(mean_b), ratio, ", ".join(changes), f"`{text}`"])
+    h, md = _table(["query_id", "before, per call", "after, per call", "ratio", "breakdown", "largest changes",
                     "statement"], rows, md_rows)
     intro = f"Before: {base.path}; after: {data.path}. Mean time per call by query_id."
     return Section("Differential report", f"<p>{escape(intro)}</p>" + svg.legend(list(ATTRIBUTION_COMPONENTS)) + h,

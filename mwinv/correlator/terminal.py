@@ -16,6 +16,7 @@ from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
 from mwinv.correlator.advice import Advice
 from mwinv.correlator.nodes import NodePart
 from mwinv.correlator.pipeline import StatementSummary
+from mwinv.fmt import IN_DB, WALL, duration
 from mwinv.rules import MIN_WALL_NS
 
 ADVICE_WIDTH = 150   # an advice line's characters in the terminal; --report has it whole
@@ -64,7 +65,7 @@ def top_table(rows: list[StatementSummary], title: str) -> Table:
     table.add_column("statement", max_width=48, overflow="fold")
     table.add_column("node")
     table.add_column("calls", justify="right")
-    table.add_column("total s", justify="right")
+    table.add_column("wall s", justify="right")
     table.add_column("where the time went")
     # a name cut with "…" (JSON and the report have it whole), never broken mid-word
     table.add_column("top kernel functions", max_width=36, overflow="ellipsis")
@@ -77,7 +78,7 @@ def top_table(rows: list[StatementSummary], title: str) -> Table:
         funcs = "\n".join(f"{f} {100 * share:.0f}% ({src})" for f, share, src in s.kernel_functions) or "-"
         calls = f"{s.calls}\n({s.traced_calls} traced)" if s.traced_calls is not None else str(s.calls)
         table.add_row(str(i), text, s.nodes, calls, f"{s.total_ns / 1e9:.3f}", where, funcs)
-    table.caption = legend()
+    table.caption = Text.assemble(legend(), f"\n{WALL}")
     return table
 
 
@@ -89,11 +90,11 @@ def ranked_advice(advice: list[Advice]) -> list[Advice]:
 def advice_text(rows: list[StatementSummary], advice: dict[int, list[Advice]], per_statement: int = 3) -> Text:
     """What to change, under the table: per statement its advice with the largest expected gains."""
     out = Text(f"what to change (for each statement's longest execution, or, where that ran under "
-               f"{MIN_WALL_NS / 1e6:g} ms, all its executions summed, as 'over N executions' says; the evidence is "
-               "in --report):\n", style="bold")
+               f"{duration(MIN_WALL_NS)} in the database, all its executions summed, as 'over N executions' says; "
+               f"{IN_DB}; the evidence is in --report):\n", style="bold")
     for i, s in enumerate(rows, 1):
         for a in ranked_advice(advice.get(s.example_id, []))[:per_statement]:
-            gain = f"-{a.expected_gain_ns / 1e6:,.1f} ms" if a.expected_gain_ns is not None else "gain ?"
+            gain = f"-{duration(a.expected_gain_ns)}" if a.expected_gain_ns is not None else "gain ?"
             line = " ".join(a.advice.split())
             summed = a.evidence.split(":", 1)[0] + ", " if a.evidence.startswith("over ") else ""
             out.append(f"#{i} ").append(a.rule, style="bold").append(f" ({summed}{gain}: {a.basis}) ")

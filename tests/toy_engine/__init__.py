@@ -14,7 +14,7 @@ from mwinv.capture.columns import rows_to_tables
 from mwinv.capture.tables import Capture, text_hash
 from mwinv.engines.registry import Registration
 from mwinv.errors import MwinvError
-from mwinv.fmt import ms_text, pct
+from mwinv.fmt import duration, pct
 from mwinv.rules import MIN_LOCK_SHARE, Advice, Evidence
 
 ENGINE = Registration(name="toy", reader="toy_engine:read", rules="toy_engine:RULES", cli="toy_engine:toy_cli")
@@ -55,7 +55,7 @@ def table_lock(e: Evidence) -> Advice | None:
     if e.shares["lock"] < MIN_LOCK_SHARE:
         return None
     return e.advice("toy.table_lock", "toy: its statements take the whole table's lock; use the toy's row locks",
-                    f"lock_wait {ms_text(e.ns.get('lock_wait', 0))} ({pct(e.shares['lock'])} of {ms_text(e.wall_ns)})",
+                    f"lock_wait {duration(e.ns.get('lock_wait', 0))} ({pct(e.shares['lock'])} of {e.in_db()})",
                     e.ns.get("lock_wait", 0), "all of the lock wait")
 
 

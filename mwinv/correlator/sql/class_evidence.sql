@@ -1,5 +1,5 @@
 -- class_evidence: per root statement its class (the limit, or unknown without attribution rows),
--- explained share, confidence, and the evidence as text: wall time, the classes' shares from 0.5 %
+-- explained share, confidence, and the evidence as text: the time in the database, the classes' shares from 0.5 %
 -- up (largest first, equal shares in the limit classes' order), explained and unexplained time, the
 -- CPU split for a CPU-bound one, its parallel workers, and its I/O per node. The kernel functions'
 -- evidence is added in classify.classify for the few statements that have some (statement_class).
@@ -20,7 +20,7 @@ SELECT node, statement_id, query_id,
        CASE WHEN none THEN 0.0 ELSE explained END AS allocated_share,
        CASE WHEN none THEN 0.0 ELSE confidence END AS confidence,
        CASE WHEN none THEN 'no attribution rows for this statement (kernel side missing?)' ELSE
-           printf('wall %.1f ms; ', wall_ns / 1e6)
+           printf('%.1f ms in the database; ', wall_ns / 1e6)
            -- (share, -position, name) sorted descending: equal shares keep the limit classes' order
            || coalesce(nullif(array_to_string(list_transform(
                   list_filter(list_sort([{'share': s_cpu, 'pos': 0, 'name': 'cpu'},

@@ -5,7 +5,7 @@ replace the PostgreSQL rules for MariaDB's statements: the settings and remedies
 
 from __future__ import annotations
 
-from mwinv.fmt import ms_text as _ms, pct as _pct
+from mwinv.fmt import duration, pct as _pct
 from mwinv.rules import (KERNEL_RULES, MIN_LOCK_SHARE, MIN_RUN_QUEUE_SHARE, MIN_SHARE, Advice, Evidence, Rule)
 
 EXAMINED_PER_ROW = 100      # rows examined per row returned before an index is worth a word
@@ -53,7 +53,7 @@ def buffer_pool(e: Evidence) -> Advice | None:
     return e.advice("mariadb.buffer_pool", "InnoDB read its pages from disk one at a time: a larger "
                     "innodb_buffer_pool_size keeps them (compare Innodb_buffer_pool_reads with "
                     "Innodb_buffer_pool_read_requests), or an index that visits fewer pages",
-                    f"disk_random {_pct(e.shares['disk_random'])} of {_ms(e.wall_ns)}, {e.random_reqs:,} requests",
+                    f"disk_random {_pct(e.shares['disk_random'])} of {e.in_db()}, {e.random_reqs:,} requests",
                     e.gain("rand_access", 0.1), "model what-if: random access 10x faster (all cached)")
 
 
@@ -63,17 +63,17 @@ def cpu(e: Evidence) -> Advice | None:
     examined = _stat(e, "rows_examined")
     return e.advice("mariadb.cpu", "CPU-bound on one thread (MariaDB runs a query on one thread): cut the rows "
                     "it examines (an index, a narrower condition) or split it into parts run in parallel "
-                    "by the application", f"cpu {_pct(e.shares['cpu'])} of {_ms(e.wall_ns)}; "
+                    "by the application", f"cpu {_pct(e.shares['cpu'])} of {e.in_db()}; "
                     f"{examined:,} rows examined", None, "depends on the rows no longer examined")
 
 
 def lock(e: Evidence) -> Advice | None:
     lock_ns = _stat(e, "lock_time_ns")
-    if e.shares["lock"] < MIN_LOCK_SHARE and lock_ns < MIN_LOCK_SHARE * e.wall_ns:
+    if e.shares["lock"] < MIN_LOCK_SHARE and lock_ns < MIN_LOCK_SHARE * e.db_ns:
         return None
     return e.advice("mariadb.lock", "waiting for locks (InnoDB row locks, metadata locks: futex sleeps in the "
                     "kernel): find the holder in information_schema.INNODB_TRX / metadata_lock_info, shorten "
-                    "its transaction", f"lock_wait {_pct(e.shares['lock'])}; lock time {_ms(lock_ns)}",
+                    "its transaction", f"lock_wait {_pct(e.shares['lock'])}; lock time {duration(lock_ns)}",
                     e.ns.get("lock_wait", 0), "all of the lock wait")
 
 
@@ -81,20 +81,20 @@ def run_queue(e: Evidence) -> Advice | None:
     if e.shares["run_queue"] < MIN_RUN_QUEUE_SHARE:
         return None
     waited = e.ns.get("run_queue", 0)
-    return e.advice("mariadb.run_queue", f"its thread waited {_ms(waited)} runnable but not running: more busy "
+    return e.advice("mariadb.run_queue", f"its thread waited {duration(waited)} runnable but not running: more busy "
                     f"threads than the {e.cpus} CPUs; cap them (thread_handling=pool-of-threads with "
                     "thread_pool_size = CPUs) or add CPUs", f"run_queue {_pct(e.shares['run_queue'])}", waited,
                     "all of the run-queue wait")
 
 
 def unexplained(e: Evidence) -> Advice | None:
-    share = e.ns.get("not_allocated", 0) / e.wall_ns if e.wall_ns else 0
+    share = e.ns.get("not_allocated", 0) / e.db_ns if e.db_ns else 0
     if share < 0.5:
         return None
     return e.advice("mariadb.unexplained", f"{_pct(share)} of its time has no known cause: read from the slow query "
                     "log (durations and lock time only) or outside a kernel capture; capture the server's threads "
                     "(MariaDBCapture, docs/mariadb.md) to split it into CPU, disk, locks and run queue",
-                    f"not_allocated {_ms(e.ns.get('not_allocated', 0))} of {_ms(e.wall_ns)}", None,
+                    f"not_allocated {duration(e.ns.get('not_allocated', 0))} of {e.in_db()}", None,
                     "unknown until the kernel side is captured")
 
 

@@ -5,21 +5,15 @@ the remedies are Oracle's."""
 
 from __future__ import annotations
 
-from mwinv.fmt import ms_text as _ms, pct as _pct
+from mwinv.fmt import duration, pct as _pct
 from mwinv.rules import MIN_LOCK_SHARE, MIN_SHARE, Advice, Evidence, Rule
 
-MIN_EVENT_SHARE = 0.10     # a wait event worth naming holds a tenth of the wall time
+MIN_EVENT_SHARE = 0.10     # a wait event worth naming holds a tenth of the time in the database
 ONE_OBJECT = 0.5           # reads "on one object" when it took half of them
 
 
 def _share(e: Evidence, *components: str) -> float:
-    return sum(e.ns.get(c, 0) for c in components) / e.wall_ns if e.wall_ns else 0.0
-
-
-def _in_db(e: Evidence) -> str:
-    """The base of every share here, said: the time in the database, the executions' windows less their
-    client's waits (the top table's total holds those too, as its client share)."""
-    return f"{_ms(e.wall_ns)} in the database (client waits, {_ms(e.ns.get('client_wait', 0))}, excluded)"
+    return sum(e.ns.get(c, 0) for c in components) / e.db_ns if e.db_ns else 0.0
 
 
 def _events(e: Evidence, component: str) -> list[dict]:
@@ -43,7 +37,7 @@ def _top_object(waits: list[dict]) -> tuple[int | None, float, str | None]:
 
 
 def _event_ev(e: Evidence, waits: list[dict]) -> str:
-    return "; ".join(f"{w['event']} {_ms(w['ns'])} in {w['count']:,} waits ({_pct(w['ns'] / e.wall_ns)})"
+    return "; ".join(f"{w['event']} {duration(w['ns'])} in {w['count']:,} waits ({_pct(w['ns'] / e.db_ns)})"
                      for w in waits[:3])
 
 
@@ -64,7 +58,7 @@ def single_block_reads(e: Evidence) -> Advice | None:
 
 def full_scans(e: Evidence) -> Advice | None:
     waits = [w for w in _events(e, "disk_seq") if not w["event"].startswith("log file")]
-    if not waits or sum(w["ns"] for w in waits) < MIN_SHARE * e.wall_ns:
+    if not waits or sum(w["ns"] for w in waits) < MIN_SHARE * e.db_ns:
         return None
     obj, share, op = _top_object(waits)
     on = f" on obj# {obj}" + (f" ({op})" if op else "") if obj and share >= ONE_OBJECT else ""
@@ -76,7 +70,7 @@ def full_scans(e: Evidence) -> Advice | None:
 def commit_rate(e: Evidence) -> Advice | None:
     waits = [w for w in e.dbms.get("waits", []) if w["event"] == "log file sync"]
     ns = sum(w["ns"] for w in waits)
-    if not waits or ns < MIN_EVENT_SHARE * e.wall_ns:
+    if not waits or ns < MIN_EVENT_SHARE * e.db_ns:
         return None
     commits = e.dbms.get("commits", 0)
     return e.advice("oracle.commit_rate", "waiting for the redo writer at commit: commit less often (batch rows "
@@ -89,13 +83,13 @@ def parse_heavy(e: Evidence) -> Advice | None:
     d = e.dbms
     parses, execs, hard, variants = d.get("parses", 0), d.get("execs", 0), d.get("hard_parses", 0), d.get("variants", 1)
     parse_ns = d.get("parse_ns", 0)
-    if parses == 0 or (hard < 2 and variants < 2) or parse_ns < MIN_EVENT_SHARE * e.wall_ns:
+    if parses == 0 or (hard < 2 and variants < 2) or parse_ns < MIN_EVENT_SHARE * e.db_ns:
         return None
     return e.advice("oracle.parse", "parsing costs: use bind variables for the literals (or cursor_sharing=FORCE "
                     "as a stopgap), keep cursors open and parse once per session (session_cached_cursors, "
                     "statement caching in the driver)",
                     f"{parses:,} parse calls for {execs:,} executions, {hard:,} hard parses (misses in library "
-                    f"cache), {variants:,} texts differing only in literals; parse time {_ms(parse_ns)}",
+                    f"cache), {variants:,} texts differing only in literals; parse time {duration(parse_ns)}",
                     parse_ns, "the parse calls' elapsed time")
 
 
@@ -131,11 +125,11 @@ def cluster_waits(e: Evidence) -> Advice | None:
 def fetch_size(e: Evidence) -> Advice | None:
     d = e.dbms
     trips, saved = d.get("fetches", 0), d.get("fetch_saved_ns", 0)
-    if trips <= 2 * max(e.executions, 1) or saved < MIN_EVENT_SHARE * (e.wall_ns + e.ns.get("client_wait", 0)):
+    if trips <= 2 * max(e.executions, 1) or saved < MIN_EVENT_SHARE * (e.db_ns + e.ns.get("client_wait", 0)):
         return None
     return e.advice("oracle.fetch_size", f"raise the client's fetch array size (to {d.get('fetch_size_to')}): "
                     "each fetch is a round trip", f"{trips:,} fetch calls for {d.get('rows', 0):,} rows; client "
-                    f"round trips {_ms(e.ns.get('client_wait', 0))}", saved,
+                    f"round trips {duration(e.ns.get('client_wait', 0))}", saved,
                     "round trips saved x the trace's mean SQL*Net client wait per trip: an upper bound (that "
                     "wait also holds the client's own work on the rows; `mwinv oracle tkprof --rtt` gives the "
                     "lower bound at the network round trip)")
@@ -144,7 +138,7 @@ def fetch_size(e: Evidence) -> Advice | None:
 def sleeps(e: Evidence) -> Advice | None:
     waits = [w for w in e.dbms.get("waits", []) if w["event"] in ("PL/SQL lock timer", "pipe get", "jobq slave wait")]
     ns = sum(w["ns"] for w in waits)
-    if ns < MIN_SHARE * e.wall_ns:
+    if ns < MIN_SHARE * e.db_ns:
         return None
     return e.advice("oracle.sleep", "the statement's own code sleeps (DBMS_LOCK.SLEEP / DBMS_SESSION.SLEEP, pipes): "
                     "that is the application's choice, not the database's; look at why it waits",
@@ -156,7 +150,7 @@ def cpu(e: Evidence) -> Advice | None:
         return None
     return e.advice("oracle.cpu", "CPU in the database: the logical reads (cr=) of its row source operations say "
                     "which step does the work; a more selective access path or fewer executions cut it",
-                    f"cpu {_pct(_share(e, 'cpu_user', 'cpu_sys'))} of {_in_db(e)}", None,
+                    f"cpu {_pct(_share(e, 'cpu_user', 'cpu_sys'))} of {e.in_db()}", None,
                     "depends on the plan change")
 
 
@@ -168,7 +162,7 @@ def unaccounted(e: Evidence) -> Advice | None:
                     "trace: the process was runnable but not on a CPU (run queue), paged, or outside database calls "
                     "without a wait event; negative means c= and the waits overran e= (CPU time quantisation). A kernel capture "
                     "of the host (mwinv-trace) splits it into run queue, off-CPU states and block I/O",
-                    f"unaccounted-for {_ms(e.ns.get('not_allocated', 0))} of {_in_db(e)}", None,
+                    f"unaccounted-for {duration(e.ns.get('not_allocated', 0))} of {e.in_db()}", None,
                     "unknown until the kernel side is traced")
 
 

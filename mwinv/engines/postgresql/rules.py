@@ -4,7 +4,7 @@ rule is adding a function to RULES."""
 
 from __future__ import annotations
 
-from mwinv.fmt import ms_text, pct
+from mwinv.fmt import duration, pct
 from mwinv.rules import (KERNEL_RULES, MIN_LOCK_SHARE, MIN_RUN_QUEUE_SHARE, MIN_SHARE, Advice, Evidence, Rule)
 
 SPILL_BYTES = 1 << 20  # a SELECT writing a MiB or more is spilling sorts/hashes, not setting hint bits
@@ -15,16 +15,15 @@ IDLE_CPUS_NOT_SHORT = 0.5
 
 # --- CPU
 def _cpu_ev(e: Evidence) -> str:
-    return (f"cpu {pct(e.shares['cpu'])} of {ms_text(e.wall_ns)} (user {ms_text(e.ns.get('cpu_user', 0))}, "
-            f"sys {ms_text(e.ns.get('cpu_sys', 0))})")
+    return (f"cpu {pct(e.shares['cpu'])} of {e.in_db()} (user {duration(e.ns.get('cpu_user', 0))}, "
+            f"sys {duration(e.ns.get('cpu_sys', 0))})")
 
 
 def cpu_per_call(e: Evidence) -> Advice | None:
     if e.shares["cpu"] < MIN_SHARE or e.executions <= 1:
         return None
-    per_call = e.wall_ns / e.executions
-    each = ms_text(per_call) if per_call >= 1e6 else f"{per_call / 1e3:.1f} µs"
-    return e.advice("cpu.per_call", f"{e.executions:,} executions of {each} each on "
+    per_call = e.db_ns / e.executions
+    return e.advice("cpu.per_call", f"{e.executions:,} executions of {duration(per_call)} each on "
                     "average: too short for parallel query or JIT to pay off. Cut the calls or the work per "
                     "call: batch rows into fewer statements, cache what is read again and again, check the "
                     "plan (EXPLAIN (ANALYZE, BUFFERS)) for a narrower index or a covering one",
@@ -45,7 +44,7 @@ def cpu_parallel(e: Evidence) -> Advice | None:
 
 def cpu_jit(e: Evidence) -> Advice | None:
     if not (e.shares["cpu"] >= 0.5 and e.executions == 1 and e.jit in ("off", "false", "0")
-            and e.wall_ns >= 500e6):
+            and e.db_ns >= 500e6):
         return None
     return e.advice("cpu.jit", "try jit=on: expression-heavy scans (aggregates over many rows) "
                     "spend less CPU when compiled", _cpu_ev(e) + "; jit is off in this capture",
@@ -74,7 +73,7 @@ def cpu_faster(e: Evidence) -> Advice | None:
 
 # --- disk, sequential
 def _seq_ev(e: Evidence) -> str:
-    return f"disk_seq {pct(e.shares['disk_seq'])} of {ms_text(e.wall_ns)}; {e.seq_bytes / 2**20:.1f} MiB read sequentially"
+    return f"disk_seq {pct(e.shares['disk_seq'])} of {e.in_db()}; {e.seq_bytes / 2**20:.1f} MiB read sequentially"
 
 
 def disk_seq_bandwidth(e: Evidence) -> Advice | None:
@@ -106,7 +105,7 @@ def disk_seq_memory(e: Evidence) -> Advice | None:
 
 # --- disk, random
 def _random_ev(e: Evidence) -> str:
-    return (f"disk_random {pct(e.shares['disk_random'])} of {ms_text(e.wall_ns)}; {int(e.random_reqs)} random "
+    return (f"disk_random {pct(e.shares['disk_random'])} of {e.in_db()}; {int(e.random_reqs)} random "
             f"requests ({e.random_bytes / 2**20:.1f} MiB)")
 
 
@@ -141,11 +140,11 @@ def disk_random_shared_buffers(e: Evidence) -> Advice | None:
 def network(e: Evidence) -> Advice | None:
     if e.shares["network"] < MIN_SHARE:
         return None
-    ev = f"network {pct(e.shares['network'])} of {ms_text(e.wall_ns)}; {e.net_bytes / 2**20:.2f} MiB sent+received"
+    ev = f"network {pct(e.shares['network'])} of {e.in_db()}; {e.net_bytes / 2**20:.2f} MiB sent+received"
     gain = e.gain("link_rate", 10.0)
     if e.model_net_ns is not None and e.model_net_ns < 0.5 * e.ns.get("network", 0):
         return e.advice("network.latency", "the network time is not bandwidth: the bytes would take "
-                        f"{ms_text(e.model_net_ns)} at the link rate but the statement waited {ms_text(e.ns['network'])}; "
+                        f"{duration(e.model_net_ns)} at the link rate but the statement waited {duration(e.ns['network'])}; "
                         "fewer round trips help (larger fetch_size for postgres_fdw, batching), a faster "
                         "link does not ([Taufer]'s Q3)", ev, gain, "model what-if link rate x10")
     return e.advice("network.bandwidth", "a faster link, or ship less data (push filters and "
@@ -159,7 +158,7 @@ def lock_wait(e: Evidence) -> Advice | None:
         return None
     return e.advice("lock.wait", f"lock waits: {e.blocker}. Shorten the blocking transaction, take "
                     "locks in one order, or use SKIP LOCKED / NOWAIT for queue-like access",
-                    f"lock_wait {ms_text(e.ns.get('lock_wait', 0))} ({pct(e.shares['lock'])} of {ms_text(e.wall_ns)})",
+                    f"lock_wait {duration(e.ns.get('lock_wait', 0))} ({pct(e.shares['lock'])} of {e.in_db()})",
                     e.ns.get("lock_wait", 0), "all of the lock wait")
 
 
@@ -175,15 +174,15 @@ def remote(e: Evidence) -> Advice | None:
     waited = e.ns.get("remote_wait", 0)
     crit = next(p for p in parts if p.critical)
     fetches = sum(p.fetches for p in parts)
-    ev = (f"remote_wait {ms_text(waited)} of {ms_text(e.wall_ns)}; " + "; ".join(
+    ev = (f"remote_wait {duration(waited)} of {e.in_db()}; " + "; ".join(
         f"{p.node}{' (critical)' if p.critical else ''}: {p.fetches} fetches, {p.rows:,} rows, "
-        f"{p.sent_bytes / 2**20:.2f} MiB, busy {ms_text(p.execution_ns)}, idle {ms_text(p.idle_ns)}, last fetch at "
-        f"{ms_text(p.last_end_ns)}" for p in parts))
+        f"{p.sent_bytes / 2**20:.2f} MiB, busy {duration(p.execution_ns)}, idle {duration(p.idle_ns)}, last fetch at "
+        f"{duration(p.last_end_ns)}" for p in parts))
     transfer = crit.sent_bytes / e.link_rate_bps * 1e9 if e.link_rate_bps else 0
     if transfer >= 0.5 * waited:
         return e.advice("remote.link", f"the wait is the transfer over node {crit.node}'s link "
                         f"({crit.sent_bytes / 2**20:.2f} MiB at the calibrated {e.link_rate_bps / 2**20:.2f} MiB/s = "
-                        f"{ms_text(transfer)}): a faster link, or ship less (co-partition joined tables, group by the "
+                        f"{duration(transfer)}): a faster link, or ship less (co-partition joined tables, group by the "
                         "partition key so that aggregates are pushed whole, select fewer columns)", ev,
                         round(0.9 * transfer), "90 % of the critical node's transfer time (a link 10x faster)")
     if crit.execution_ns >= 0.5 * waited:
@@ -194,7 +193,7 @@ def remote(e: Evidence) -> Advice | None:
     ends = sorted(p.last_end_ns for p in parts)
     serial = len(parts) > 1 and all(b - end >= 0.5 * (crit.execution_ns + crit.idle_ns) / len(parts)
                                     for end, b in zip(ends, ends[1:]))
-    text = (f"the data nodes idled (critical node busy {ms_text(crit.execution_ns)} of {ms_text(waited)} waited) through "
+    text = (f"the data nodes idled (critical node busy {duration(crit.execution_ns)} of {duration(waited)} waited) through "
             f"{fetches} fetch round trips: raise postgres_fdw's fetch_size (ALTER SERVER ... OPTIONS (SET "
             "fetch_size '10000')), and push work down: co-partition joined tables, group by the partition key "
             "(postgres_fdw pushes only whole aggregates; partial ones ship every row)")
@@ -216,8 +215,8 @@ def run_queue(e: Evidence) -> Advice | None:
     if e.shares["run_queue"] < MIN_RUN_QUEUE_SHARE:
         return None
     waited = e.ns.get("run_queue", 0)
-    queued = f"the statement waited {ms_text(waited)} runnable but not running"
-    evidence = f"run_queue {pct(e.shares['run_queue'])} of {ms_text(e.wall_ns)}"
+    queued = f"the statement waited {duration(waited)} runnable but not running"
+    evidence = f"run_queue {pct(e.shares['run_queue'])} of {e.in_db()}"
     if e.idle_cpus is not None:
         evidence += f"; {e.idle_cpus:.1f} of {e.cpus} CPUs idle on average meanwhile (node samples)"
     if e.idle_cpus is not None and e.idle_cpus >= IDLE_CPUS_NOT_SHORT:
