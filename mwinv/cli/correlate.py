@@ -38,7 +38,7 @@ from mwinv.options import CorrelateOptions
               help="the timeline's statements in this window, seconds from the first statement (e.g. 10:20, 30:).")
 @click.option("--memory", default=None, metavar="SIZE",
               help="DuckDB's memory limit, e.g. 2GB (default: half the machine's available memory, at most "
-                   "1 GiB); beyond it DuckDB spills into the capture's directory.")
+                   "768 MiB); beyond it DuckDB spills into the capture's directory.")
 @group_option
 def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge, timeline_file, timeline_top,
         timeline_range, memory) -> None:
