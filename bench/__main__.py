@@ -13,7 +13,7 @@ import importlib
 import runpy
 import sys
 
-BENCHMARKS = ("extension", "trace", "parse", "correlate", "mariadb", "cluster", "oltp")
+BENCHMARKS = ("extension", "trace", "parse", "correlate", "mariadb", "cluster", "oltp", "long")
 
 
 def summary(name: str) -> str:
