@@ -105,8 +105,8 @@ def _model_connection():
 def test_statement_shares_has_a_column_per_component():
     con = _model_connection()
     cols = [d[0] for d in con.execute("SELECT * FROM statement_shares('model')").description]
-    assert cols == ["statement_id", "query_id", "wall_ns", "from_workers_ns", *ATTRIBUTION_COMPONENTS]
-    assert con.execute("SELECT wall_ns, cpu_user, disk_seq, lock_wait FROM statement_shares('model')").fetchall() == \
+    assert cols == ["statement_id", "query_id", "db_ns", "from_workers_ns", *ATTRIBUTION_COMPONENTS]
+    assert con.execute("SELECT db_ns, cpu_user, disk_seq, lock_wait FROM statement_shares('model')").fetchall() == \
         [(1000, 600, 400, None)]
 
 

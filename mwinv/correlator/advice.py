@@ -73,7 +73,7 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
     out: list[Advice] = []
     for sid, st in inputs.items():
         row = srow[sid]
-        if not st["attributed"] or st["wall_ns"] < MIN_WALL_NS:
+        if not st["attributed"] or st["db_ns"] < MIN_WALL_NS:
             out.append(_too_thin(st, row))
             continue
         e = evidence_of(st, classes[sid], row, kfuncs.get(sid, []), idle.get(sid), (node_parts or {}).get(sid), ctx)
@@ -231,7 +231,7 @@ class _Context:
 
 
 def _too_thin(st: dict, row: dict) -> Advice:
-    why = "no attribution rows" if not st["attributed"] else f"{duration(st['wall_ns'])} in the database < {duration(MIN_WALL_NS)}"
+    why = "no attribution rows" if not st["attributed"] else f"{duration(st['db_ns'])} in the database < {duration(MIN_WALL_NS)}"
     return make_advice(st["statement_id"], st["query_id"], row.get("executions") or 1, "too-thin",
                        "no advice: the data is too thin to tell what limits this statement",
                        why + "; the shares rest on too few events or samples")
@@ -258,7 +258,7 @@ def evidence_of(st: dict, cls: tuple[dict[str, float], str, float], row: dict, k
     if shares["lock"] >= MIN_LOCK_SHARE:
         blocker = _blocking_statement(row, ctx.blockers.get(st["statement_id"]), ctx.texts)
     return Evidence(
-        statement_id=st["statement_id"], query_id=st["query_id"], db_ns=st["wall_ns"],
+        statement_id=st["statement_id"], query_id=st["query_id"], db_ns=st["db_ns"],
         executions=row.get("executions") or 1, shares=shares, limit=limit, explained=explained,
         ns=st["attributed"], from_workers_ns=st["from_workers_ns"], **io, gains=gains,
         model_no_seq_ns=base["t_no_seq"] * 1e9 if base else None, model_net_ns=base["t_net"] * 1e9 if base else None,

@@ -1,7 +1,8 @@
 """Classification per statement (`statement_class`): the resource that limits it, with the evidence.
 
 Classes: cpu, disk_seq, disk_random, network, lock, run_queue, dbms-internal, unknown.
-- Shares are of the statement's wall time, from `statement_attribution` (cpu = cpu_user + cpu_sys).
+- Shares are of the statement's time in the database (its wall time less client_wait), from
+  `statement_attribution` (cpu = cpu_user + cpu_sys).
 - The explained share is what a resource or a known wait accounts for (all components except
   other_wait and not_allocated). Below `internal_threshold` the statement is dbms-internal: no
   machine resource or lock explains it ([Taufer]'s query 8, under 20 % explained).

@@ -20,7 +20,7 @@ On-CPU time is measured rather than derived from instruction counts x CPI x cloc
 expose no PMU counters (the project's test VM does not), and the measured time already contains the CPI.
 
 What-if: a factor k changes the platform (CPU k times faster, disk rate x k, random access time x k,
-link rate x k); the prediction is the measured wall time plus the change of the model's estimate, so
+link rate x k); the prediction is the measured time in the database plus the change of the model's estimate, so
 the part the model does not explain (locks, waits) is carried over unchanged."""
 
 from __future__ import annotations
@@ -183,16 +183,16 @@ def add_model_views(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def inputs_from(con: duckdb.DuckDBPyConnection, only: list[int] | None = None, inputs: str = "model") -> dict[int, dict]:
-    """Per root statement: query_id, wall_ns, attributed ns per component, and the per-node model inputs,
+    """Per root statement: query_id, db_ns (the time in the database), attributed ns per component, and the per-node model inputs,
     from a connection that holds a model's inputs (`inputs`: 'model', the capture's or model_connection's;
     'advice', the advice's examples); of the statements in `only`, if given (the advice's few: the
     classification and the model run on columns)."""
     wanted = f"statement_id IN ({', '.join(str(int(i)) for i in only) or 'NULL'})" if only is not None else "true"
     out: dict[int, dict] = {}
-    shares = (f"SELECT statement_id, query_id, wall_ns, from_workers_ns, {', '.join(ATTRIBUTION_COMPONENTS)} "
+    shares = (f"SELECT statement_id, query_id, db_ns, from_workers_ns, {', '.join(ATTRIBUTION_COMPONENTS)} "
               f"FROM statement_shares({literal(inputs)})")
     for sid, qid, wall, workers, *ns in con.execute(f"{shares} WHERE {wanted}").fetchall():
-        out[sid] = {"statement_id": sid, "query_id": qid, "wall_ns": wall, "from_workers_ns": int(workers),
+        out[sid] = {"statement_id": sid, "query_id": qid, "db_ns": wall, "from_workers_ns": int(workers),
                     "attributed": {c: int(v) for c, v in zip(ATTRIBUTION_COMPONENTS, ns) if v is not None},
                     "nodes": []}
     cols = ("statement_id", "node", *NODE_INPUTS)
@@ -204,13 +204,13 @@ def inputs_from(con: duckdb.DuckDBPyConnection, only: list[int] | None = None, i
 
 
 _ROOTS_SQL = f"""
-SELECT statement_id, query_id, wall_ns, {" + ".join(f"coalesce({c}, 0)" for c in RESOURCE_ATTRIBUTION)} AS resource_ns
+SELECT statement_id, query_id, db_ns, {" + ".join(f"coalesce({c}, 0)" for c in RESOURCE_ATTRIBUTION)} AS resource_ns
 FROM statement_shares('model') ORDER BY 1
 """
 
 
 def model_frames(con: duckdb.DuckDBPyConnection) -> tuple[pa.Table, dict[str, np.ndarray]]:
-    """The root statements (statement_id ascending, query_id, wall_ns, resource_ns) and the per-node model
+    """The root statements (statement_id ascending, query_id, db_ns, resource_ns) and the per-node model
     inputs, as columns, from a connection holding the model's inputs (model_connection): what estimate and
     predict read (computed once when both run)."""
     roots = con.execute(_ROOTS_SQL).to_arrow_table()
@@ -241,12 +241,12 @@ def estimate(con: duckdb.DuckDBPyConnection, calibration: dict | None, link: str
     roots, frame = frames or model_frames(con)
     comps, nodes = _on_roots(roots, estimate_all(frame, platform))
     total = model_total(comps)
-    wall = np.asarray(roots.column("wall_ns").to_pylist(), dtype=float)
+    wall = np.asarray(roots.column("db_ns").to_pylist(), dtype=float)
     resource = np.asarray(roots.column("resource_ns").to_pylist(), dtype=float)
     timed = wall > 0
     return pa.Table.from_arrays([
         roots.column("statement_id"), roots.column("query_id"),
-        *[_ns(comps[c]) for c in MODEL_COMPONENTS], _ns(total), roots.column("wall_ns"),
+        *[_ns(comps[c]) for c in MODEL_COMPONENTS], _ns(total), roots.column("db_ns"),
         pa.array(_ratio(resource, wall)), pa.array(_ratio(total * 1e9 - wall, wall), mask=~timed),
         pa.array(nodes, pa.string())], schema=SCHEMAS["statement_estimate"])
 
@@ -260,7 +260,7 @@ def predict(con: duckdb.DuckDBPyConnection, calibration: dict | None,
     factors = factors or {w: DEFAULT_FACTORS for w in WHAT_IFS}
     roots, frame = frames or model_frames(con)
     base = model_total(_on_roots(roots, estimate_all(frame, platform))[0])
-    wall = np.asarray(roots.column("wall_ns").to_pylist(), dtype=float)
+    wall = np.asarray(roots.column("db_ns").to_pylist(), dtype=float)
     parts = []
     for what_if, ks in factors.items():
         for k in ks:
@@ -269,7 +269,7 @@ def predict(con: duckdb.DuckDBPyConnection, calibration: dict | None,
             parts.append(pa.Table.from_arrays([
                 roots.column("statement_id"), roots.column("query_id"), pa.array([what_if] * n, pa.string()),
                 pa.array(np.full(n, float(k))), pa.array(np.maximum(0, np.round(wall + delta * 1e9)).astype(np.int64)),
-                pa.nulls(n, pa.int64()), roots.column("wall_ns")], schema=SCHEMAS["prediction"]))
+                pa.nulls(n, pa.int64()), roots.column("db_ns")], schema=SCHEMAS["prediction"]))
     return pa.concat_tables(parts) if parts else empty_table(SCHEMAS["prediction"])
 
 

@@ -20,7 +20,7 @@ SELECT node, statement_id, query_id,
        CASE WHEN none THEN 0.0 ELSE explained END AS allocated_share,
        CASE WHEN none THEN 0.0 ELSE confidence END AS confidence,
        CASE WHEN none THEN 'no attribution rows for this statement (kernel side missing?)' ELSE
-           printf('%.1f ms in the database; ', wall_ns / 1e6)
+           printf('%.1f ms in the database; ', db_ns / 1e6)
            -- (share, -position, name) sorted descending: equal shares keep the limit classes' order
            || coalesce(nullif(array_to_string(list_transform(
                   list_filter(list_sort([{'share': s_cpu, 'pos': 0, 'name': 'cpu'},

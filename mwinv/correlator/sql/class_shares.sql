@@ -13,14 +13,14 @@
 CREATE MACRO class_shares(inputs) AS TABLE
 WITH c AS (
     SELECT sh.*, s.node,
-           CASE WHEN wall_ns > 0 THEN (coalesce(cpu_user, 0) + coalesce(cpu_sys, 0)) / wall_ns ELSE 0 END AS s_cpu,
-           CASE WHEN wall_ns > 0 THEN coalesce(disk_seq, 0) / wall_ns ELSE 0 END AS s_disk_seq,
-           CASE WHEN wall_ns > 0 THEN coalesce(disk_random, 0) / wall_ns ELSE 0 END AS s_disk_random,
-           CASE WHEN wall_ns > 0 THEN coalesce(network, 0) / wall_ns ELSE 0 END AS s_network,
-           CASE WHEN wall_ns > 0 THEN coalesce(lock_wait, 0) / wall_ns ELSE 0 END AS s_lock,
-           CASE WHEN wall_ns > 0 THEN coalesce(run_queue, 0) / wall_ns ELSE 0 END AS s_run_queue,
-           CASE WHEN wall_ns > 0 THEN coalesce(remote_wait, 0) / wall_ns ELSE 0 END AS s_remote,
-           CASE WHEN wall_ns > 0 THEN (coalesce(other_wait, 0) + coalesce(not_allocated, 0)) / wall_ns
+           CASE WHEN db_ns > 0 THEN (coalesce(cpu_user, 0) + coalesce(cpu_sys, 0)) / db_ns ELSE 0 END AS s_cpu,
+           CASE WHEN db_ns > 0 THEN coalesce(disk_seq, 0) / db_ns ELSE 0 END AS s_disk_seq,
+           CASE WHEN db_ns > 0 THEN coalesce(disk_random, 0) / db_ns ELSE 0 END AS s_disk_random,
+           CASE WHEN db_ns > 0 THEN coalesce(network, 0) / db_ns ELSE 0 END AS s_network,
+           CASE WHEN db_ns > 0 THEN coalesce(lock_wait, 0) / db_ns ELSE 0 END AS s_lock,
+           CASE WHEN db_ns > 0 THEN coalesce(run_queue, 0) / db_ns ELSE 0 END AS s_run_queue,
+           CASE WHEN db_ns > 0 THEN coalesce(remote_wait, 0) / db_ns ELSE 0 END AS s_remote,
+           CASE WHEN db_ns > 0 THEN (coalesce(other_wait, 0) + coalesce(not_allocated, 0)) / db_ns
                 ELSE 0 END AS s_unexplained,
            cpu_user IS NULL AND cpu_sys IS NULL AND disk_seq IS NULL AND disk_random IS NULL AND network IS NULL
                AND remote_wait IS NULL AND lock_wait IS NULL AND run_queue IS NULL AND other_wait IS NULL
