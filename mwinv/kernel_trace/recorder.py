@@ -245,18 +245,19 @@ class KernelRecorder:
         f = threading.Thread(target=self._follow_loop, name="mwinv-trace-follow", daemon=True)
         f.start()
         self._threads.append(f)
+        cycled = self.cfg.duty < 1 or bool(self.cfg.event_budget)   # events may be switched off
+        if self.tracer == "nop" and self.cfg.stacks and perf_mod.perf_available() and self.pids:
+            self.perf = perf_mod.start_perf(self.out / "perf.data", self.cfg.perf_freq_hz, control=cycled)
+            if cycled:
+                # sampling before the first window opens: `perf record -a -g` took ~0.4 s to start on a
+                # busy host, and a 0.4 s first window had no sample; its acknowledgement says it samples
+                self.perf.switch(True, timeout_s=10)
         inst.write("tracing_on", "1")
         self.windows.append([time.monotonic_ns(), None])
-        cycled = self.cfg.duty < 1 or bool(self.cfg.event_budget)   # events may be switched off
         if cycled:
             d = threading.Thread(target=self._duty_loop, name="mwinv-trace-duty", daemon=True)
             d.start()
             self._threads.append(d)
-        if self.tracer == "nop" and self.cfg.stacks and perf_mod.perf_available() and self.pids:
-            with self._pid_lock:   # the duty loop may have switched the events off meanwhile
-                self.perf = perf_mod.start_perf(self.out / "perf.data", self.cfg.perf_freq_hz, control=cycled)
-                if not self._events_on:
-                    self.perf.switch(False)
 
     def _stacks(self, inst: Instance) -> None:
         """Stack triggers on the wait events; the function tracer per pid where the kernel allows."""
