@@ -70,7 +70,7 @@ def test_correlate_options_are_checked_before_anything_is_replaced(tmp_path):
     attributed = cap.read("statement_attribution").num_rows
     assert attributed > 0
     for args, message in [(["--node", "db2"], "node 'db2': not in this capture (its nodes: db1)"),
-                          (["--node", "../db1"], "node name '../db1': letters, digits"),
+                          (["--node", "../db1"], "node '../db1': not in this capture"),
                           (["--node", "db1", "--merge"], "--node correlates one node, --merge all of them"),
                           (["--top-sql", "0"], "top 0: 1 or more statements")]:
         proc = subprocess.run([BIN / "mwinv-correlate", str(cap.path), *args], capture_output=True, text=True)
