@@ -95,6 +95,32 @@ def test_cpu_bound_statement_matches_backend_cpu(server):
     assert rows[0]["end_ns"] - rows[0]["start_ns"] >= recorded * 0.9
 
 
+def test_the_statement_that_ends_a_transaction_ends_with_it(server):
+    """A deferred constraint trigger runs when the transaction ends, after the executor and COMMIT's
+    utility hook returned, as postgres_fdw's remote COMMITs do: the record of the statement that ends the
+    transaction (an implicit one's INSERT, an explicit one's COMMIT) holds its 0.2 s sleep; an INSERT
+    inside the block does not. Before, each of them ended before its transaction did (0.1 ms)."""
+    admin = _admin(server)
+    admin.execute("CREATE TABLE IF NOT EXISTS deferred_t (v int)")
+    admin.execute("CREATE OR REPLACE FUNCTION slow_check() RETURNS trigger LANGUAGE plpgsql AS "
+                  "$$ BEGIN PERFORM pg_sleep(0.2); RETURN NULL; END $$")
+    admin.execute("DROP TRIGGER IF EXISTS slow ON deferred_t")
+    admin.execute("CREATE CONSTRAINT TRIGGER slow AFTER INSERT ON deferred_t DEFERRABLE INITIALLY DEFERRED "
+                  "FOR EACH ROW EXECUTE FUNCTION slow_check()")
+    admin.execute("SELECT mwinv_reset()")
+    with server.connect() as conn:
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        conn.execute("INSERT INTO deferred_t VALUES (1)")
+        with conn.transaction():
+            conn.execute("INSERT INTO deferred_t SELECT 2")
+        conn.execute("SELECT 'after' AS next_one")
+    texts = dict(admin.execute("SELECT query_id, query FROM mwinv_texts").fetchall())
+    walls = {texts.get(r["query_id"]): r["end_ns"] - r["start_ns"] for r in _drain_rows(admin)
+             if r["pid"] == pid and r["nesting_level"] == 0}
+    implicit, block = walls["INSERT INTO deferred_t VALUES (1)"], walls["INSERT INTO deferred_t SELECT 2"]
+    assert implicit >= 0.2e9 and walls["COMMIT"] >= 0.2e9 and block < 0.1e9, walls
+
+
 def test_parallel_workers_are_recorded_and_linked(server):
     admin = _admin(server)
     admin.execute("CREATE TABLE IF NOT EXISTS par AS SELECT g AS v FROM generate_series(1, 300000) g")

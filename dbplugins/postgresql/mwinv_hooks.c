@@ -90,6 +90,7 @@ static int64 last_top_end_ns = 0;
 static struct
 {
 	bool		valid;
+	TimestampTz msg_ts;			/* its message's: what runs in the same message runs inside its end */
 	MwinvResources res_start;
 	MwinvRecord rec;
 } ending;
@@ -270,8 +271,12 @@ begin_statement(QueryDesc *query_desc, int64 query_id, const char *source, int l
 		before_shmem_exit(mwinv_before_shmem_exit, 0);
 		exit_callback_pid = MyProcPid;
 	}
-	/* its transaction did not end after it (a Sync still to come): it ended where its run did */
-	if (nesting_level == 0)
+	/*
+	 * A later message's statement: the transaction did not end after it (a Sync still to come), it
+	 * ended where its run did.  One of the same message (a deferred trigger's, at the commit) runs
+	 * inside its end.
+	 */
+	if (nesting_level == 0 && ending.valid && GetCurrentStatementStartTimestamp() != ending.msg_ts)
 		put_ending(false);
 	if (free_list != NULL)
 	{
@@ -395,11 +400,13 @@ end_statement(MwinvActive *a, bool errored, int64 rows)
 		mwinv_resources_delta(&rec->res, &a->res_start);
 	}
 	if (!errored && !a->closed && rec->nesting_level == 0 && rec->leader_pid == 0 &&
-		MyBackendType == B_BACKEND && !IsParallelWorker() && (a->ends_xact || !IsTransactionBlock()))
+		MyBackendType == B_BACKEND && !IsParallelWorker() && (a->ends_xact || !IsTransactionBlock()) &&
+		!(ending.valid && ending.msg_ts == a->msg_ts))
 	{
 		/* the transaction ends next (finish_xact_command): the callback puts it */
 		put_ending(false);
 		ending.rec = *rec;
+		ending.msg_ts = a->msg_ts;
 		ending.res_start = a->res_start;
 		ending.valid = true;
 	}
