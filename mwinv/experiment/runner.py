@@ -178,7 +178,9 @@ def run_cell(plan: Plan, cell: Cell, cluster, out: Path, say,
         say("warm-up pass")
         run_queries(cluster.coordinator, plan.queries, **kw)
     runs = []
-    with ClusterCapture(cluster, capture_dir, progress=say):
+    # kernel stacks where the plan varies kernel settings: the kernel-level advice the report checks needs
+    # them (every cell alike: they cost 7 % under OLTP, docs/overhead.md)
+    with ClusterCapture(cluster, capture_dir, stacks="kernel" in plan.factors, progress=say):
         for rep in range(plan.repetitions):
             for r in run_queries(cluster.coordinator, plan.queries, **kw):
                 runs.append((rep, r))
