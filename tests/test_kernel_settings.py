@@ -164,3 +164,30 @@ def test_sigterm_during_a_cell_restores_the_setting(tmp_path, originals):
     assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
     assert ra_path.read_text().strip() == originals[ra_path]
     assert not [r for r in _records() if r.name.startswith(f"{proc.pid}-")]
+
+
+def test_the_report_sets_the_measured_gain_beside_the_advice(tmp_path):
+    """A baseline whose data node was advised to change readahead (20 ms expected), a cell that ran a readahead
+    setting and one that ran another knob: the advice is checked only where its knob was changed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mwinv.experiment.report import render, summarize
+    from mwinv.experiment.results import RESULT_SCHEMA
+
+    advice = json.dumps([{"node": "d1", "rule": "kernel.readahead", "expected_gain_ns": 20_000_000}])
+    (tmp_path / "results").mkdir()
+    for cell, kernel, wall, adv in (("base", "default", 100_000_000, advice),
+                                    ("ra", "block.read_ahead_kb=1024", 85_000_000, None),
+                                    ("dirty", "vm.dirty_ratio=5", 99_000_000, None)):
+        row = {"experiment": "k", "cell": cell, "nodes": 1, "scheme": "2-part", "node_cpu": 0.5,
+               "node_memory_mb": 512, "streams": 1, "cold": False, "kernel": kernel, "query": 6, "repetition": 0,
+               "stream": 0, "wall_ns": wall, "timed_out": False, "kernel_advice": adv}
+        pq.write_table(pa.Table.from_pylist([row], schema=RESULT_SCHEMA), tmp_path / "results" / f"{cell}.parquet")
+    checks = {c["setting"]: c for c in summarize(tmp_path)["kernel_checks"]}
+    assert checks["block.read_ahead_kb=1024"]["verdict"] == "gain" and checks["block.read_ahead_kb=1024"]["advised"]
+    assert checks["vm.dirty_ratio=5"]["verdict"] == "no gain (within noise)" and not checks["vm.dirty_ratio=5"]["advised"]
+    md = render(tmp_path)[1].read_text()
+    assert ("| block.read_ahead_kb=1024 | Q6 | 100.0 | 85.0 | -15% | kernel.readahead (d1) | 20.0 | "
+            "gain: 15.0 ms of ≤ 20.0 expected (75%) |") in md, md
+    assert "| vm.dirty_ratio=5 | Q6 | 100.0 | 99.0 | -1% | - | - | no gain (within noise) |" in md
