@@ -159,7 +159,7 @@ def test_run_queue():
 
 def test_not_allocated():
     a = r.not_allocated(evidence({"unexplained": 0.7, "cpu": 0.3}, explained=0.3))
-    assert a.rule == "not_allocated" and a.evidence == "explained 30%; cpu 30%, disk_seq 0%, disk_random 0%, network 0%"
+    assert a.rule == "not_allocated" and a.evidence == "explained 30% of 1,000.0 ms in the database; cpu 30%, disk_seq 0%, disk_random 0%, network 0%"
     assert a.expected_gain_ns is None
     assert r.not_allocated(evidence({"unexplained": 0.3})) is None
 

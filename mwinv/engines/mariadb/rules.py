@@ -73,7 +73,7 @@ def lock(e: Evidence) -> Advice | None:
         return None
     return e.advice("mariadb.lock", "waiting for locks (InnoDB row locks, metadata locks: futex sleeps in the "
                     "kernel): find the holder in information_schema.INNODB_TRX / metadata_lock_info, shorten "
-                    "its transaction", f"lock_wait {_pct(e.shares['lock'])}; lock time {duration(lock_ns)}",
+                    "its transaction", f"lock_wait {_pct(e.shares['lock'])} of {e.in_db()}; lock time {duration(lock_ns)}",
                     e.ns.get("lock_wait", 0), "all of the lock wait")
 
 
@@ -83,7 +83,7 @@ def run_queue(e: Evidence) -> Advice | None:
     waited = e.ns.get("run_queue", 0)
     return e.advice("mariadb.run_queue", f"its thread waited {duration(waited)} runnable but not running: more busy "
                     f"threads than the {e.cpus} CPUs; cap them (thread_handling=pool-of-threads with "
-                    "thread_pool_size = CPUs) or add CPUs", f"run_queue {_pct(e.shares['run_queue'])}", waited,
+                    "thread_pool_size = CPUs) or add CPUs", f"run_queue {_pct(e.shares['run_queue'])} of {e.in_db()}", waited,
                     "all of the run-queue wait")
 
 
@@ -91,7 +91,7 @@ def unexplained(e: Evidence) -> Advice | None:
     share = e.ns.get("not_allocated", 0) / e.db_ns if e.db_ns else 0
     if share < 0.5:
         return None
-    return e.advice("mariadb.unexplained", f"{_pct(share)} of its time has no known cause: read from the slow query "
+    return e.advice("mariadb.unexplained", f"{_pct(share)} of its time in the database has no known cause: read from the slow query "
                     "log (durations and lock time only) or outside a kernel capture; capture the server's threads "
                     "(MariaDBCapture, docs/mariadb.md) to split it into CPU, disk, locks and run queue",
                     f"not_allocated {duration(e.ns.get('not_allocated', 0))} of {e.in_db()}", None,

@@ -38,7 +38,7 @@ def _top_object(waits: list[dict]) -> tuple[int | None, float, str | None]:
 
 def _event_ev(e: Evidence, waits: list[dict]) -> str:
     return "; ".join(f"{w['event']} {duration(w['ns'])} in {w['count']:,} waits ({_pct(w['ns'] / e.db_ns)})"
-                     for w in waits[:3])
+                     for w in waits[:3]) + f"; shares of {e.in_db()}"
 
 
 def single_block_reads(e: Evidence) -> Advice | None:

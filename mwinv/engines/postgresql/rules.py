@@ -239,11 +239,11 @@ def not_allocated(e: Evidence) -> Advice | None:
     shares_txt = (f"cpu {pct(s['cpu'])}, disk_seq {pct(s['disk_seq'])}, disk_random {pct(s['disk_random'])}, "
                   f"network {pct(s['network'])}")
     return e.advice("not_allocated", f"no machine resource explains {pct(s['unexplained'])} of this "
-                    "statement's time: it waited for something the trace does not see (client round "
+                    "statement's time in the database: it waited for something the trace does not see (client round "
                     "trips, sleeps, latches, IPC, a remote node). Look at pg_stat_activity wait events "
                     "(pg_wait_sampling), EXPLAIN ANALYZE and the client; such statements have a high "
                     "potential for tuning the application or the DBMS ([Taufer])",
-                    f"explained {pct(e.explained)}; {shares_txt}", None, "unknown: no resource to scale")
+                    f"explained {pct(e.explained)} of {e.in_db()}; {shares_txt}", None, "unknown: no resource to scale")
 
 
 # The rules in the order their advice is listed.
