@@ -191,6 +191,7 @@ def test_differential_and_markdown(captures, tmp_path):
     tiny = next(l for l in diff.splitlines() if l.rstrip().endswith("| `SELECT 1` |"))
     for cell, mean in zip((c.strip() for c in tiny.split("|")[2:4]), (mb["SELECT 1"], ma["SELECT 1"])):
         assert _as_ms(cell) == pytest.approx(mean, rel=1e-3, abs=0.05e-3), (cell, mean)
+    assert ": 0.0 ms (" not in html.read_text()   # nor do its bars' parts (their tooltips)
     sleep = next(l for l in diff.splitlines() if "pg_sleep" in l)
     assert "gone" in sleep  # the sleep only ran before
     q6 = next(l for l in text[text.index("## Top statements"):].splitlines() if "l_shipdate >= CAS" in l)

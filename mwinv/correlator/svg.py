@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from html import escape
 
+from mwinv.fmt import duration
+
 COMPONENT_COLORS = {
     "cpu_user": "#4e79a7", "cpu_sys": "#a0cbe8", "disk_seq": "#f28e2b", "disk_random": "#ffbe7d",
     "network": "#59a14f", "lock_wait": "#e15759", "run_queue": "#b07aa1", "other_wait": "#9c755f",
@@ -29,7 +31,7 @@ def stacked_bar(parts: list[tuple[str, float]], total: float, scale_max: float, 
         w = width * v / scale_max
         pct = 100 * v / total if total else 0
         out.append(f'<rect class="seg" x="{_fmt(x)}" y="0" width="{_fmt(max(w, 0.5))}" height="{height}" '
-                   f'fill="{COMPONENT_COLORS.get(comp, "#888")}"><title>{escape(comp)}: {v / 1e6:.1f} ms '
+                   f'fill="{COMPONENT_COLORS.get(comp, "#888")}"><title>{escape(comp)}: {duration(v)} '
                    f'({pct:.0f}%)</title></rect>')
         x += w
     out.append(f'<text x="{_fmt(x + 4)}" y="{height - 3}" font-size="11">{escape(label)}</text></svg>')

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from mwinv.cli.common import group_option, progress_console
 from mwinv.errors import MwinvError
-from mwinv.fmt import ms
+from mwinv.fmt import duration, ms
 
 
 @click.group("oracle", help=__doc__)
@@ -122,7 +122,7 @@ def profile_cmd(capture, group, where, skew, fmt, rtt_ms) -> None:
     for node, pid, rtt, source in rtts:
         how = "given (--rtt)" if source == "given" else "the least the host's kernel measured on its connection"
         _console().print(f"SQL*Net message from client of {node} pid {pid} split at a round trip of "
-                         f"{rtt / 1e3:,.1f} µs: {how}")
+                         f"{duration(rtt)}: {how}")
 
 
 @oracle_cli.command("unaccounted")
