@@ -79,7 +79,7 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the captures")
     args = ap.parse_args()
     lengths = [int(s) for s in args.seconds.split(",")]
-    console = Console()
+    console = Console(width=200)   # the side-by-side table whole, also in a log
     console.print(memory_line())
     root = Path(tempfile.mkdtemp(prefix="mwinv-bench-long-", dir=args.out))
     gucs = {"compute_query_id": "on", "mwinv.buffer_size": "1048576", "shared_buffers": "'256MB'"}
@@ -132,8 +132,12 @@ def result_table(rows: list[dict], clients: int) -> Table:
 
 
 def projection(rows: list[dict]) -> list[str]:
-    """An hour at the longest capture's statement rate: time and disk per statement as measured there,
-    memory on the line through the two longest captures' peaks."""
+    """An hour at the longest correlated capture's statement rate: time and disk per statement as measured
+    there, memory on the line through the two longest correlated captures' peaks."""
+    failed = [f"the {r['seconds']} s capture: {r['error']}" for r in rows if r["rc"]]
+    rows = [r for r in rows if not r["rc"]]
+    if not rows:
+        return ["no capture was correlated: no projection"] + failed
     last = rows[-1]
     hour = last["statements"] / last["seconds"] * HOUR_S
     rate = last["statements"] / last["correlate_s"]
@@ -148,7 +152,7 @@ def projection(rows: list[dict]) -> list[str]:
         lines.append(f"peak memory: {slope:,.0f} bytes per statement more between the {a['seconds']} s and "
                      f"{b['seconds']} s captures: ~{peak / 2**30:,.1f} GiB for the hour "
                      f"(goal < {GOAL_RSS_BYTES / 2**30:.0f} GiB: {'met' if peak < GOAL_RSS_BYTES else 'MISSED'})")
-    return lines
+    return lines + [f"not correlated, left out of the projection: {f}" for f in failed]
 
 
 if __name__ == "__main__":
