@@ -49,24 +49,30 @@ def command_cycles(calls: list[tuple[int, str]]) -> list[tuple[int, int]]:
     return cycles
 
 
-def socket_bounds(capture: Capture, node: str, windows: dict) -> dict:
+def socket_bounds(capture: Capture, node: str, windows: dict, slack_ns: int = 0) -> tuple[dict, dict]:
     """windows: key -> (pid, start_ns, end_ns) of top-level statements on a thread per connection;
-    returns key -> (start_ns, end_ns) clamped into the command cycle nearest to each (by their middles,
-    within NEAR_NS), for the statements the trace covers; the others keep their windows."""
+    returns (key -> (start_ns, end_ns) clamped into the command cycle nearest to each (by their middles,
+    within NEAR_NS plus slack_ns, the clock mapping's own error), for the statements the trace covers,
+    the others keeping their windows; and why the others were not bounded, counted)."""
     calls = _socket_calls(capture, node, {pid for pid, _, _ in windows.values() if pid})
     cycles = {pid: command_cycles(c) for pid, c in calls.items()}
     middles = {pid: [(r + w) // 2 for r, w in cs] for pid, cs in cycles.items()}
-    out = {}
+    out, why = {}, {"no_socket_calls": 0, "no_cycle_near": 0, "several_cycles": 0}
     for key, (pid, start, end) in windows.items():
         cs, ms = cycles.get(pid), middles.get(pid)
         if not cs:
+            why["no_socket_calls"] += 1
             continue
         mid = (start + end) // 2
         k = bisect.bisect_left(ms, mid)
         k = min((j for j in (k - 1, k) if 0 <= j < len(cs)), key=lambda j: abs(ms[j] - mid))
-        if abs(ms[k] - mid) > NEAR_NS or bisect.bisect_right(ms, end) - bisect.bisect_left(ms, start) > 1:
-            continue   # no cycle near, or several in the window (LOAD DATA LOCAL reads its file from the client)
+        if abs(ms[k] - mid) > NEAR_NS + slack_ns:
+            why["no_cycle_near"] += 1
+            continue
+        if bisect.bisect_right(ms, end) - bisect.bisect_left(ms, start) > 1:
+            why["several_cycles"] += 1   # LOAD DATA LOCAL reads its file from the client
+            continue
         read, wait = cs[k]
         new_start, new_end = min(max(start, read), wait), max(min(end, wait), read)
         out[key] = (new_start, new_end) if new_start < new_end else (read, wait)
-    return out
+    return out, why

@@ -56,7 +56,7 @@ class MariaDBCapture:
         finally:
             self.summary = self.kernel.stop()
         # written after the kernel trace is: its socket calls bound the statements' windows
-        info = self.reader.write(lambda w: socket_bounds(self.capture, self.node, w)) if self.reader else {}
+        info = self.reader.write(lambda w, slack: socket_bounds(self.capture, self.node, w, slack)) if self.reader else {}
         pid = self.server.pid()
         rows = [{"node": self.node, "pid": os_id, "ppid": pid, "comm": name, "role": role(name)}
                 for os_id, name in self._thread_names() if os_id]

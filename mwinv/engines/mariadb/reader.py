@@ -263,8 +263,8 @@ class PerfSchemaReader:
         self.rows = [r for r in self.rows if r["THREAD_ID"] != self.poll_thread]
 
     def write(self, bound=None) -> dict:
-        """The tables written; overwritten statements counted. bound: windows -> narrowed windows
-        (bounds.socket_bounds over the kernel trace), applied with a thread per connection only: with
+        """The tables written; overwritten statements counted. bound: (windows, slack_ns) -> (narrowed
+        windows, why the others were not) (bounds.socket_bounds over the kernel trace), applied with a thread per connection only: with
         the thread pool, performance_schema's thread is not the one that ran the statement."""
         (total0, own0, _), (total1, own1, at) = self.counts_start, self.counts_end
         executed = (total1 - total0) - (own1 - own0)
@@ -272,8 +272,10 @@ class PerfSchemaReader:
         windows = {(r["THREAD_ID"], r["EVENT_ID"]): (self.threads.get(r["THREAD_ID"], (None, None))[0],
                                                      self.to_mono(r["TIMER_START"]), self.to_mono(r["TIMER_END"]))
                    for r in self.rows if not r["NESTING_EVENT_LEVEL"]}
-        narrowed = bound(windows) if bound is not None and self.thread_per_connection else {}
-        return self._write(max(0, executed - ended_before), executed, narrowed)
+        slack = max(c["error_ns"] for c in (self.clock_start, getattr(self, "clock_end", None)) if c)
+        narrowed, unbounded = bound(windows, slack) if bound is not None and self.thread_per_connection else ({}, {})
+        info = self._write(max(0, executed - ended_before), executed, narrowed)
+        return {**info, "windows_not_bounded": unbounded}
 
     def _logged_texts(self, wall: int) -> dict[tuple[int, int], str]:
         """(THREAD_ID, EVENT_ID) -> the text the general log wrote for that Execute: per connection, its
