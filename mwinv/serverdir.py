@@ -286,6 +286,32 @@ def untrack(server) -> bool:
     return True
 
 
+class ThrowawayServer:
+    """What the throw-away servers (PostgreSQL's, MariaDB's) share: data under base_dir, a log file
+    whose last line explains a failure, a context manager that starts and always stops. Subclasses are
+    dataclasses with eq=False: a server is equal to itself only, so that track() can hold it."""
+
+    base_dir: Path | None
+    log_file: Path
+
+    @property
+    def data_dir(self) -> Path:
+        return self.base_dir / "data"
+
+    def log_tail(self) -> str:
+        """The log's last non-empty line ("" if there is none)."""
+        if not self.log_file.exists():
+            return ""
+        lines = [ln for ln in self.log_file.read_text(errors="replace").splitlines() if ln.strip()]
+        return lines[-1] if lines else ""
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
 def _stop_all_live() -> None:
     for srv in list(_live):
         srv.stop()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from mwinv import serverdir
 from mwinv.errors import MwinvError
-from mwinv.serverdir import free_port, port_in_use, track, untrack
+from mwinv.serverdir import ThrowawayServer, free_port, port_in_use, track, untrack
 
 START_TIMEOUT_S = 60
 # performance_schema's statement history on, so that mwinv's reader finds its consumers' tables
@@ -40,8 +40,8 @@ def mariadbd() -> Path:
     raise MwinvError("no mariadbd found (apt-get install mariadb-server, or set MWINV_MARIADBD)")
 
 
-@dataclass
-class MariaDBServer:
+@dataclass(eq=False)
+class MariaDBServer(ThrowawayServer):
     """One private MariaDB server. Use as a context manager, or call start()/stop()."""
 
     name: str = "mwinv"
@@ -53,10 +53,6 @@ class MariaDBServer:
     def __post_init__(self) -> None:
         self.base_dir: Path | None = None
         self._proc: subprocess.Popen | None = None
-
-    @property
-    def data_dir(self) -> Path:
-        return self.base_dir / "data"
 
     @property
     def socket(self) -> Path:
@@ -113,12 +109,6 @@ class MariaDBServer:
             tail = (proc.stderr or proc.stdout).strip().splitlines()
             raise MwinvError(f"{what} failed for server {self.name!r}: {tail[-1] if tail else proc.returncode}")
 
-    def _log_tail(self) -> str:
-        if not self.log_file.exists():
-            return ""
-        lines = [ln for ln in self.log_file.read_text(errors="replace").splitlines() if ln.strip()]
-        return lines[-1] if lines else ""
-
     def _wait_ready(self) -> None:
         import pymysql
 
@@ -126,14 +116,14 @@ class MariaDBServer:
         while True:
             if self._proc.poll() is not None:
                 raise MwinvError(f"mariadbd of server {self.name!r} exited ({self._proc.returncode}): "
-                                 f"{self._log_tail() or 'no log'} ({self.log_file})")
+                                 f"{self.log_tail() or 'no log'} ({self.log_file})")
             try:
                 pymysql.connect(unix_socket=str(self.socket), user="root", connect_timeout=2).close()
                 return
             except pymysql.err.OperationalError:
                 if time.monotonic() > deadline:
                     raise MwinvError(f"mariadbd of server {self.name!r} not ready in {START_TIMEOUT_S} s: "
-                                     f"{self._log_tail()} ({self.log_file})") from None
+                                     f"{self.log_tail()} ({self.log_file})") from None
                 time.sleep(0.2)
 
     def stop(self) -> None:
@@ -151,18 +141,6 @@ class MariaDBServer:
             self.cgroup.remove()
         if self.base_dir and not self.keep:
             serverdir.remove_server_dir(self.base_dir)
-
-    def __enter__(self) -> "MariaDBServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def __hash__(self) -> int:
-        return id(self)
-
-    def __eq__(self, other) -> bool:
-        return self is other
 
     def connect(self, database: str | None = None, **kw):
         import pymysql

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from mwinv import serverdir
 from mwinv.errors import MwinvError
-from mwinv.serverdir import free_port, port_in_use, track, untrack
+from mwinv.serverdir import ThrowawayServer, free_port, port_in_use, track, untrack
 
 PG_BINDIR_CANDIDATES = ("/usr/lib/postgresql/15/bin",)
 
@@ -31,8 +31,8 @@ def pg_bindir() -> Path:
         raise MwinvError("no PostgreSQL 15 binaries found (set MWINV_PG_BINDIR)") from exc
 
 
-@dataclass
-class PgServer:
+@dataclass(eq=False)
+class PgServer(ThrowawayServer):
     """One private PostgreSQL cluster. Use as a context manager, or call start()/stop()."""
 
     name: str = "mwinv"
@@ -51,10 +51,6 @@ class PgServer:
         self.run_as = None
 
     # ---- paths and connection info
-    @property
-    def data_dir(self) -> Path:
-        return self.base_dir / "data"
-
     @property
     def socket_dir(self) -> Path:
         return self.base_dir / "sock"
@@ -164,10 +160,7 @@ class PgServer:
         proc = subprocess.run(self._user_cmd(argv) if as_user else argv, capture_output=True, text=True)
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout).strip().splitlines()
-            log_tail = ""
-            if self.log_file.exists():
-                lines = self.log_file.read_text(errors="replace").strip().splitlines()
-                log_tail = lines[-1] if lines else ""
+            log_tail = self.log_tail()
             msg = (tail[-1] if tail else f"exit {proc.returncode}") + (f" (log: {log_tail})" if log_tail else "")
             raise MwinvError(f"{what} failed for server {self.name!r}: {msg}")
 
@@ -213,18 +206,6 @@ class PgServer:
 
     def _kill_postmaster(self) -> None:
         serverdir.stop_server(self.data_dir / "postmaster.pid", self.data_dir, serverdir.PG_EXES, signal.SIGKILL)
-
-    def __enter__(self) -> "PgServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def __hash__(self) -> int:
-        return id(self)
-
-    def __eq__(self, other) -> bool:
-        return self is other
 
     # ---- convenience
     def connect(self, dbname: str = "postgres", autocommit: bool = True, **kw):
