@@ -203,6 +203,8 @@ def traced(server, tmp_path_factory):
             sleeps.append((t0, time.monotonic_ns()))
         wire.sync()
         wire.query("COMMIT")
+        for _ in range(20):   # the same query id again, whole
+            wire.query("SELECT aid, abalance FROM pgbench_accounts WHERE aid <= 1000 ORDER BY aid")
         wire.close()
         blocker, waiter = _lock_and_wait(server, "LOCK TABLE lockt IN ACCESS EXCLUSIVE MODE", _select_simple, 1.5)
     assert not cap.summary.get("errors"), cap.summary
@@ -236,6 +238,18 @@ def test_portal_run_in_chunks_waits_for_the_client(traced):
     assert comp["network"] + comp["other_wait"] < 0.05 * slept, comp
     # less the wait for a CPU, which a busy machine stretches (measured by the capture)
     assert wall - comp["client_wait"] - comp.get("run_queue", 0) < 0.2 * slept, comp
+
+
+def test_portal_advice_weighs_its_time_in_the_database(traced):
+    """The portal's record lasts ~0.5 s, nearly all of it the client's sleeps: under 10 ms in the
+    database, its advice is over its query id's 21 executions, not on its own record."""
+    from mwinv.correlator.report import load
+
+    db, _, _, _ = traced
+    rec, comp = _attribution(db, "s.rows = 1000 AND s.nesting_level = 0 AND s.client_wait_ns > 0")
+    assert rec["end_ns"] - rec["start_ns"] >= 10e6 > rec["end_ns"] - rec["start_ns"] - comp["client_wait"], comp
+    advice = [a for a in load(db.capture.path).advice if a.statement_id == rec["statement_id"]]
+    assert advice and all("over 21 executions" in a.evidence for a in advice), advice
 
 
 def test_table_lock_wait_is_lock_wait_and_names_the_blocker(traced):
