@@ -15,6 +15,7 @@ the host's, and the nodes' data directories share one disk."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -142,15 +143,17 @@ class KernelSettings:
     def apply(self) -> "KernelSettings":
         """Read each knob's value, record it, write the new one and read it back; a refused value or one
         the kernel holds otherwise (read_ahead_kb rounds to pages) restores what was written and raises."""
-        olds = []
-        for k in self.knobs:
-            partner = knob(PARTNER[k.name]) if k.name in PARTNER else None
-            olds.append({"knob": k.name, "before": read(k.path),
-                         "partner_before": read(partner.path) if partner else None})
-        if not olds:
+        if not self.knobs:
             return self
-        self.record = serverdir.settings_dir() / f"{os.getpid()}-{secrets.token_hex(4)}.json"
-        serverdir.write_record(self.record, {"owner": serverdir.owner_stamp(), "settings": olds}, exclusive=True)
+        with _settings_lock() as where:
+            olds = []
+            for k in self.knobs:
+                partner = knob(PARTNER[k.name]) if k.name in PARTNER else None
+                olds.append({"knob": k.name, "paths": [str(k.path)] + ([str(partner.path)] if partner else []),
+                             "before": read(k.path), "partner_before": read(partner.path) if partner else None})
+            _refuse_if_held({p for o in olds for p in o["paths"]}, where)
+            self.record = where / f"{os.getpid()}-{secrets.token_hex(4)}.json"
+            serverdir.write_record(self.record, {"owner": serverdir.owner_stamp(), "settings": olds}, exclusive=True)
         try:
             for k, old in zip(self.knobs, olds):
                 value = self.settings[k.name]
@@ -184,6 +187,36 @@ class KernelSettings:
 
     def __exit__(self, *exc) -> None:
         self.restore()
+
+
+class _settings_lock:
+    """The settings directory, locked while a run reads its knobs' old values and records them: two
+    runs setting one knob would each restore what the other wrote."""
+
+    def __enter__(self) -> Path:
+        self.dir = serverdir.settings_dir()
+        self.fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self.dir
+
+    def __exit__(self, *exc) -> None:
+        os.close(self.fd)
+
+
+def _refuse_if_held(paths: set[str], where: Path) -> None:
+    """A one-line error if a live run's record holds one of these knobs (by path)."""
+    for rec in sorted(where.glob("*.json")):
+        try:
+            data = json.loads(rec.read_text())
+        except (OSError, ValueError):
+            continue
+        if not serverdir.owner_alive(data.get("owner")):
+            continue
+        for old in data.get("settings", []):
+            held_paths = old.get("paths") if isinstance(old, dict) else None
+            if isinstance(held_paths, list) and paths & set(held_paths):
+                raise MwinvError(f"kernel setting {old.get('knob')} is set by another mwinv run "
+                                 f"(pid {data['owner']['pid']}, {rec}); run one at a time")
 
 
 def _restore(olds: list[dict]) -> tuple[list[str], list[str]]:

@@ -112,6 +112,27 @@ def test_kill_9_then_clean_restores(originals):
     assert LOOP_RA.read_text().strip() == originals[LOOP_RA]
 
 
+def test_a_knob_another_run_holds_is_refused(originals):
+    """Two runs setting one knob would each restore what the other wrote (the second's "before" is the
+    first's value): while a live run holds it, another is refused in one line and writes nothing."""
+    new = "256" if originals[LOOP_RA] != "256" else "512"
+    proc = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom mwinv.kernel_settings import KernelSettings\n"
+                             f"with KernelSettings({{'block.loop0.read_ahead_kb': {new}}}).apply():\n"
+                             "    print('applied', flush=True)\n    sys.stdin.readline()"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "applied"
+        before = _records()
+        with pytest.raises(MwinvError, match=rf"block.loop0.read_ahead_kb is set by another mwinv run \(pid {proc.pid}"):
+            KernelSettings({"vm.dirty_background_ratio": 5, "block.loop0.read_ahead_kb": 128}).apply()
+        assert LOOP_RA.read_text().strip() == new and _records() == before
+        assert DIRTY_BG.read_text().strip() == originals[DIRTY_BG]
+    finally:
+        proc.communicate("\n", timeout=30)
+    assert proc.returncode == 0 and LOOP_RA.read_text().strip() == originals[LOOP_RA]
+    KernelSettings({"block.loop0.read_ahead_kb": new}).apply().restore()   # free again once it has restored
+
+
 def _plan(tmp_path: Path, ra: int, repetitions: int = 1) -> Path:
     plan = tmp_path / "plan.toml"
     plan.write_text(f'name = "ra"\nscale = 0.01\nqueries = [6]\nrepetitions = {repetitions}\n[factors]\nnodes = [1]\n'
