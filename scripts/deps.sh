@@ -22,6 +22,7 @@ DEBIAN_PACKAGES=(
   bpftrace
   iproute2
   procps
+  pgpool2
 )
 
 need=()
@@ -46,6 +47,10 @@ if [ ${#need[@]} -gt 0 ]; then
   # Never let a dependency start a service (the packaged MariaDB/PostgreSQL clusters stay down).
   DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -qq --no-install-recommends \
     -o Dpkg::Options::=--force-confold "${need[@]}" >/dev/null
+fi
+# pgpool-II runs as mwinv's own process (docs/ntier.md), never as the packaged service
+if [ -e /etc/systemd/system/multi-user.target.wants/pgpool2.service ] && [ "$(id -u)" = 0 ]; then
+  systemctl disable --now pgpool2 >/dev/null 2>&1 || true
 fi
 
 # Kernel tracing needs tracefs; mounting it is harmless where it is already mounted.
