@@ -110,6 +110,16 @@ def test_statement_shares_has_a_column_per_component():
         [(1000, 600, 400, None)]
 
 
+def test_duration_text_writes_durations_as_fmt_duration_does():
+    from mwinv.fmt import duration
+
+    values = [0, 1, 850, 999, 1000, 1500, 412_345, 999_949, 999_950, 1_000_000, 4_850_000, 1_234_567_891,
+              -120_000, -2_500_000, None]
+    con = _model_connection()
+    got = [con.execute("SELECT duration_text($1::DOUBLE)", [v]).fetchone()[0] for v in values]
+    assert got == [duration(v) for v in values]
+
+
 def test_class_shares_has_the_classes_and_ranks_them_in_order():
     con = _model_connection()
     con.execute("SET VARIABLE internal_threshold = 0.2")

@@ -172,7 +172,7 @@ def model_connection(statements: pa.Table, attribution: pa.Table,
     return con
 
 
-MODEL_MACROS = ("statement_shares", "model_node_inputs", "class_shares", "class_evidence")
+MODEL_MACROS = ("duration_text", "statement_shares", "model_node_inputs", "class_shares", "class_evidence")
 
 
 def add_model_views(con: duckdb.DuckDBPyConnection) -> None:

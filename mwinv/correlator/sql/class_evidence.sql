@@ -7,7 +7,7 @@
 -- (the capture's: model_statement, ...) or 'advice' (the advice's examples: advice_statement, ...).
 --
 -- builds:  class_evidence
--- inputs:  class_shares, model_node_inputs; the variable internal_threshold
+-- inputs:  class_shares, model_node_inputs, duration_text; the variable internal_threshold
 -- columns: node, statement_id, query_id, limit, allocated_share, confidence, evidence
 CREATE MACRO class_evidence(inputs) AS TABLE
 WITH io AS (
@@ -20,7 +20,7 @@ SELECT node, statement_id, query_id,
        CASE WHEN none THEN 0.0 ELSE explained END AS allocated_share,
        CASE WHEN none THEN 0.0 ELSE confidence END AS confidence,
        CASE WHEN none THEN 'no attribution rows for this statement (kernel side missing?)' ELSE
-           printf('%.1f ms in the database; ', db_ns / 1e6)
+           duration_text(db_ns) || ' in the database; '
            -- (share, -position, name) sorted descending: equal shares keep the limit classes' order
            || coalesce(nullif(array_to_string(list_transform(
                   list_filter(list_sort([{'share': s_cpu, 'pos': 0, 'name': 'cpu'},
@@ -32,12 +32,12 @@ SELECT node, statement_id, query_id,
                                          {'share': s_remote, 'pos': -6, 'name': 'remote'}], 'DESC'),
                               x -> x.share >= 0.005),
                   x -> printf('%s %.0f%%', x.name, 100 * x.share)), ', '), ''), 'no resource time')
-           || printf('; explained %.0f%% (threshold %.0f%%), unexplained %.0f%% (other_wait %.1f ms, '
-                     'not_allocated %.1f ms)', 100 * explained, 100 * getvariable('internal_threshold'),
-                     100 * s_unexplained, coalesce(other_wait, 0) / 1e6, coalesce(not_allocated, 0) / 1e6)
-           || CASE WHEN lim = 'cpu' THEN printf('; user %.1f ms, sys %.1f ms', coalesce(cpu_user, 0) / 1e6,
-                                                coalesce(cpu_sys, 0) / 1e6) ELSE '' END
-           || CASE WHEN from_workers_ns <> 0 THEN printf('; parallel workers %.1f ms', from_workers_ns / 1e6)
+           || printf('; explained %.0f%% (threshold %.0f%%), unexplained %.0f%% (other_wait %s, not_allocated %s)',
+                     100 * explained, 100 * getvariable('internal_threshold'), 100 * s_unexplained,
+                     duration_text(coalesce(other_wait, 0)), duration_text(coalesce(not_allocated, 0)))
+           || CASE WHEN lim = 'cpu' THEN printf('; user %s, sys %s', duration_text(coalesce(cpu_user, 0)),
+                                                duration_text(coalesce(cpu_sys, 0))) ELSE '' END
+           || CASE WHEN from_workers_ns <> 0 THEN '; parallel workers ' || duration_text(from_workers_ns)
                    ELSE '' END
            || coalesce(io.lines, '')
        END AS evidence
