@@ -73,7 +73,7 @@ def test_the_runner_builds_in_order_once_and_per_slice(tmp_path):
     modules.check(ms, {"src"})
     con = duckdb.connect()
     con.execute("CREATE TABLE src AS SELECT range AS t FROM range(100)")
-    run = modules.Modules(CaptureDB(None, con, set()), {"src"}, slices=lambda: [(0, 30), (30, 60), (60, 100)])
+    run = modules.Modules(CaptureDB(None, con, set()), {"src"}, slices=lambda kind: [(0, 30), (30, 60), (60, 100)])
     monkey = modules._LOADED
     modules._LOADED = ms
     try:

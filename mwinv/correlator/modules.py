@@ -9,7 +9,8 @@ Header of an SQL module (tests/test_sql_files.py checks every file):
     -- <name>: what it is
     -- builds:  the tables, views or table macros it creates (CREATE TABLE / VIEW / MACRO, never OR REPLACE)
     -- inputs:  the tables it reads (text in parentheses is commentary); the variable(s) a, b
-    -- slice:   pid   (optional: time-local per node and pid, run once per time slice)
+    -- slice:   pid   (optional: time-local per node and pid, run once per time slice of the points)
+    -- slice:   statement   (optional: per statement, run once per slice of the statements' starts)
     -- scope:   request   (optional: built for one request, e.g. the statements advised, dropped after)
     -- columns: its columns
 
@@ -21,10 +22,12 @@ A `scope: request` module is built inside `Modules.request(...)` (its variables:
 statement ids the advice is for) and dropped when the request ends; what the request keeps is copied
 out of it. A session-scoped module it reads is built in the session, once.
 
-A `slice: pid` module is run once per time slice of the session (`Modules.slices`, the variables
-slice_lo and slice_hi; NULL: open-ended): its first slice creates its table, every later one appends
-to it. Only the segment walk's per-slice sums are sliced so far: the rest runs over the whole capture
-(bounded-memory slicing of everything per node and pid is issue 33's).
+A sliced module is run once per slice of its kind (`Modules.slices(kind)`, the variables slice_lo and
+slice_hi; NULL: open-ended): its first slice creates its table, every later one appends to it. `slice:
+pid`: a time slice of the point stream (the segment walk and its per-slice sums). `slice: statement`:
+the statements whose slice key (sql/slice_statement.sql: its start, a parallel worker's leader's) lies
+in the slice, so that a per-statement module's joins hold one slice's statements, not the capture's;
+its inputs are ordered by that key, so a slice's scan skips the others' row groups.
 
 `python -m mwinv.correlator.modules --graph` prints the module graph docs/architecture.md shows."""
 
@@ -40,7 +43,7 @@ from pathlib import Path
 
 SQL_DIR = Path(__file__).parent / "sql"
 FIELDS = ("builds", "inputs", "slice", "scope", "columns")
-SLICES = ("pid",)
+SLICES = ("pid", "statement")
 SCOPES = ("session", "request")
 
 
@@ -245,7 +248,7 @@ class Modules:
     db: object
     available: set[str]
     variables: dict[str, object] = field(default_factory=dict)
-    slices: Callable[[], list[tuple[int | None, int | None]]] = lambda: [(None, None)]
+    slices: Callable[[str], list[tuple[int | None, int | None]]] = lambda kind: [(None, None)]
     built: list[str] = field(default_factory=list)   # module names in the order they ran
 
     parent: "Modules | None" = None   # a request's: the session it runs in
@@ -307,8 +310,9 @@ class Modules:
                 self._run(m)
                 todo.pop(0)
                 continue
-            # the sliced modules run together, slice by slice, once what they read from outside is built
-            group = self._slice_group([s for s in todo if s.slice is not None], all_modules)
+            # the sliced modules of a kind run together, slice by slice, once what they read from outside
+            # is built
+            group = self._slice_group([s for s in todo if s.slice == m.slice], all_modules)
             for s in todo:
                 if s.slice is None and any(t in s.builds for g in group for t in g.inputs):
                     self._run(s)
@@ -322,7 +326,7 @@ class Modules:
         group = list(group)
         while True:
             made = {t for g in group for t in g.builds}
-            more = [m for m in all_modules if m.slice is not None and m not in group and m.name not in self.built
+            more = [m for m in all_modules if m.slice == group[0].slice and m not in group and m.name not in self.built
                     and set(m.inputs) & made and set(m.inputs) <= made | self.available | self._outside(m)]
             if not more:
                 return [m for m in order(all_modules) if m in group]
@@ -355,7 +359,7 @@ class Modules:
         self.built.append(m.name)
 
     def _run_sliced(self, group: list[Module]) -> None:
-        bounds = self.slices()
+        bounds = self.slices(group[0].slice)
         for m in group:
             self._fresh(m)
         walks: dict[str, Iterator] = {m.name: m.step(self.db, bounds) for m in group if m.is_python}

@@ -66,7 +66,7 @@ def _correlate(capture_dir: str | Path, write: bool, progress, node: str | None,
     if not db.has("statement"):
         return db
     # the point stream is walked in time slices (attribution.CHUNK_POINTS points each)
-    db.modules.slices = lambda: attribution.slice_bounds(db, attribution.CHUNK_POINTS)
+    db.modules.slices = lambda kind: attribution.slice_bounds(db, attribution.CHUNK_POINTS)
     step = progress or (lambda _: None)
     step("attributing statement time" + (f" (node {node})" if node else ""))
     for label, tables in ATTRIBUTION_STEPS:
