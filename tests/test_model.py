@@ -141,9 +141,9 @@ def test_kernel_hot_spot_advice():
                                        + attr(2, cpu_user=300, cpu_sys=600, not_allocated=100),
                                        schema=SCHEMAS["statement_attribution"])
 
-    def kf(sid, function, share, samples, source="perf-cpu-clock", ns=None):
+    def kf(sid, function, share, samples, source="perf-cpu-clock", ns=None, stack=None):
         return {"node": "a", "statement_id": sid, "query_id": sid * 10, "function": function, "share": share,
-                "samples": samples, "source": source, "ns": ns}
+                "samples": samples, "source": source, "ns": ns, "stack": stack}
     kfs = pa.Table.from_pylist([
         # statement 1: 100 perf samples; the migration functions 30 %, NUMA 5 %, page clearing 20 %
         kf(1, "find_busiest_group", 0.3, 30), kf(1, "task_numa_work", 0.05, 5), kf(1, "clear_page_erms", 0.2, 20),
@@ -152,6 +152,9 @@ def test_kernel_hot_spot_advice():
         kf(1, "do_huge_pmd_anonymous_page", 1.0, 40, "sched-stack", 300 * MS),
         # statement 2: the same shares from 10 samples only: too few to rank
         kf(2, "find_busiest_group", 0.3, 3), kf(2, "copy_user_generic", 0.7, 7),
+        # and 4 sleeps, 200 ms measured, waiting for readahead's pages: measured, not sampled, so ranked
+        kf(2, "folio_wait_bit_common", 1.0, 4, "sched-stack", 200 * MS,
+           "folio_wait_bit_common <- filemap_get_pages <- filemap_read <- vfs_read <- __x64_sys_pread64"),
     ], schema=SCHEMAS["statement_kernel_function"])
     rules = {(a.statement_id, a.rule): a for a in advise(statements, attribution, kernel_functions=kfs, options=AdviceOptions(CAL))}
     # 30 % of 600 ms sys = 180 ms; NUMA at 5 % of sys is 3 % of the wall time, below the 5 % bar
@@ -162,12 +165,13 @@ def test_kernel_hot_spot_advice():
     # the THP fault's 300 ms asleep is the bound; the page clearing on CPU (20 % of 600 ms) is a plain fault
     assert rules[(1, "kernel.transparent_hugepage")].expected_gain_ns == 300 * MS
     assert rules[(1, "kernel.page_faults")].expected_gain_ns == 120 * MS
-    assert not [r for (sid, r) in rules if sid == 2 and r.startswith("kernel.")]
+    assert [r for (sid, r) in rules if sid == 2 and r.startswith("kernel.")] == ["kernel.readahead"]
+    assert rules[(2, "kernel.readahead")].expected_gain_ns == 200 * MS
     classes = {r["statement_id"]: r["evidence"] for r in classify(model_connection(statements, attribution, None), kfs).to_pylist()}
     # the top three by share, each named with its source
     assert "kernel: do_huge_pmd_anonymous_page 100% of sched-stack, copy_user_generic 45% of perf-cpu-clock, " \
            "find_busiest_group 30% of perf-cpu-clock" in classes[1]
-    assert "kernel: too few samples to rank functions (perf-cpu-clock 10)" in classes[2]
+    assert "kernel: folio_wait_bit_common 100% of sched-stack" in classes[2]
 
 
 def test_lock_advice_names_the_waker():

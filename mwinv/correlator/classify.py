@@ -47,9 +47,16 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
-# Fewer samples than this, for one statement and source, cannot rank kernel functions: one sample
-# alone would hold 5 % or more of the statement's kernel time.
+# Fewer samples than this, for one statement and a sampled source, cannot rank kernel functions: one
+# sample alone would hold 5 % or more of the statement's kernel time. Sleeping stretches (sched-stack)
+# are not samples: each is measured whole, so ten sleeps of 130 ms on a slow disk (a cold scan capped
+# at 20 MB/s) are 1.3 s measured, and rank however few they are.
 MIN_RANKED_SAMPLES = 20
+SAMPLED_SOURCES = frozenset({"perf-cpu-clock"})
+
+
+def _thin(source: str, n: int) -> bool:
+    return source in SAMPLED_SOURCES and n < MIN_RANKED_SAMPLES
 
 
 def kernel_samples(kernel_functions: pa.Table | None) -> dict[int, dict[str, int]]:
@@ -63,19 +70,20 @@ def kernel_samples(kernel_functions: pa.Table | None) -> dict[int, dict[str, int
 
 
 def ranked_kernel_functions(kernel_functions: pa.Table | None) -> dict[int, list[dict]]:
-    """Per statement, the kernel-function rows of the sources with enough samples to rank them."""
+    """Per statement, the kernel-function rows of its measured sources and of its sampled ones with
+    samples enough to rank them."""
     counts = kernel_samples(kernel_functions)
     out: dict[int, list[dict]] = {}
     if kernel_functions is not None:
         for r in kernel_functions.to_pylist():
-            if counts[r["statement_id"]][r["source"]] >= MIN_RANKED_SAMPLES:
+            if not _thin(r["source"], counts[r["statement_id"]][r["source"]]):
                 out.setdefault(r["statement_id"], []).append(r)
     return out
 
 
 def thin_sources(counts: dict[str, int]) -> str:
-    """'perf-cpu-clock 5, sched-stack 4': the sources with too few samples to rank functions, or ''."""
-    return ", ".join(f"{src} {n}" for src, n in sorted(counts.items()) if n < MIN_RANKED_SAMPLES)
+    """'perf-cpu-clock 5': the sampled sources with too few samples to rank functions, or ''."""
+    return ", ".join(f"{src} {n}" for src, n in sorted(counts.items()) if _thin(src, n))
 
 
 def kernel_evidence(ranked: list[dict], counts: dict[str, int], top: int = 3) -> str | None:
