@@ -23,6 +23,9 @@ RESULT_SCHEMA = pa.schema([
     ("kernel", s), ("query", i32), ("repetition", i32), ("stream", i32), ("wall_ns", i64), ("error", s), ("timed_out", b),
     ("statement_id", i64), ("limit", s), ("estimated_ns", i64), ("critical_node", s), ("net_bytes", i64),
     ("plan_shipped_bytes", i64), ("plan_cost", f64), ("kernel_advice", s),
+    # from the cell's untimed EXPLAIN ANALYZE pass (measure.py; its operators in results_op): the
+    # coordinator's planning (remote estimates included) and the instrumented execution
+    ("planning_ns", i64), ("analyze_ns", i64), ("host_cpus", i32),
     *COMPONENT_COLUMNS,
 ])
 NODE_SCHEMA = pa.schema([

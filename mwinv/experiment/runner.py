@@ -6,6 +6,7 @@ resumes where it stopped."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ import pyarrow.parquet as pq
 
 from mwinv import kernel_settings, privfile
 from mwinv.errors import MwinvError
+from mwinv.experiment.measure import OP_SCHEMA, measure_plans
 from mwinv.experiment.plan import Cell, Plan
 from mwinv.experiment.results import NODE_SCHEMA, RESULT_SCHEMA, cell_rows, plan_figures
 
@@ -93,7 +95,7 @@ def run_plan(plan: Plan, out: str | Path, progress: Callable[[str], None] | None
                     key = cluster_key(cell)
                 cluster.set_kernel(cell.levels["kernel"])
                 try:
-                    rows, node_rows = run_cell(plan, cell, cluster, out, say, keep_captures)
+                    rows, node_rows, op_rows = run_cell(plan, cell, cluster, out, say, keep_captures)
                 finally:
                     cluster.set_kernel({})
             except (MwinvError, psycopg.Error) as exc:
@@ -102,11 +104,12 @@ def run_plan(plan: Plan, out: str | Path, progress: Callable[[str], None] | None
                 why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                 summary["failed"].append(f"{cell.label()}: {why}")
                 rows = [_failed_row(plan, cell, q, r, why) for r in range(plan.repetitions) for q in plan.queries]
-                node_rows = []
+                node_rows, op_rows = [], []
                 if cluster is not None:
                     cluster.down()
                     cluster = None
             _write(out, "results_node", cell, node_rows, NODE_SCHEMA)
+            _write(out, "results_op", cell, op_rows, OP_SCHEMA)
             _write(out, "results", cell, rows, RESULT_SCHEMA)
             summary["ran"] += 1
             say(f"cell {k}/{len(cells)} done in {time.monotonic() - t0:.0f} s")
@@ -151,10 +154,10 @@ def kernel_advice(db, statement_ids: list) -> dict[int, str]:
 
 
 def run_cell(plan: Plan, cell: Cell, cluster, out: Path, say,
-             keep_captures: bool = True) -> tuple[list[dict], list[dict]]:
+             keep_captures: bool = True) -> tuple[list[dict], list[dict], list[dict]]:
     """One cell on a cluster with its levels: a warm-up pass (unless cold), the measured passes under
-    a capture of every node, calibration (disk and CPU once per experiment, the link per cell), then
-    the correlation and the cell's rows."""
+    a capture of every node, the measured plans (untimed, after them: measure.py), calibration (disk
+    and CPU once per experiment, the link per cell), then the correlation and the cell's rows."""
     from mwinv.cgroup import drop_page_cache
     from mwinv.cluster.capture import ClusterCapture
     from mwinv.calibrate import calibrate, calibrate_link, store
@@ -185,6 +188,10 @@ def run_cell(plan: Plan, cell: Cell, cluster, out: Path, say,
             for r in run_queries(cluster.coordinator, plan.queries, **kw):
                 runs.append((rep, r))
     planned = plan_figures(cluster.coordinator, plan.queries)
+    say("measured plans (EXPLAIN ANALYZE, untimed)")
+    t0 = time.monotonic()
+    op_rows, measured = measure_plans(cluster, cell.id, plan.queries, plan.timeout_s)
+    say(f"measured plans in {time.monotonic() - t0:.1f} s")
     cal_file = out / "calibration.json"
     if cal_file.exists():
         cal = json.loads(cal_file.read_text())
@@ -203,9 +210,10 @@ def run_cell(plan: Plan, cell: Cell, cluster, out: Path, say,
         advice = kernel_advice(db, [r["statement_id"] for r in rows]) if "kernel" in plan.factors else {}
         for row in rows:
             row.update(planned.get(row["query"], {}))
+            row.update(measured.get(row["query"], {}), host_cpus=os.cpu_count())
             row["kernel_advice"] = advice.get(row["statement_id"])
     finally:
         db.con.close()
     if not keep_captures:
         shutil.rmtree(capture_dir.parent)
-    return rows, node_rows
+    return rows, node_rows, op_rows

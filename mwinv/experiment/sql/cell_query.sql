@@ -7,12 +7,15 @@
 -- columns: the factor levels, cell, query, runs, wall_ns, timed_out, failed, error, estimated_ns,
 --          net_bytes, plan_shipped_bytes, plan_cost, limit, kernel_advice (JSON: the kernel-level advice
 --          on the coordinator statement, rule and expected gain), c_<component> (the
---          coordinator's, mean ns), node_work_ns, n_<component> (the data nodes' summed, mean ns); and
+--          coordinator's, mean ns), node_work_ns, node_sum_ns (the data nodes' summed execution, median),
+--          planning_ns, analyze_ns, host_cpus (the untimed EXPLAIN ANALYZE pass: measure.py),
+--          n_<component> (the data nodes' summed, mean ns); and
 --          cell_level, cell_others (below)
 CREATE OR REPLACE TABLE cell_query AS
 WITH node_work AS (
-    SELECT cell, query, CAST(median(ns) AS BIGINT) AS node_work_ns
-    FROM (SELECT cell, query, repetition, stream, max(execution_ns) AS ns FROM results_node GROUP BY ALL)
+    SELECT cell, query, CAST(median(ns) AS BIGINT) AS node_work_ns, CAST(median(total) AS BIGINT) AS node_sum_ns
+    FROM (SELECT cell, query, repetition, stream, max(execution_ns) AS ns, sum(execution_ns) AS total
+          FROM results_node GROUP BY ALL)
     GROUP BY ALL),
 node_comp AS (
     SELECT cell, query, CAST(avg(COLUMNS('^c_(.*)')) AS BIGINT) AS "n_\1"
@@ -27,11 +30,13 @@ SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit,
        CAST(avg(estimated_ns) AS BIGINT) AS estimated_ns, CAST(avg(net_bytes) AS BIGINT) AS net_bytes,
        CAST(avg(plan_shipped_bytes) AS BIGINT) AS plan_shipped_bytes, avg(plan_cost) AS plan_cost,
        mode("limit") AS "limit", any_value(kernel_advice) AS kernel_advice,
+       CAST(avg(planning_ns) AS BIGINT) AS planning_ns, CAST(avg(analyze_ns) AS BIGINT) AS analyze_ns,
+       max(host_cpus) AS host_cpus,
        CAST(avg(COLUMNS('^c_(.*)')) AS BIGINT) AS "c_\1"
 FROM results
 GROUP BY cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, link_latency_ms, parallel_workers,
          streams, cold, coalesce(kernel, 'default'), query)
-SELECT q.*, w.node_work_ns, n.* EXCLUDE (cell, query)
+SELECT q.*, w.node_work_ns, w.node_sum_ns, n.* EXCLUDE (cell, query)
 FROM q LEFT JOIN node_work w USING (cell, query) LEFT JOIN node_comp n USING (cell, query);
 
 -- cell_level: each cell's level of every factor, as text (for grouping cells that differ in one).
