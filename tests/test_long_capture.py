@@ -11,7 +11,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mwinv.capture.tables import Capture
+from mwinv.correlator import attribution
 from mwinv.correlator.load import open_capture
+from mwinv.correlator.pipeline import PER_NODE_TABLES, correlate
 from mwinv.kernel_trace.parse import count_events
 from tests.test_golden_capture import CAPTURE, derived_tables
 
@@ -123,3 +125,50 @@ def test_statement_clean_fits_a_small_memory_limit_and_keeps_the_first_of_a_dupl
     kept = db.sql("SELECT statement_id, start_ns FROM statement_clean WHERE statement_id < 5 ORDER BY 1").fetchall()
     assert kept == [(r["statement_id"], r["start_ns"]) for r in rows.slice(0, 5).to_pylist()
                     if r["start_ns"] is not None and r["end_ns"] >= r["start_ns"]]
+
+
+# the golden capture's SELECT pg_sleep(0.2) and the later SELECT that waited for the table lock, on
+# another backend: made its parallel worker, it starts in a later slice than its leader
+LEADER, WORKER = 1838743949164766209, 1838743949164768256
+
+
+def _per_statement_tables(db) -> dict[str, list]:
+    """What a correlation writes per statement, and the list of queries, each table's rows sorted."""
+    return {t: sorted(db.sql(f"SELECT * FROM {t}").fetchall(), key=repr) for t in (*PER_NODE_TABLES, "query_summary")}
+
+
+def test_a_capture_correlated_slice_by_slice_gives_the_tables_of_one_correlated_whole(tmp_path, monkeypatch):
+    """The golden capture (with a parallel worker) correlated in slices of 5 statements (and of 200
+    points) gives every per-statement table and query row of one whole pass, row for row: a statement
+    crossing a cut, or starting on one, is attributed once, a worker in its leader's slice."""
+    cap_dir = tmp_path / "cap"
+    shutil.copytree(CAPTURE, cap_dir)
+    cap = Capture(cap_dir)
+    stmts = cap.read("statement").to_pylist()
+    leader = next(s for s in stmts if s["statement_id"] == LEADER)
+    for s in stmts:
+        if s["statement_id"] == WORKER:
+            s.update(leader_pid=leader["pid"], parent_statement_id=LEADER)
+    for p in cap.parts("statement"):
+        p.unlink()
+    cap.write_part("statement", stmts, node="all")
+
+    whole = correlate(cap_dir, write=False)
+    monkeypatch.setattr(attribution, "CHUNK_STATEMENTS", 5)
+    monkeypatch.setattr(attribution, "CHUNK_POINTS", 200)
+    sliced = correlate(cap_dir, write=False)
+    bounds = attribution.statement_bounds(sliced, attribution.CHUNK_STATEMENTS)
+    point_bounds = attribution.slice_bounds(sliced, attribution.CHUNK_POINTS)
+    assert len(bounds) >= 10 and len(point_bounds) >= 10
+    cuts = [hi for _, hi in bounds[:-1]]
+    assert set(cuts) <= {s["start_ns"] for s in stmts}   # statements start on the cuts
+    assert sum(s["start_ns"] < c < s["end_ns"] for s in stmts for _, c in point_bounds[:-1]) >= 2   # run across
+    slice_of = {s: sum(c <= sliced.sql(f"SELECT start_ns FROM statement_clean WHERE statement_id = {s}").fetchone()[0]
+                       for c in cuts) for s in (LEADER, WORKER)}
+    assert slice_of[LEADER] < slice_of[WORKER]
+    worker_ns = "SELECT sum(from_workers_ns) FROM statement_attribution WHERE statement_id = " + str(LEADER)
+    wall = sliced.sql(f"SELECT end_ns - start_ns FROM statement_clean WHERE statement_id = {WORKER}").fetchone()[0]
+    assert sliced.sql(worker_ns).fetchone()[0] == whole.sql(worker_ns).fetchone()[0] == wall > 0
+    got, want = _per_statement_tables(sliced), _per_statement_tables(whole)
+    assert [t for t, rows in want.items() if not rows] == ["statement_kernel_function"]   # no stacks recorded
+    assert got == want

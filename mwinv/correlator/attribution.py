@@ -103,6 +103,9 @@ def _code(labels: tuple[str, ...], label: str) -> int:
 # is read meanwhile, so a pass stays under ~1 GB whatever the capture's size (the estimate counts a
 # kernel event as 1.5 points; pgbench captures have ~1, so slices hold ~2 M points).
 CHUNK_POINTS = 3_000_000
+# A statement slice's per-statement modules (sql/own_attribution.sql, local_attribution.sql) hold this
+# many statements' rows at once, not the capture's.
+CHUNK_STATEMENTS = 1_000_000
 # A pid that never switches carries its whole tail from slice to slice: past this many rows that pid's
 # tail is counted at once, as at the end of the trace (its last stretch loses the evidence of what follows).
 MAX_CARRY_POINTS = 4_000_000
@@ -167,11 +170,24 @@ def slice_bounds(db: CaptureDB, chunk_points: int) -> list[tuple[int | None, int
     """Time slices of about `chunk_points` points each ((None, None): one slice), from the
     kernel events' time quantiles; a switch gives two points, so events count one and a half."""
     events = db.sql("SELECT count(*) FROM kernel_event").fetchone()[0]
-    slices = max(1, -(-events * 3 // 2 // chunk_points))
-    if slices == 1:
+    return _quantile_bounds(db, "kernel_event", "ts_ns", -(-events * 3 // 2 // chunk_points), "approx_quantile")
+
+
+def statement_bounds(db: CaptureDB, chunk_statements: int) -> list[tuple[int | None, int | None]]:
+    """Slices of about `chunk_statements` statements each by their slice key (sql/slice_statement.sql),
+    for the `slice: statement` modules; the cuts are statements' keys (exact quantiles: 0.35 s for 13 M)."""
+    n = db.sql("SELECT count(*) FROM slice_statement").fetchone()[0]
+    return _quantile_bounds(db, "slice_statement", "key_ns", -(-n // chunk_statements), "quantile_disc")
+
+
+def _quantile_bounds(db: CaptureDB, table: str, column: str, slices: int,
+                     quantile: str) -> list[tuple[int | None, int | None]]:
+    """`slices` ranges of `column` from its quantiles (`quantile`: DuckDB's function), the first and last
+    open-ended: every row lies in exactly one."""
+    if slices <= 1:
         return [(None, None)]
-    cuts = db.sql("SELECT approx_quantile(ts_ns, " + "[" + ", ".join(
-        f"{k / slices:.6f}" for k in range(1, slices)) + "]) FROM kernel_event").fetchone()[0]
+    cuts = db.sql(f"SELECT {quantile}({column}, " + "[" + ", ".join(
+        f"{k / slices:.6f}" for k in range(1, slices)) + f"]) FROM {table}").fetchone()[0]
     cuts = sorted(set(int(c) for c in cuts))
     return list(zip([None] + cuts, cuts + [None]))
 

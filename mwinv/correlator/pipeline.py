@@ -65,8 +65,10 @@ def _correlate(capture_dir: str | Path, write: bool, progress, node: str | None,
     db = open_capture(capture_dir, nodes=[node] if node else None, memory_limit=memory)
     if not db.has("statement"):
         return db
-    # the point stream is walked in time slices (attribution.CHUNK_POINTS points each)
-    db.modules.slices = lambda kind: attribution.slice_bounds(db, attribution.CHUNK_POINTS)
+    # the point stream is walked in time slices (attribution.CHUNK_POINTS points each), the per-statement
+    # modules run per slice of attribution.CHUNK_STATEMENTS statements
+    db.modules.slices = lambda kind: (attribution.slice_bounds(db, attribution.CHUNK_POINTS) if kind == "pid"
+                                      else attribution.statement_bounds(db, attribution.CHUNK_STATEMENTS))
     step = progress or (lambda _: None)
     step("attributing statement time" + (f" (node {node})" if node else ""))
     for label, tables in ATTRIBUTION_STEPS:

@@ -1,21 +1,23 @@
 -- local_attribution: per top-level statement (not a parallel worker) one row per component: its
 -- own time (ns), which sums to its wall time — not_allocated closes it (a DBMS's own account brings
 -- its own not_allocated, possibly negative: its unaccounted-for time) — and its parallel workers'
--- time in that component (from_workers_ns), apart.
+-- time in that component (from_workers_ns), apart. One statement slice at a time: the cross join with
+-- the components holds a slice's statements.
 --
 -- builds:  local_attribution
--- inputs:  statement_clean, own_attribution; the variable components (ATTRIBUTION_COMPONENTS, in order)
+-- inputs:  slice_statement, own_attribution, in_slice; the variables components (ATTRIBUTION_COMPONENTS,
+--          in order), slice_lo, slice_hi
+-- slice:   statement
 -- columns: node, statement_id, query_id, component, ns, from_workers_ns
 CREATE TABLE local_attribution AS
 WITH comps AS (SELECT unnest(getvariable('components')) AS component),
 stmts AS (
     SELECT node, statement_id, query_id, end_ns - start_ns AS wall_ns,
-           (leader_pid IS NOT NULL AND leader_pid <> pid AND parent_statement_id IS NOT NULL) AS worker,
-           parent_statement_id
-    FROM statement_clean WHERE coalesce(nesting_level, 0) = 0),
+           worker, parent_statement_id
+    FROM slice_statement WHERE coalesce(nesting_level, 0) = 0 AND in_slice(key_ns)),
 own_rows AS (
     SELECT node, statement_id, component, sum(ns) AS ns
-    FROM own_attribution JOIN comps USING (component) GROUP BY ALL),
+    FROM own_attribution JOIN comps USING (component) WHERE in_slice(key_ns) GROUP BY ALL),
 -- joins and plain sums, no per-statement lists or maps: DuckDB spills those (a map per statement ran
 -- out of its 768 MB on 1.5 million pgbench statements)
 totals AS (

@@ -6,24 +6,30 @@
 -- own seq/random request mix (floor for one part, the rest for the other: the parts sum to the
 -- whole in integer ns).
 --
+-- One statement slice at a time (a parallel worker's rows in its leader's slice), each row with its
+-- statement's slice key: local_attribution reads it per slice.
+--
 -- builds:  own_attribution
--- inputs:  statement_clean, traced_statement, seg_component, statement_io, dbms_attribution;
---          the variable rusage_min_wall_ns (attribution.RUSAGE_MIN_WALL_NS)
--- columns: node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, component, ns
+-- inputs:  slice_statement, seg_component, seg_io, dbms_attribution, in_slice; the variables
+--          rusage_min_wall_ns (attribution.RUSAGE_MIN_WALL_NS), slice_lo, slice_hi
+-- slice:   statement
+-- columns: key_ns, node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, component, ns
 CREATE TABLE own_attribution AS
-WITH base AS (
+WITH slice AS (SELECT * FROM slice_statement WHERE in_slice(key_ns)),
+base AS (
     SELECT s.node, s.statement_id, s.query_id, s.pid, s.leader_pid,
            s.parent_statement_id, s.end_ns - s.start_ns AS wall_ns,
            coalesce(s.cpu_user_ns, 0) AS u, coalesce(s.cpu_sys_ns, 0) AS k,
            least(coalesce(s.client_wait_ns, 0), s.end_ns - s.start_ns) AS idle,
-           s.cpu_user_ns IS NOT NULL AS has_rusage, t.statement_id IS NOT NULL AS traced
-    FROM statement_clean s LEFT JOIN traced_statement t USING (node, statement_id)
+           s.cpu_user_ns IS NOT NULL AS has_rusage, s.traced
+    FROM slice s
     WHERE coalesce(s.nesting_level, 0) = 0
       AND (s.node, s.statement_id) NOT IN (SELECT (node, statement_id) FROM dbms_attribution)),
 comp AS (
     SELECT b.*, c.component, c.ns FROM base b
-    JOIN seg_component c USING (node, statement_id) WHERE b.traced),
-io AS (SELECT node, statement_id, seq_reqs, random_reqs FROM statement_io),
+    JOIN (SELECT * FROM seg_component WHERE in_slice(key_ns)) c USING (node, statement_id) WHERE b.traced),
+-- a statement the segments saw no request of has none (statement_io's zeros)
+io AS (SELECT node, statement_id, seq_reqs, random_reqs FROM seg_io WHERE in_slice(key_ns)),
 -- the statement's rusage is exact for its CPU total, the scheduler places it in time: on-CPU
 -- stretches plus runnable ones whose switch-in was not recorded, up to the rusage total; the
 -- rest waited for a CPU (without rusage, or for a statement too short for it, all of it is CPU)
@@ -52,12 +58,12 @@ split AS (
     SELECT c.node, c.statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'disk_seq',
            CASE WHEN io.seq_reqs + io.random_reqs > 0
                 THEN floor(ns * io.seq_reqs / (io.seq_reqs + io.random_reqs)) ELSE 0 END
-    FROM comp c JOIN io USING (node, statement_id) WHERE component = 'disk_unknown'
+    FROM comp c LEFT JOIN io USING (node, statement_id) WHERE component = 'disk_unknown'
     UNION ALL
     SELECT c.node, c.statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, 'disk_random',
            CASE WHEN io.seq_reqs + io.random_reqs > 0
                 THEN ns - floor(ns * io.seq_reqs / (io.seq_reqs + io.random_reqs)) ELSE ns END
-    FROM comp c JOIN io USING (node, statement_id) WHERE component = 'disk_unknown'
+    FROM comp c LEFT JOIN io USING (node, statement_id) WHERE component = 'disk_unknown'
     UNION ALL
     SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, component, ns
     FROM comp WHERE component NOT IN ('cpu', 'cpu_or_queue', 'disk_unknown')
@@ -75,7 +81,8 @@ split AS (
     UNION ALL
     -- outside the trace, where the DBMS kept its own account of the time
     SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, component, ns
-    FROM dbms_attribution)
-SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, component,
-       CAST(round(sum(ns)) AS BIGINT) AS ns
-FROM split GROUP BY ALL;
+    FROM dbms_attribution SEMI JOIN slice USING (node, statement_id))
+SELECT s.key_ns, p.*
+FROM (SELECT node, statement_id, query_id, pid, leader_pid, parent_statement_id, wall_ns, component,
+             CAST(round(sum(ns)) AS BIGINT) AS ns
+      FROM split GROUP BY ALL) p JOIN slice s USING (node, statement_id);

@@ -5,18 +5,19 @@
 -- In a duty-cycled capture (load.open_capture sets the variable duty_cycled) a query's components are
 -- those of its executions a window covered whole, scaled to the time of all of them, where any was,
 -- and its example (for advice) the longest of those. Statements are grouped before their components
--- are joined: grouping a million statements' component rows per statement ran out of memory.
+-- are joined: grouping a million statements' component rows per statement ran out of memory. It reads
+-- the statements' narrow copy (slice_statement: whether a window covered each, too), not every column of
+-- statement_clean.
 --
 -- builds:  query_summary
--- inputs:  statement_clean, statement_attribution, traced_statement, statement_link; the variable
---          duty_cycled
+-- inputs:  slice_statement, statement_attribution, statement_link; the variable duty_cycled
 -- columns: key, query_id, query_text_hash, node (of its longest execution), nodes, calls, traced_calls,
 --          total_ns, from_workers_ns, example_id, components (list of {c, ns}: ns a DOUBLE)
 CREATE TABLE query_summary AS
 WITH stmt AS (
     SELECT coalesce(s.query_id, -s.statement_id) AS key, s.query_id, s.query_text_hash, s.node, s.statement_id,
-           s.end_ns - s.start_ns AS wall_ns, t.statement_id IS NOT NULL AS traced
-    FROM statement_clean s LEFT JOIN traced_statement t USING (node, statement_id)
+           s.end_ns - s.start_ns AS wall_ns, s.traced
+    FROM slice_statement s
     WHERE (s.node, s.statement_id) IN (SELECT DISTINCT (node, statement_id) FROM statement_attribution)
       AND (s.node, s.statement_id) NOT IN (SELECT (node, statement_id) FROM statement_link)),
 g AS (

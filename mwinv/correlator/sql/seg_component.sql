@@ -1,9 +1,13 @@
 -- seg_component: per statement and component the nanoseconds its pid's segments spent (the sum over
--- the time slices), on its node's name.
+-- the time slices), on its node's name, with the statement's slice key (slice_statement) and ordered by
+-- it: own_attribution reads it one statement slice at a time.
 --
 -- builds:  seg_component
--- inputs:  seg_component_part, dbms_node
--- columns: node, statement_id, component, ns
+-- inputs:  seg_component_part, dbms_node, slice_statement
+-- columns: key_ns, node, statement_id, component, ns
 CREATE TABLE seg_component AS
-SELECT n.node, p.statement_id, p.component, sum(p.ns)::BIGINT AS ns
-FROM seg_component_part p JOIN dbms_node n ON n.code = p.node GROUP BY ALL;
+SELECT s.key_ns, c.node, c.statement_id, c.component, c.ns
+FROM (SELECT n.node, p.statement_id, p.component, sum(p.ns)::BIGINT AS ns
+      FROM seg_component_part p JOIN dbms_node n ON n.code = p.node GROUP BY ALL) c
+JOIN slice_statement s USING (node, statement_id)
+ORDER BY s.key_ns;

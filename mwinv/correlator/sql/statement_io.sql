@@ -1,11 +1,13 @@
 -- statement_io: the model's inputs per statement: its own block requests and the bytes its network
--- syscalls moved (seg_io), zero where the trace saw none.
+-- syscalls moved (seg_io), zero where the trace saw none. One statement slice at a time.
 --
 -- builds:  statement_io
--- inputs:  statement_clean, seg_io
+-- inputs:  slice_statement, seg_io, in_slice; the variables slice_lo, slice_hi
+-- slice:   statement
 -- columns: node, statement_id, seq_bytes, seq_reqs, random_reqs, random_bytes, net_rx_bytes, net_tx_bytes
 CREATE TABLE statement_io AS
 SELECT s.node, s.statement_id, coalesce(seq_bytes, 0) AS seq_bytes, coalesce(seq_reqs, 0) AS seq_reqs,
        coalesce(random_reqs, 0) AS random_reqs, coalesce(random_bytes, 0) AS random_bytes,
        coalesce(net_rx_bytes, 0) AS net_rx_bytes, coalesce(net_tx_bytes, 0) AS net_tx_bytes
-FROM statement_clean s LEFT JOIN seg_io USING (node, statement_id);
+FROM slice_statement s LEFT JOIN (SELECT * FROM seg_io WHERE in_slice(key_ns)) i USING (node, statement_id)
+WHERE in_slice(s.key_ns);
