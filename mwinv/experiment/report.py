@@ -10,8 +10,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import duckdb
@@ -23,6 +22,9 @@ from mwinv.correlator import svg
 from mwinv.correlator.load import connect, duck_type, literal, read_parquet
 from mwinv.errors import MwinvError
 from mwinv.experiment import html as report_html
+from mwinv.experiment import predict
+from mwinv.experiment.measure import OP_SCHEMA
+from mwinv.experiment.predict import CellPrediction
 from mwinv.experiment.results import NODE_SCHEMA, RESULT_SCHEMA
 from mwinv.fmt import ms
 from mwinv.kernel_settings import locate
@@ -36,24 +38,6 @@ LEVEL_UNITS = {"node_cpu": "CPUs", "node_memory_mb": "MB", "node_read_mbps": "MB
                "link_latency_ms": "ms", "parallel_workers": "workers", "streams": "streams"}
 
 
-class _Checked:
-    """A prediction checked by running: its relative error (None where the run gave no time)."""
-
-    @property
-    def error(self) -> float | None:
-        return (self.predicted_ns - self.measured_ns) / self.measured_ns if self.measured_ns else None
-
-
-@dataclass
-class Prediction(_Checked):
-    group: str
-    query: int
-    from_nodes: int
-    nodes: int
-    predicted_ns: int
-    measured_ns: int | None
-
-
 def open_results(out: str | Path) -> duckdb.DuckDBPyConnection:
     out = Path(out)
     parts = sorted((out / "results").glob("*.parquet"))
@@ -65,12 +49,13 @@ def open_results(out: str | Path) -> duckdb.DuckDBPyConnection:
     # results of an older runner lack the newer factors' columns: NULL, as an absent factor's default
     absent = "".join(f", CAST(NULL AS {duck_type(f.type)}) AS {f.name}" for f in RESULT_SCHEMA if f.name not in have)
     con.execute(f"CREATE VIEW results AS SELECT *{absent} FROM results_read")
-    node_parts = sorted((out / "results_node").glob("*.parquet"))
-    if node_parts:
-        con.execute(f"CREATE VIEW results_node AS SELECT * FROM {read_parquet(node_parts)}")
-    else:   # cells that all failed: no node rows
-        cols = ", ".join(f"CAST(NULL AS {duck_type(f.type)}) AS {f.name}" for f in NODE_SCHEMA)
-        con.execute(f"CREATE VIEW results_node AS SELECT {cols} LIMIT 0")
+    for table, schema in (("results_node", NODE_SCHEMA), ("results_op", OP_SCHEMA)):
+        parts_ = sorted((out / table).glob("*.parquet"))
+        if parts_:
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM {read_parquet(parts_)}")
+        else:   # cells that all failed, or an older runner's results (no measured plans)
+            cols = ", ".join(f"CAST(NULL AS {duck_type(f.type)}) AS {f.name}" for f in schema)
+            con.execute(f"CREATE VIEW {table} AS SELECT {cols} LIMIT 0")
     for name in ("cell_query", "speedup", "scheme_diff", "sweep"):
         con.execute((SQL_DIR / f"{name}.sql").read_text())
     return con
@@ -80,82 +65,6 @@ def _rows(con, sql: str) -> list[dict]:
     cur = con.execute(sql)
     cols = [d[0] for d in cur.description]
     return [dict(zip(cols, r)) for r in cur.fetchall()]
-
-
-def predictions(con) -> list[Prediction]:
-    """From each group's smallest node count N0, the other node counts: the coordinator's own time stays,
-    the time it waited for its data nodes (remote_wait: their work and the links) shrinks as N0/n
-    ([Taufer]: the data per node). Checked against the run at n where the plan ran it."""
-    base = _rows(con, """
-        SELECT s.grp, s.query, s.base_nodes, q.wall_ns, q.c_remote_wait
-        FROM speedup s JOIN cell_query q ON q.query = s.query AND q.nodes = s.base_nodes
-        JOIN cell_others o ON o.cell = q.cell AND o.factor = 'nodes' AND o.others = s.grp
-        WHERE s.nodes = s.base_nodes AND q.wall_ns IS NOT NULL""")
-    measured = {(r["grp"], r["query"], r["nodes"]): r["wall_ns"] for r in _rows(con, "SELECT * FROM speedup")}
-    nodes = sorted({n for _, _, n in measured})
-    out = []
-    for b in base:
-        own = b["wall_ns"] - (b["c_remote_wait"] or 0)
-        for n in nodes:
-            if n == b["base_nodes"] or (b["grp"], b["query"], n) not in measured:
-                continue
-            pred = own + (b["c_remote_wait"] or 0) * b["base_nodes"] / n
-            out.append(Prediction(b["grp"], b["query"], b["base_nodes"], n, int(pred),
-                                  measured.get((b["grp"], b["query"], n))))
-    return out
-
-
-@dataclass
-class SchemePrediction(_Checked):
-    nodes: int
-    query: int
-    from_scheme: str
-    scheme: str
-    predicted_ns: int
-    measured_ns: int
-    bytes_only_ns: int      # by the transfer rule (below)
-    others: str = ""        # the cell's other levels
-    from_ns: int = 0        # the run it was predicted from
-
-
-def scheme_predictions(con) -> list[SchemePrediction]:
-    """From a query's run under one scheme, its time under the other at the same levels: the run's time
-    scaled by the ratio of the two plans' whole costs (EXPLAIN, not run: the coordinator's operators,
-    and its foreign scans as the nodes' own EXPLAIN prices them, with the per-row cost of shipping).
-    Checked against the other scheme's run.
-
-    Why the whole plan: on two shared cores the coordinator's own time overlaps the nodes' work (its
-    foreign scans run asynchronously), so the parts of a run do not each scale with their own part of
-    the plan. Scaling the coordinator's own time by its operators' cost, the critical node's
-    execution by the foreign scans' and the rest of the wait by the bytes to ship gave, over the 68
-    predictions of examples/plans/schemes-sf1.toml, a mean absolute error of 262 % (median 31 %); the
-    whole plan's cost 49 % (26 %), and predicting no change at all 68 % (26 %).
-
-    Each prediction also carries the transfer rule (bytes_only_ns: the coordinator's own time and the
-    critical node's execution kept, the rest of the wait scaled by the plans' bytes), which is all
-    that results without costs (an older runner) allow."""
-    out = []
-    for r in _rows(con, "SELECT * FROM scheme_diff WHERE wall_a IS NOT NULL AND wall_b IS NOT NULL"):
-        for x, y in (("a", "b"), ("b", "a")):
-            if not r[f"plan_{x}"] or r[f"plan_{y}"] is None:
-                continue
-            remote = r[f"remote_{x}"] or 0
-            work = min(r[f"work_{x}"] or 0, remote)
-            bytes_only = r[f"wall_{x}"] - remote + work + (remote - work) * r[f"plan_{y}"] / r[f"plan_{x}"]
-            cost_x, cost_y = r[f"cost_{x}"], r[f"cost_{y}"]
-            pred = r[f"wall_{x}"] * cost_y / cost_x if cost_x and cost_y is not None else bytes_only
-            out.append(SchemePrediction(r["nodes"], r["query"], r[f"scheme_{x}"], r[f"scheme_{y}"], int(pred),
-                                        r[f"wall_{y}"], int(bytes_only), r["others"], r[f"wall_{x}"]))
-    return out
-
-
-def winners(preds: list[SchemePrediction]) -> dict[str, int]:
-    """Of the pairs whose measured times differ by a tenth or more, how many the prediction sent the
-    same way (the faster scheme foreseen)."""
-    pairs = [p for p in preds
-             if p.from_ns and abs(p.measured_ns - p.from_ns) >= BETTER_SCHEME * max(p.measured_ns, p.from_ns)]
-    hits = sum((p.predicted_ns < p.from_ns) == (p.measured_ns < p.from_ns) for p in pairs)
-    return {"pairs": len(pairs), "hits": hits}
 
 
 def shares_by_nodes(con) -> list[dict]:
@@ -210,16 +119,16 @@ def sweep_findings(con) -> list[dict]:
     return out
 
 
-def scheme_advice(con, schemes: dict[str, dict], predicted: list[SchemePrediction]) -> list[str]:
+def scheme_advice(con, schemes: dict[str, dict], predicted: list[CellPrediction]) -> list[str]:
     """Per query, the partitioning that ran it a tenth faster or more (measured): what to change in the
     slower scheme's tables (which to partition on which key, which to replicate), the bytes its data
-    nodes shipped and over the busiest link, and what the model, from the slower scheme's run alone,
-    expected the change to gain."""
+    nodes shipped and over the busiest link, and what the model (predict.py), from the slower scheme's
+    run alone, expected the change to gain."""
     out = []
     links = {(r["cell"], r["query"]): r for r in _rows(con, """
         SELECT cell, query, arg_max(node, b) AS node, max(b) AS bytes
         FROM (SELECT cell, query, node, avg(sent_bytes) AS b FROM results_node GROUP BY ALL) GROUP BY ALL""")}
-    expect = {(p.others, p.query, p.from_scheme, p.scheme): p.predicted_ns for p in predicted}
+    expect = {(p.from_cell, p.to_cell, p.query): p.predicted_ns for p in predicted}
     for r in _rows(con, "SELECT * FROM scheme_diff WHERE wall_a IS NOT NULL AND wall_b IS NOT NULL"):
         fast, slow = ("b", "a") if r["wall_b"] < r["wall_a"] else ("a", "b")
         wall_fast, wall_slow = r[f"wall_{fast}"], r[f"wall_{slow}"]
@@ -228,13 +137,13 @@ def scheme_advice(con, schemes: dict[str, dict], predicted: list[SchemePredictio
             continue
         name_fast, name_slow = r[f"scheme_{fast}"], r[f"scheme_{slow}"]
         frm, to = schemes.get(name_slow), schemes.get(name_fast)
-        if frm and to and not _moved_tables(frm, to) & tpch.query_tables(r["query"]):
+        if frm and to and not predict.placed_otherwise(frm, to) & tpch.query_tables(r["query"]):
             continue   # the schemes differ in tables the query does not read: not the partitioning (noise)
         change = _scheme_change(frm, to)
         link = links.get((r[f"cell_{slow}"], r["query"]))
         busiest = (f", {_mb(link['bytes'])} over {link['node']}'s link" if r["nodes"] > 1 and link and link["bytes"]
                    else "")
-        pred = expect.get((r["others"], r["query"], name_slow, name_fast))
+        pred = expect.get((r[f"cell_{slow}"], r[f"cell_{fast}"], r["query"]))
         model = ""
         if pred is not None:
             d = (wall_slow - pred) / wall_slow
@@ -281,13 +190,6 @@ def _mb(b: float) -> str:
     return f"{b / 1e6:,.1f} MB" if b >= 1e5 else f"{b / 1e3:,.0f} kB"
 
 
-def _moved_tables(frm: dict, to: dict) -> set[str]:
-    """The tables two schemes place differently."""
-    was, now = frm.get("partitioned", {}), to.get("partitioned", {})
-    moved = {t for t in {*was, *now} if was.get(t) != now.get(t)}
-    return moved | (set(was) | set(now) if frm.get("parts") != to.get("parts") else set())
-
-
 def _scheme_change(frm: dict | None, to: dict | None) -> str:
     """What turns scheme `frm` into `to`, table by table ("partition orders on o_orderkey, as lineitem
     on l_orderkey; replicate part"); empty when a definition is unknown."""
@@ -329,17 +231,51 @@ def plan_schemes(out: Path) -> dict[str, dict]:
     return found
 
 
+RULES = ("nodes", "scheme", "nodes and scheme")
+TRUSTED = {"median": 0.10, "hits": 0.90}   # the issue's bar for advice to act on
+
+
+def model_summary(con, out: Path) -> tuple[dict, list[CellPrediction]]:
+    """Every cell predicted from every other with the same other levels (predict.py), the constants
+    fitted on the odd-numbered queries, per rule (what differs) the errors of the odd (fitted) and the
+    even (unseen) queries, how often the faster cell was foreseen, and the yardstick of predicting no
+    change."""
+    pairs = predict.pairs(predict.load_runs(con), plan_schemes(out))
+    cal = out / "calibration.json"
+    disk = json.loads(cal.read_text()).get("disk", {}).get("disk_rate_bps") if cal.exists() else None
+    k = predict.fit(pairs, disk)
+    preds = sorted(predict.predict_all(pairs, k, disk), key=lambda p: (RULES.index(p.rule), p.query, p.from_cell))
+    rules = []
+    for rule in RULES:
+        for half, parity in (("odd (fitted)", 1), ("even (unseen)", 0), ("all", None)):
+            mine = [p for p in preds if p.rule == rule and (parity is None or p.query % 2 == parity)]
+            if mine:
+                rules.append({"rule": rule, "queries": half, **predict.errors(mine), **predict.winners(mine),
+                              "unchanged": predict.errors([replace(p, predicted_ns=p.from_ns) for p in mine])})
+    return ({"constants": asdict(k), "rules": rules, "predictions": [{**asdict(p), "error": p.error} for p in preds]},
+            preds)
+
+
+def _trust(model: dict) -> str:
+    """Whether the model's record on this run for the other scheme makes its expectations worth acting on."""
+    r = next((r for r in model["rules"] if r["rule"] == "scheme" and r["queries"] == "all"), None)
+    if r is None:
+        return ""
+    ok = r["median"] <= TRUSTED["median"] and (not r["pairs"] or r["hits"] >= TRUSTED["hits"] * r["pairs"])
+    return (f" The model's record for the other scheme on this run: median error {r['median']:.0%}, the faster scheme "
+            f"foreseen in {r['hits']} of {r['pairs']} pairs that differ by a tenth or more: "
+            + ("good enough to act on." if ok else f"not enough to act on alone (the bar: a median of "
+               f"{TRUSTED['median']:.0%} and {TRUSTED['hits']:.0%} foreseen)."))
+
+
 def summarize(out: str | Path) -> dict:
     con = open_results(out)
     try:
         varied = _varied(con)
-        preds = sorted(predictions(con), key=lambda p: (p.group, p.query, p.nodes))
-        for p in preds:
-            p.group = _label(p.group, varied)
         shares = shares_by_nodes(con)
         for r in shares:
             r["grp"] = _label(r["grp"], varied)
-        by_scheme = sorted(scheme_predictions(con), key=lambda p: (p.query, p.nodes, p.from_scheme))
+        model, preds = model_summary(con, Path(out))
         return {
             "plan": json.loads((Path(out) / "plan.json").read_text()) if (Path(out) / "plan.json").exists() else {},
             "cells": _rows(con, "SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, "
@@ -351,28 +287,12 @@ def summarize(out: str | Path) -> dict:
             "growing": growing(shares),
             "scheme_diff": _rows(con, "SELECT * FROM scheme_diff"),
             "sweeps": [{**f, "others": _label(f["others"], varied)} for f in sweep_findings(con)],
-            "predictions": [{**asdict(p), "error": p.error} for p in preds],
-            "prediction_error": _abs_errors(preds),
-            "scheme_predictions": [{**asdict(p), "error": p.error} for p in by_scheme],
-            "scheme_prediction_error": _abs_errors(by_scheme),
-            "scheme_prediction_error_bytes_only": _abs_errors(
-                [SchemePrediction(**{**asdict(p), "predicted_ns": p.bytes_only_ns}) for p in by_scheme]),
-            "scheme_prediction_error_unchanged": _abs_errors(
-                [SchemePrediction(**{**asdict(p), "predicted_ns": p.from_ns}) for p in by_scheme]),
-            "scheme_prediction_winners": winners(by_scheme),
-            "scheme_prediction_costs": con.execute("SELECT count(plan_cost) > 0 FROM results").fetchone()[0],
-            "scheme_advice": scheme_advice(con, plan_schemes(Path(out)), by_scheme),
+            "model": model,
+            "scheme_advice": scheme_advice(con, plan_schemes(Path(out)), [p for p in preds if p.rule == "scheme"]),
             "kernel_checks": kernel_checks(con),
         }
     finally:
         con.close()
-
-
-def _abs_errors(preds: list[_Checked]) -> dict[str, float] | None:
-    """Mean and median absolute relative error (the planner's misestimates make a few scheme predictions
-    wrong many times over: the mean alone would say little)."""
-    errs = [abs(p.error) for p in preds if p.error is not None]
-    return {"mean": sum(errs) / len(errs), "median": statistics.median(errs)} if errs else None
 
 
 def _sweep_charts(sweeps: list[dict]) -> list[str]:
@@ -395,46 +315,6 @@ def _sweep_charts(sweeps: list[dict]) -> list[str]:
             charts.append(svg.line_chart(series, f"{factor}, {others}", "time / best level's",
                                          x_format="{:g} " + LEVEL_UNITS.get(factor, "")))
     return charts
-
-
-def _scheme_rule(s: dict) -> str:
-    """The scheme prediction's rule and error, then its yardsticks: the transfer rule, predicting no
-    change, the winners foreseen."""
-    if s["scheme_prediction_costs"]:
-        out = ("From a query's run under one scheme: its time scaled by the ratio of the two schemes' plan costs "
-               "(EXPLAIN, not run; the foreign scans priced by the nodes' own EXPLAIN).")
-    else:
-        out = ("From a query's run under one scheme (these results have no plan costs): the coordinator's own time "
-               "and the critical node's execution kept, the rest of the wait scaled by the plans' bytes.")
-    e = s["scheme_prediction_error"]
-    if e:
-        out += f" Mean absolute error {e['mean']:.0%}, median {e['median']:.0%}. Yardsticks:"
-    sticks = []
-    for key, what in (("scheme_prediction_error_bytes_only", "the transfer rule (the coordinator's own time "
-                       "and the critical node's execution kept, the rest of the wait scaled by the plans' bytes)"),
-                      ("scheme_prediction_error_unchanged", "predicting no change")):
-        e = s[key]
-        if e and (key != "scheme_prediction_error_bytes_only" or s["scheme_prediction_costs"]):
-            sticks.append(f"{what}: mean {e['mean']:.0%}, median {e['median']:.0%}")
-    if sticks:
-        out += " " + "; ".join(sticks) + "."
-    w = s["scheme_prediction_winners"]
-    if w["pairs"]:
-        out += (f" Of the {w['pairs']} predictions between schemes whose measured times differ by a tenth or "
-                f"more, {w['hits']} foresaw the faster one.")
-    return out
-
-
-def _predictions_md(title: str, rule: str, error: dict | None, head: list[str], rows: list[list],
-                    preds: list[dict]) -> list[str]:
-    """A section of predictions checked by running: the rule, the errors, one row per prediction."""
-    summary = f" Mean absolute error {error['mean']:.0%}, median {error['median']:.0%}." if error else ""
-    cols = head + ["predicted ms", "measured ms", "error"]
-    md = [f"## {title}", "", rule + summary, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for cells, p in zip(rows, preds):
-        err = f"{p['error']:+.0%}" if p["error"] is not None else "-"
-        md.append("| " + " | ".join([*map(str, cells), ms(p["predicted_ns"]), ms(p["measured_ns"]), err]) + " |")
-    return md + [""]
 
 
 def _varied(con) -> set[str]:
@@ -526,7 +406,7 @@ def _scheme_md(s: dict, md: list[str], html: list[str]) -> None:
         md.append("")
     if s["scheme_advice"]:
         md += ["## Partitioning advice", "", "Measured: the scheme that ran the query a tenth faster or more, "
-               "with what the model expected from the slower scheme's run alone.", ""]
+               "with what the model expected from the slower scheme's run alone." + _trust(s["model"]), ""]
         md += [f"- {a}" for a in s["scheme_advice"]] + [""]
 
 
@@ -576,18 +456,32 @@ def _kernel_md(s: dict, md: list[str], html: list[str]) -> None:
 
 
 def _predictions_sections(s: dict, md: list[str], html: list[str]) -> None:
-    """The predictions checked by running: node counts, then schemes."""
-    if s["predictions"]:
-        md += _predictions_md(
-            "Node counts predicted, then run", "From each group's smallest node count: the coordinator's own time "
-            "stays, its wait for the data nodes shrinks with the data per node.", s["prediction_error"],
-            ["group", "query", "from", "to"],
-            [[p["group"], f"Q{p['query']}", p["from_nodes"], p["nodes"]] for p in s["predictions"]], s["predictions"])
-    if s["scheme_predictions"]:
-        md += _predictions_md(
-            "The other scheme predicted, then run", _scheme_rule(s), None, ["query", "nodes", "from", "to"],
-            [[f"Q{p['query']}", p["nodes"], p["from_scheme"], p["scheme"]] for p in s["scheme_predictions"]],
-            s["scheme_predictions"])
+    """Every cell predicted from the others: the rule's errors, then each prediction against its run."""
+    m = s["model"]
+    if not m["predictions"]:
+        return
+    k = m["constants"]
+    md += ["## Every cell predicted from the others, then run", "",
+           "From a query's run in one cell, its time in each cell that differs in the node count, the scheme or both "
+           "(docs/experiments.md, mwinv/experiment/predict.py): what the run measured (the rows and bytes each "
+           "foreign scan returned, each operator's own time, the nodes' CPU and waits), moved and shared out under "
+           "the other cell's levels, combined as a critical path. Constants fitted on the odd-numbered queries: "
+           f"{k['row_ns']:,.0f} ns a shipped row, {k['rt_ns'] / 1e6:g} ms a round trip, CPU contention exponent "
+           f"{k['contention']:g}, page cache {k['cache_share']:.0%} of a node's memory, overlap {k['overlap']:.0%}; the "
+           "even-numbered queries were not seen by the fit. Faster foreseen: of the pairs whose times differ by a tenth or "
+           "more, those the prediction sent the same way (for a scheme change, only the queries that read a table the "
+           "schemes place otherwise: the others run the same plan).", "",
+           "| what differs | queries | predictions | mean error | median | within 10 % | within 25 % | faster foreseen "
+           "| no change: mean / median |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in m["rules"]:
+        u = r["unchanged"]
+        md.append(f"| {r['rule']} | {r['queries']} | {r['n']} | {r['mean']:.0%} | {r['median']:.0%} | {r['within_10']} | "
+                  f"{r['within_25']} | {r['hits']} of {r['pairs']} | {u['mean']:.0%} / {u['median']:.0%} |")
+    md += ["", "| query | from | to | from ms | predicted ms | measured ms | error |", "|---|---|---|---|---|---|---|"]
+    for p in m["predictions"]:
+        md.append(f"| Q{p['query']} | {p['from_nodes']} × {p['from_scheme']} | {p['nodes']} × {p['scheme']} | "
+                  f"{ms(p['from_ns'])} | {ms(p['predicted_ns'])} | {ms(p['measured_ns'])} | {p['error']:+.0%} |")
+    md.append("")
 
 
 def render(out: str | Path) -> tuple[Path, Path]:

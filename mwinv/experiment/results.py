@@ -22,7 +22,7 @@ RESULT_SCHEMA = pa.schema([
     ("node_read_mbps", f64), ("link_mbit", f64), ("link_latency_ms", f64), ("parallel_workers", i32), ("streams", i32), ("cold", b),
     ("kernel", s), ("query", i32), ("repetition", i32), ("stream", i32), ("wall_ns", i64), ("error", s), ("timed_out", b),
     ("statement_id", i64), ("limit", s), ("estimated_ns", i64), ("critical_node", s), ("net_bytes", i64),
-    ("plan_shipped_bytes", i64), ("plan_cost", f64), ("kernel_advice", s),
+    ("kernel_advice", s),
     # from the cell's untimed EXPLAIN ANALYZE pass (measure.py; its operators in results_op): the
     # coordinator's planning (remote estimates included) and the instrumented execution
     ("planning_ns", i64), ("analyze_ns", i64), ("host_cpus", i32),
@@ -33,34 +33,6 @@ NODE_SCHEMA = pa.schema([
     ("idle_ns", i64), ("sent_bytes", i64), ("rows", i64), ("fetches", i64), ("critical", b), *COMPONENT_COLUMNS,
 ])
 TIMEOUT = "canceling statement due to statement timeout"
-
-
-def plan_figures(server, queries: list[int], dbname: str = "tpch") -> dict[int, dict]:
-    """Per query, what its coordinator's plan expects (EXPLAIN, not run; nothing where EXPLAIN fails):
-    the bytes the data nodes ship (plan_shipped_bytes: rows x width of its foreign scans) and the
-    plan's whole cost (plan_cost: its foreign scans priced by the nodes' own EXPLAIN, the coordinator
-    asks them: use_remote_estimate). A scheme's plan says it without running the query, so the time
-    under another scheme can be predicted from a run under one."""
-    out: dict[int, dict] = {}
-    with server.connect(dbname) as conn:
-        for q in queries:
-            try:
-                (plan,) = conn.execute("EXPLAIN (VERBOSE, FORMAT JSON) " + tpch.query_sql(q)).fetchone()
-            except psycopg.Error:
-                conn.rollback()
-                out[q] = {}
-                continue
-            root = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
-            scans = [n for n in _plan_nodes(root) if n["Node Type"] == "Foreign Scan"]
-            out[q] = {"plan_shipped_bytes": int(sum(n["Plan Rows"] * n["Plan Width"] for n in scans)),
-                      "plan_cost": root["Total Cost"]}
-    return out
-
-
-def _plan_nodes(node: dict):
-    yield node
-    for child in node.get("Plans", []):
-        yield from _plan_nodes(child)
 
 
 def _statement_of(db: CaptureDB, run) -> int | None:

@@ -20,7 +20,7 @@ from mwinv import kernel_settings, privfile
 from mwinv.errors import MwinvError
 from mwinv.experiment.measure import OP_SCHEMA, measure_plans
 from mwinv.experiment.plan import Cell, Plan
-from mwinv.experiment.results import NODE_SCHEMA, RESULT_SCHEMA, cell_rows, plan_figures
+from mwinv.experiment.results import NODE_SCHEMA, RESULT_SCHEMA, cell_rows
 
 
 def results_dir(out: Path, table: str = "results") -> Path:
@@ -140,7 +140,7 @@ def kernel_advice(db, statement_ids: list) -> dict[int, str]:
     parent = {s: s for s in statement_ids if s is not None}
     if not parent:
         return {}
-    if db.has("statement_link"):   # statement ids are unique over the nodes
+    if db.modules.holds("statement_link"):   # statement ids are unique over the nodes
         parent.update(db.sql("SELECT statement_id, parent_statement_id FROM statement_link WHERE parent_statement_id "
                              f"IN ({', '.join(map(str, map(int, parent)))})").fetchall())
     node = dict(db.sql(f"SELECT statement_id, node FROM statement "
@@ -187,7 +187,6 @@ def run_cell(plan: Plan, cell: Cell, cluster, out: Path, say,
         for rep in range(plan.repetitions):
             for r in run_queries(cluster.coordinator, plan.queries, **kw):
                 runs.append((rep, r))
-    planned = plan_figures(cluster.coordinator, plan.queries)
     say("measured plans (EXPLAIN ANALYZE, untimed)")
     t0 = time.monotonic()
     op_rows, measured = measure_plans(cluster, cell.id, plan.queries, plan.timeout_s)
@@ -209,7 +208,6 @@ def run_cell(plan: Plan, cell: Cell, cluster, out: Path, say,
         rows, node_rows = cell_rows(db, plan.name, cell.id, _levels(cell), runs)
         advice = kernel_advice(db, [r["statement_id"] for r in rows]) if "kernel" in plan.factors else {}
         for row in rows:
-            row.update(planned.get(row["query"], {}))
             row.update(measured.get(row["query"], {}), host_cpus=os.cpu_count())
             row["kernel_advice"] = advice.get(row["statement_id"])
     finally:

@@ -5,7 +5,7 @@
 --
 -- inputs:  results (RESULT_SCHEMA, every cell's part), results_node (NODE_SCHEMA)
 -- columns: the factor levels, cell, query, runs, wall_ns, timed_out, failed, error, estimated_ns,
---          net_bytes, plan_shipped_bytes, plan_cost, limit, kernel_advice (JSON: the kernel-level advice
+--          net_bytes, limit, kernel_advice (JSON: the kernel-level advice
 --          on the coordinator statement, rule and expected gain), c_<component> (the
 --          coordinator's, mean ns), node_work_ns, node_sum_ns (the data nodes' summed execution, median),
 --          planning_ns, analyze_ns, host_cpus (the untimed EXPLAIN ANALYZE pass: measure.py),
@@ -28,7 +28,6 @@ SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit,
        bool_or(timed_out) AS timed_out, bool_or(error IS NOT NULL AND NOT timed_out) AS failed,
        any_value(error) AS error,
        CAST(avg(estimated_ns) AS BIGINT) AS estimated_ns, CAST(avg(net_bytes) AS BIGINT) AS net_bytes,
-       CAST(avg(plan_shipped_bytes) AS BIGINT) AS plan_shipped_bytes, avg(plan_cost) AS plan_cost,
        mode("limit") AS "limit", any_value(kernel_advice) AS kernel_advice,
        CAST(avg(planning_ns) AS BIGINT) AS planning_ns, CAST(avg(analyze_ns) AS BIGINT) AS analyze_ns,
        max(host_cpus) AS host_cpus,

@@ -1,12 +1,10 @@
 -- scheme_diff: the same query on two schemes with every other level equal ([Taufer]'s 1-part vs
--- 2-part): wall time, bytes the data nodes shipped, the model's estimates, and the component of the
--- coordinator's time that moved the most.
+-- 2-part): wall time, bytes the data nodes shipped, and the component of the coordinator's time that
+-- moved the most.
 --
 -- inputs:  cell_query, cell_others
--- columns: others, nodes, query, scheme_a, scheme_b, cell_a, cell_b, wall_a, wall_b, net_a, net_b, est_a, est_b,
---          remote_a, remote_b (the coordinator's wait for its data nodes), work_a, work_b (the critical
---          data node's execution), plan_a, plan_b (the bytes each plan expected the data nodes to ship),
---          cost_a, cost_b (each plan's whole cost), moved, moved_ns (b - a)
+-- columns: others, nodes, query, scheme_a, scheme_b, cell_a, cell_b, wall_a, wall_b, net_a, net_b, moved,
+--          moved_ns (b - a)
 CREATE OR REPLACE TABLE scheme_diff AS
 WITH s AS (
     SELECT q.*, o.others FROM cell_query q JOIN cell_others o ON o.cell = q.cell AND o.factor = 'scheme'),
@@ -14,10 +12,7 @@ comp AS (
     UNPIVOT (SELECT cell, query, COLUMNS('^c_') FROM cell_query) ON COLUMNS('^c_') INTO NAME component VALUE ns),
 pair AS (
     SELECT a.others, a.nodes, a.query, a.scheme AS scheme_a, b.scheme AS scheme_b, a.cell AS cell_a, b.cell AS cell_b,
-           a.wall_ns AS wall_a, b.wall_ns AS wall_b, a.net_bytes AS net_a, b.net_bytes AS net_b,
-           a.estimated_ns AS est_a, b.estimated_ns AS est_b, a.c_remote_wait AS remote_a, b.c_remote_wait AS remote_b,
-           a.node_work_ns AS work_a, b.node_work_ns AS work_b,
-           a.plan_shipped_bytes AS plan_a, b.plan_shipped_bytes AS plan_b, a.plan_cost AS cost_a, b.plan_cost AS cost_b
+           a.wall_ns AS wall_a, b.wall_ns AS wall_b, a.net_bytes AS net_a, b.net_bytes AS net_b
     FROM s a JOIN s b ON a.others = b.others AND a.query = b.query AND a.scheme < b.scheme),
 moved AS (
     SELECT p.others, p.query, p.scheme_a, p.scheme_b,
@@ -27,7 +22,6 @@ moved AS (
     JOIN comp cb ON cb.cell = p.cell_b AND cb.query = p.query AND cb.component = ca.component
     GROUP BY ALL)
 SELECT p.others, p.nodes, p.query, p.scheme_a, p.scheme_b, p.cell_a, p.cell_b, p.wall_a, p.wall_b, p.net_a, p.net_b,
-       p.est_a, p.est_b,
-       p.remote_a, p.remote_b, p.work_a, p.work_b, p.plan_a, p.plan_b, p.cost_a, p.cost_b, m.moved, m.moved_ns
+       m.moved, m.moved_ns
 FROM pair p LEFT JOIN moved m USING (others, query, scheme_a, scheme_b)
 ORDER BY p.query, p.nodes;

@@ -1,0 +1,453 @@
+"""The cluster model: a query's time in one cell predicted from its run in another that differs in the
+node count, the scheme or both, from what the run measured (measure.py's operators, the capture's
+components), not from the planner's estimates.
+
+A run is a critical path, not a sum: the coordinator's own time C (its wall minus its wait for the data
+nodes) and the slowest data node's execution N overlap (asynchronous foreign scans), and the run took
+f = wall / max(C, N) of the longer one. A prediction rebuilds C and N under the target cell's levels
+and keeps the source's f:
+
+- other node count: the nodes' summed execution divided over the target's nodes with the source's
+  measured skew (slowest / mean); round trips (each loop of a foreign partition's scan: per outer row
+  for a correlated subquery) grow with the partitions, each costing RT_NS on the coordinator's path; the
+  planning's remote estimates (one EXPLAIN per partition path) grow with them too; a node's working set
+  (the tables it read, partitions scaled by the node counts) against its page cache (node memory x
+  CACHE_SHARE): the source's disk time leaves when the share comes to fit, the excess is read at the
+  calibrated disk rate when it stops fitting; CPU contention when the coordinator and the nodes ask for
+  more than the host's cores (their measured CPU per wall) stretches the run by (demand / cores)^CONTENTION;
+- other scheme: the tables that become partitioned join on the nodes where they are co-partitioned
+  with tables already there: the coordinator's join of them (and their local scans) moves to the nodes,
+  which ship the join's output instead of their inputs (its rows divided by the selectivity of the
+  replicated tables joined before it); tables that become replicated come back to the coordinator:
+  the nodes' remote plans say what each node then ships (the still-partitioned subtrees' rows) and
+  what work moves (the rest of the remote plan). Each shipped row costs ROW_NS on the coordinator.
+  Moved work is the instrumented operators' own time scaled to the timed run, a node's at its CPU cap.
+
+The constants are fitted on the odd-numbered queries (fit()); the report gives the errors of the
+even-numbered ones apart."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from mwinv.cluster.harness import COORDINATOR
+
+JOINS = {"Hash Join", "Merge Join", "Nested Loop"}
+# operators that stay on the coordinator whatever the scheme (postgres_fdw in PostgreSQL 15 pushes no
+# partial aggregate, so an aggregate over partitions runs there)
+STAYS = {"Aggregate", "WindowAgg", "Limit", "Unique", "SetOp", "Gather", "Gather Merge", "SubqueryScan", "CTE Scan"}
+
+
+@dataclass
+class Constants:
+    row_ns: float = 1000.0       # the coordinator's cost of a row it receives
+    rt_ns: float = 200_000.0     # a round trip to a node (a foreign scan's loop)
+    contention: float = 1.0      # exponent of the CPU stretch
+    cache_share: float = 0.7     # of a node's memory cap that holds its page cache
+    overlap: float = 0.5         # of the shorter of the coordinator's own time and the nodes' that overlaps
+
+
+GRID = {"row_ns": [250, 500, 1000, 2000, 4000], "rt_ns": [50_000, 100_000, 200_000, 400_000, 800_000],
+        "contention": [0.0, 0.5, 1.0, 1.5], "cache_share": [0.5, 0.7, 0.9], "overlap": [0.0, 0.25, 0.5, 0.75, 1.0]}
+PERIOD_NS = 100e6   # cgroup v2 cpu.max period
+
+
+@dataclass
+class Op:
+    side: str
+    op: int
+    parent: int
+    node_type: str
+    rows: int
+    loops: int
+    bytes: int
+    self_ns: int
+    tables: tuple[str, ...]
+    table_bytes: int
+    parameterized: bool
+    children: list["Op"] = field(default_factory=list)
+
+    def walk(self):
+        yield self
+        for c in self.children:
+            yield from c.walk()
+
+    def tabs(self) -> set[str]:
+        return {t for o in self.walk() for t in o.tables}
+
+    def has_param(self) -> bool:
+        return any(o.parameterized for o in self.walk())
+
+
+@dataclass
+class Run:
+    """One cell's run of one query: its levels and what was measured."""
+    cell: str
+    query: int
+    nodes: int
+    scheme: str
+    others: tuple
+    node_cpu: float | None
+    memory_mb: int | None
+    host_cpus: int
+    wall_ns: int
+    own_ns: int             # the coordinator's own time (wall - its wait for the data nodes)
+    own_cpu_ns: int
+    node_max_ns: int        # the slowest data node's execution
+    node_sum_ns: int
+    node_cpu_ns: int
+    node_rq_ns: int
+    node_disk_ns: int
+    planning_ns: int
+    analyze_ns: int
+    root: Op | None         # the coordinator's plan, the nodes' remote plans under its foreign scans
+
+
+def plan_tree(rows: list[dict]) -> Op | None:
+    ops = {r["op"]: Op(r["side"], r["op"], r["parent"], r["node_type"], r["rows"] or 0, r["loops"] or 0,
+                       r["bytes"] or 0, r["self_ns"] or 0, tuple((r["tables"] or "").split(",")) if r["tables"] else (),
+                       r["table_bytes"] or 0, bool(r["parameterized"])) for r in rows}
+    root = None
+    for o in sorted(ops.values(), key=lambda o: o.op):
+        if o.parent in ops:
+            ops[o.parent].children.append(o)
+        elif o.parent < 0:
+            root = o
+    return root
+
+
+def _coord_ops(root: Op):
+    """The coordinator's operators (not the nodes' remote plans under its foreign scans)."""
+    yield root
+    for c in root.children:
+        if c.side == COORDINATOR:
+            yield from _coord_ops(c)
+
+
+def _foreign(root: Op) -> list[Op]:
+    return [o for o in _coord_ops(root) if o.node_type == "Foreign Scan"]
+
+
+def _groups(scheme: dict) -> list[set[str]]:
+    """The co-partitioned groups of a scheme: partitioned tables whose keys share a domain
+    (o_orderkey, l_orderkey)."""
+    by: dict[str, set[str]] = {}
+    for t, key in scheme.get("partitioned", {}).items():
+        by.setdefault(key.split("_", 1)[-1], set()).add(t)
+    return list(by.values())
+
+
+def _parts(scheme: dict, nodes: int) -> int:
+    return scheme.get("parts") or nodes
+
+
+def _maximal(op: Op, pred) -> list[Op]:
+    """The largest subtrees under `op` (itself included) that satisfy `pred`."""
+    return [op] if pred(op) else [s for c in op.children for s in _maximal(c, pred)]
+
+
+@dataclass
+class Moved:
+    coord_ns: int = 0        # instrumented coordinator work (positive: more on the coordinator)
+    node_ns: int = 0         # instrumented node work, summed over the nodes
+    rows: int = 0            # rows shipped to the coordinator, change
+    bytes: int = 0
+
+
+def scheme_change(root: Op, frm: dict, to: dict, node_cpu: float) -> Moved:
+    """What moves between the coordinator and the nodes when `frm` becomes `to` (see the module's doc)."""
+    m = Moved()
+    was, now = set(frm.get("partitioned", {})), set(to.get("partitioned", {}))
+    groups = _groups(to)
+
+    def group_of(tabs: set[str]) -> set[str] | None:
+        return next((g for g in groups if tabs and tabs <= g), None)
+
+    def coord_work(op: Op) -> int:
+        return sum(o.self_ns for o in _coord_ops(op) if o.node_type != "Foreign Scan")
+
+    def shipped(op: Op) -> tuple[int, int]:
+        fs = _foreign(op)
+        return sum(o.rows for o in fs), sum(o.bytes for o in fs)
+
+    def push(op: Op, rows: int, width_bytes: int, extra_ns: int = 0) -> None:
+        r, b = shipped(op)
+        m.rows += rows - r
+        m.bytes += width_bytes - b
+        w = coord_work(op) + extra_ns
+        m.coord_ns -= w
+        m.node_ns += w   # CPU time, throttled on the node by predict
+
+    # the nodes' scan rate (own time per byte of the tables they scanned), for a table they would scan whole
+    scans = [o for o in root.walk() if o.side != COORDINATOR and o.tables and o.table_bytes]
+    scan_ns_per_byte = sum(o.self_ns for o in scans) / max(1, sum(o.table_bytes for o in scans))
+
+    def pushable(op: Op) -> bool:
+        return bool(group_of(op.tabs())) and not op.has_param() and not any(o.node_type in STAYS for o in op.walk())
+
+    def visit(op: Op) -> None:
+        tabs = op.tabs()
+        if tabs & (now - was) and pushable(op):
+            push(op, op.rows, op.bytes)   # its tables all co-partitioned under `to`: it runs on the nodes
+            return
+        if op.node_type in JOINS and not op.has_param():
+            kids = [(c, c.tabs()) for c in op.children]
+            g = group_of({t for _, ts in kids for t in ts} & now)
+            inner = [(c, ts) for c, ts in kids if g and ts & g]
+            if g and len(inner) == 2 and (g & (now - was)) & tabs and all(pushable(c) or not ts <= g for c, ts in inner):
+                # the group's tables meet here, with replicated ones joined to one side first: the
+                # planner joins the group on the nodes and the replicated ones after, on the coordinator
+                mixed = next(((c, ts) for c, ts in inner if not ts <= g), None)
+                if mixed:
+                    c, ts = mixed
+                    pure = _maximal(c, pushable)
+                    inside = {id(o) for s in pure for o in s.walk()}
+                    if any(id(o) not in inside and set(o.tables) & g for o in c.walk()):
+                        for x, _ in kids:   # the group's tables elsewhere too (Q18's subquery): no reorder
+                            visit(x)
+                        return
+                    other = next(x for x, _ in inner if x is not c)
+                    width = op.bytes / max(1, op.rows)
+                    if any(o.loops > 1 for s in pure for o in s.walk()):
+                        # an inner scan per replicated outer row (Q7's orders per customer): on the nodes
+                        # the group's tables join unfiltered, each row of the other side finding its key
+                        rows = other.rows
+                        m.node_ns += int(scan_ns_per_byte * sum(o.table_bytes for s in pure for o in s.walk()
+                                                                if o.tables))
+                    else:
+                        sel = max(1, c.rows) / max(1, sum(s.rows for s in pure))
+                        rows = int(op.rows / min(1.0, sel))
+                    for s in pure:
+                        push(s, 0, 0)
+                    push(other, 0, 0, extra_ns=op.self_ns)
+                    m.rows += rows
+                    m.bytes += int(rows * width)
+                    return
+        for c in op.children:
+            if c.side == COORDINATOR:
+                visit(c)
+
+    if now - was:
+        visit(root)
+    if was - now:
+        gone = was - now
+        for f in _foreign(root):
+            remote = [c for c in f.children if c.side != COORDINATOR]
+            if not remote or not (f.tabs() & gone):
+                continue
+            keep = _maximal(remote[0], lambda s: bool(group_of(s.tabs())) and s.node_type not in STAYS)
+            kept_ns = sum(o.self_ns for s in keep for o in s.walk())
+            moved = sum(o.self_ns for o in remote[0].walk()) - kept_ns
+            # a node's operators ran under its quota: their CPU is about their time x the quota
+            m.node_ns -= int(moved * min(1.0, node_cpu))
+            m.coord_ns += int(moved * min(1.0, node_cpu))
+            m.rows += sum(s.rows for s in keep) - f.rows
+            m.bytes += sum(s.bytes for s in keep) - f.bytes
+    return m
+
+
+def _working_set(root: Op | None, partitioned: set[str], scale: float) -> float:
+    """The bytes of the tables the busiest node read for the query, its partitions scaled by `scale`."""
+    if root is None:
+        return 0.0
+    per: dict[str, dict[str, int]] = {}
+    for o in root.walk():
+        if o.side != COORDINATOR and o.tables and o.table_bytes:
+            per.setdefault(o.side, {})[o.tables[0]] = o.table_bytes
+    return max((sum(b * (scale if t in partitioned else 1.0) for t, b in d.items()) for d in per.values()),
+               default=0.0)
+
+
+@dataclass
+class Change:
+    """What a change of cell does to a run, before the constants: the moved work and rows, the round
+    trips and planning added, the working sets."""
+    moved: Moved
+    trips: float            # round trips added
+    planning_ns: float      # planning added (remote estimates: per partition path)
+    ws0: float
+    ws1: float
+    moves: bool             # a scheme change that places a table the query reads otherwise (or no scheme change)
+
+
+def change(src: Run, nodes: int, scheme: str, schemes: dict[str, dict]) -> Change | None:
+    frm, to = schemes.get(src.scheme), schemes.get(scheme)
+    if src.root is None or not src.wall_ns or frm is None or to is None:
+        return None
+    moved = scheme_change(src.root, frm, to, src.node_cpu or 1.0) if scheme != src.scheme else Moved()
+    grow = _parts(to, nodes) / _parts(frm, src.nodes) - 1
+    return Change(moved, sum(o.loops for o in _foreign(src.root)) * grow, src.planning_ns * grow,
+                  _working_set(src.root, set(frm.get("partitioned", {})), 1.0),
+                  _working_set(src.root, set(to.get("partitioned", {})), src.nodes / nodes),
+                  scheme == src.scheme or bool(placed_otherwise(frm, to) & src.root.tabs()))
+
+
+def placed_otherwise(frm: dict, to: dict) -> set[str]:
+    """The tables two schemes place differently."""
+    was, now = frm.get("partitioned", {}), to.get("partitioned", {})
+    moved = {t for t in {*was, *now} if was.get(t) != now.get(t)}
+    return moved | (set(was) | set(now) if frm.get("parts") != to.get("parts") else set())
+
+
+def _throttled(cpu_ns: float, quota: float | None) -> float:
+    """The wall time of `cpu_ns` of work under a CPU quota of `quota` CPUs per 100 ms period (cgroup
+    cpu.max): a burst within one period's quota runs at full speed, the rest at the quota's rate (SF 0.1,
+    Q3 under 2-part: 105 ms of a node's CPU took 183 ms on one node, 2 x 52 ms 58 ms on two)."""
+    if not quota or quota >= 1:
+        return cpu_ns
+    return cpu_ns + max(0.0, cpu_ns - quota * PERIOD_NS) * (1 / quota - 1)
+
+
+def _node_wall(cpu_ns: float, rest_ns: float, nodes: int, skew: float, quota: float | None) -> float:
+    """The slowest node's execution when `cpu_ns` and `rest_ns` (its other time: reads, sends, waits)
+    are shared by `nodes` with `skew`."""
+    share = (skew if nodes > 1 else 1.0) / nodes
+    return rest_ns * share + _throttled(cpu_ns * share, quota)
+
+
+def predict(src: Run, nodes: int, c: Change, k: Constants, disk_bps: float | None) -> int:
+    """The query's time at `nodes` after the change `c` (see the module's doc)."""
+    n0, quota = src.nodes, src.node_cpu
+    # the instrumented run's operators scaled to the timed run's (instrumentation's overhead), within reason
+    scale = min(3.0, max(0.3, src.wall_ns / src.analyze_ns)) if src.analyze_ns else 1.0
+    own = src.own_ns + c.moved.coord_ns * scale + c.moved.rows * k.row_ns + k.rt_ns * c.trips + c.planning_ns
+    cpu = max(0.0, src.node_cpu_ns + c.moved.node_ns * scale)
+    rest = max(0.0, src.node_sum_ns - src.node_cpu_ns - src.node_rq_ns)
+    if src.memory_mb:
+        cache = src.memory_mb * 2**20 * k.cache_share
+        if c.ws0 > cache >= c.ws1:
+            rest = max(0.0, rest - src.node_disk_ns)
+        elif c.ws1 > cache >= c.ws0 and disk_bps:
+            rest += (c.ws1 - cache) * nodes / disk_bps * 1e9
+    skew = src.node_max_ns * n0 / src.node_sum_ns if src.node_sum_ns and n0 > 1 else 1.0
+    rest0 = max(0.0, src.node_sum_ns - src.node_cpu_ns - src.node_rq_ns)
+    fitted0 = _node_wall(src.node_cpu_ns, rest0, n0, skew, quota)
+    node = _node_wall(cpu, rest, nodes, skew, quota) * (src.node_max_ns / fitted0 if fitted0 else 1.0)
+
+    def path(own_: float, node_: float, n: int) -> float:
+        # one node and its coordinator take turns (a fetch is a request and its answer); with more, the
+        # other nodes work while the coordinator takes one's rows
+        return own_ + node_ - k.overlap * (n - 1) / n * min(own_, node_)
+    rest_of_wall = src.wall_ns - path(src.own_ns, src.node_max_ns, n0)   # the links, what the parts miss
+    t = max(0.0, path(own, node, nodes) + rest_of_wall)
+    # CPU contention: the coordinator's and the nodes' CPU per wall against the host's cores
+    u_c = min(1.0, src.own_cpu_ns / src.wall_ns)
+    u_n = min(quota or 1.0, src.node_cpu_ns / n0 / src.node_max_ns) if src.node_max_ns else 0.0
+
+    def stretch(n: int) -> float:
+        return max(1.0, (u_c + n * u_n) / max(1, src.host_cpus)) ** k.contention
+    return int(t * stretch(nodes) / stretch(n0))
+
+
+@dataclass
+class CellPrediction:
+    rule: str               # "nodes", "scheme" or "nodes and scheme": what differs
+    query: int
+    from_cell: str
+    to_cell: str
+    from_nodes: int
+    from_scheme: str
+    nodes: int
+    scheme: str
+    from_ns: int
+    predicted_ns: int
+    measured_ns: int
+    others: str = ""
+    moves: bool = True      # the change places a table the query reads otherwise (below: winners)
+
+    @property
+    def error(self) -> float | None:
+        return (self.predicted_ns - self.measured_ns) / self.measured_ns if self.measured_ns else None
+
+
+def pairs(runs: list[Run], schemes: dict[str, dict]) -> list[tuple[Run, Run, Change]]:
+    """Every run with every other of the same query and other levels that it can predict."""
+    by: dict[tuple, list[Run]] = {}
+    for r in runs:
+        by.setdefault((r.others, r.query), []).append(r)
+    out = []
+    for group in by.values():
+        for a, b in itertools.permutations(group, 2):
+            c = change(a, b.nodes, b.scheme, schemes) if b.wall_ns else None
+            if c is not None:
+                out.append((a, b, c))
+    return out
+
+
+def predict_all(pairs_: list[tuple[Run, Run, Change]], k: Constants, disk_bps: float | None,
+                queries: set[int] | None = None) -> list[CellPrediction]:
+    out = []
+    for a, b, c in pairs_:
+        if queries is not None and a.query not in queries:
+            continue
+        rule = ("nodes and scheme" if a.nodes != b.nodes and a.scheme != b.scheme
+                else "nodes" if a.nodes != b.nodes else "scheme")
+        out.append(CellPrediction(rule, a.query, a.cell, b.cell, a.nodes, a.scheme, b.nodes, b.scheme, a.wall_ns,
+                                  predict(a, b.nodes, c, k, disk_bps), b.wall_ns, " ".join(map(str, a.others)),
+                                  c.moves))
+    return out
+
+
+def _loss(preds: list[CellPrediction]) -> float:
+    """Median and mean of |log(predicted / measured)|: a factor of 2 too high or too low weigh alike."""
+    errs = [abs(math.log(max(p.predicted_ns, 1) / p.measured_ns)) for p in preds if p.measured_ns]
+    return statistics.median(errs) + statistics.fmean(errs) if errs else math.inf
+
+
+def fit(pairs_: list[tuple[Run, Run, Change]], disk_bps: float | None) -> Constants:
+    """The constants that predict the odd-numbered queries best (a grid: 1,500 combinations)."""
+    odd = {a.query for a, _, _ in pairs_ if a.query % 2}
+    best, best_loss = Constants(), math.inf
+    for values in itertools.product(*GRID.values()):
+        k = Constants(**dict(zip(GRID, values)))
+        loss = _loss(predict_all(pairs_, k, disk_bps, odd))
+        if loss < best_loss:
+            best, best_loss = k, loss
+    return best
+
+
+def load_runs(con) -> list[Run]:
+    """The runs of an experiment's results (report.open_results: cell_query, cell_level, results_op)."""
+    levels: dict[str, dict] = {}
+    for cell, factor, level in con.execute("SELECT cell, factor, level FROM cell_level").fetchall():
+        levels.setdefault(cell, {})[factor] = level
+    cur = con.execute("SELECT * FROM results_op ORDER BY cell, query, op")
+    cols = [d[0] for d in cur.description]
+    ops: dict[tuple, list[dict]] = {}
+    for r in cur.fetchall():
+        d = dict(zip(cols, r))
+        ops.setdefault((d["cell"], d["query"]), []).append(d)
+    out = []
+    for r in con.execute("""
+            SELECT cell, query, nodes, scheme, node_cpu, node_memory_mb, host_cpus, wall_ns,
+                   wall_ns - coalesce(c_remote_wait, 0), coalesce(c_cpu_user, 0) + coalesce(c_cpu_sys, 0),
+                   node_work_ns, node_sum_ns, coalesce(n_cpu_user, 0) + coalesce(n_cpu_sys, 0),
+                   coalesce(n_run_queue, 0), coalesce(n_disk_seq, 0) + coalesce(n_disk_random, 0), planning_ns, analyze_ns
+            FROM cell_query WHERE wall_ns IS NOT NULL AND analyze_ns IS NOT NULL AND node_work_ns > 0""").fetchall():
+        cell, query = r[0], r[1]
+        others = tuple(f"{f}={v}" for f, v in sorted(levels[cell].items()) if f not in ("nodes", "scheme"))
+        out.append(Run(cell, query, r[2], r[3], others, r[4], r[5], r[6] or 1, *r[7:17],
+                       plan_tree(ops.get((cell, query), []))))
+    return out
+
+
+def errors(preds: list[CellPrediction]) -> dict | None:
+    """Mean and median absolute relative error, how many within 10 % and 25 %."""
+    errs = [abs(p.error) for p in preds if p.error is not None]
+    if not errs:
+        return None
+    return {"n": len(errs), "mean": statistics.fmean(errs), "median": statistics.median(errs),
+            "within_10": sum(e <= 0.10 for e in errs), "within_25": sum(e <= 0.25 for e in errs)}
+
+
+def winners(preds: list[CellPrediction], differ: float = 0.10) -> dict[str, int]:
+    """Of the pairs whose measured times differ by `differ` or more, how many the prediction sent the same
+    way (the faster cell foreseen). Schemes that place only tables the query does not read otherwise run
+    the same plan: their difference is noise, as the partitioning advice has it (report.scheme_advice)."""
+    pairs_ = [p for p in preds
+              if p.moves and abs(p.measured_ns - p.from_ns) >= differ * max(p.measured_ns, p.from_ns)]
+    hits = sum((p.predicted_ns < p.from_ns) == (p.measured_ns < p.from_ns) for p in pairs_)
+    return {"pairs": len(pairs_), "hits": hits}
