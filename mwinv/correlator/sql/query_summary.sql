@@ -7,7 +7,8 @@
 -- and its example (for advice) the longest of those. Statements are grouped before their components
 -- are joined: grouping a million statements' component rows per statement ran out of memory. It reads
 -- the statements' narrow copy (slice_statement: whether a window covered each, too), not every column of
--- statement_clean.
+-- statement_clean; an attributed statement is one with a not_allocated row (each has a row per
+-- component): a DISTINCT over all its rows cost 6.3 of 13.0 s on 3.5 M statements (one thread).
 --
 -- builds:  query_summary
 -- inputs:  slice_statement, statement_attribution, statement_link; the variable duty_cycled
@@ -18,7 +19,8 @@ WITH stmt AS (
     SELECT coalesce(s.query_id, -s.statement_id) AS key, s.query_id, s.query_text_hash, s.node, s.statement_id,
            s.end_ns - s.start_ns AS wall_ns, s.traced
     FROM slice_statement s
-    WHERE (s.node, s.statement_id) IN (SELECT DISTINCT (node, statement_id) FROM statement_attribution)
+    WHERE (s.node, s.statement_id) IN (SELECT (node, statement_id) FROM statement_attribution
+                                       WHERE component = 'not_allocated')
       AND (s.node, s.statement_id) NOT IN (SELECT (node, statement_id) FROM statement_link)),
 g AS (
     SELECT key, any_value(query_id) AS query_id, any_value(query_text_hash) AS query_text_hash,
