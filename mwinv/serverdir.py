@@ -37,6 +37,7 @@ PG_EXES = {"postgres"}
 KINDS = {
     "pg": ("data/postmaster.pid", "data", PG_EXES, signal.SIGQUIT),
     "maria": ("mariadb.pid", "data", {"mariadbd", "mysqld"}, signal.SIGTERM),
+    "pool": ("run/pgpool.pid", "run", {"pgpool"}, signal.SIGINT),   # pgpool-II (mwinv/ntier/pgpool.py)
 }
 
 
@@ -240,7 +241,7 @@ def server_pidfd(pid_file: Path, data_dir: Path, exes: set[str]) -> int | None:
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return None
-            first = os.read(fd, 64).split(b"\n", 1)[0]
+            first = os.read(fd, 64).split(b"\n", 1)[0].rstrip(b"\0")   # pgpool ends its pid with a NUL
         finally:
             os.close(fd)
         pid = int(first)

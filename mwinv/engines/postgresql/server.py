@@ -112,11 +112,7 @@ class PgServer(ThrowawayServer):
                 os.chmod(self.base_dir, 0o700)
                 for p in (self.base_dir, self.socket_dir):
                     os.chown(p, pw.pw_uid, pw.pw_gid)
-            self._run(
-                [str(bindir / "initdb"), "-D", str(self.data_dir), "-A", "trust", "-U", "postgres",
-                 "-E", "UTF8", "--locale=C", "--no-sync"],
-                what="initdb",
-            )
+            self._init_data(bindir)
             self._write_conf()
             self._pg_ctl_start(bindir)
             self._started = True
@@ -124,6 +120,11 @@ class PgServer(ThrowawayServer):
             self.stop()
             raise
         return self
+
+    def _init_data(self, bindir: Path) -> None:
+        """The data directory (a standby copies its primary's instead: mwinv/ntier/scenario.py)."""
+        self._run([str(bindir / "initdb"), "-D", str(self.data_dir), "-A", "trust", "-U", "postgres", "-E", "UTF8",
+                   "--locale=C", "--no-sync"], what="initdb")
 
     def _write_conf(self) -> None:
         conf = {

@@ -1,0 +1,31 @@
+"""Which backend served which client: the TCP connections the kernel reports on both of pgpool's hops.
+A pgpool child holds the connection a client opened to pgpool (accepted on pgpool's port) and its own
+connections to the backends; a backend holds the other end of the latter (accepted on the server's
+port). The socket 4-tuples join the three: client port -> pgpool child -> (node, backend pid), and a
+backend pid's statements are then that client's (docs/ntier.md)."""
+
+from __future__ import annotations
+
+from mwinv.kernel_trace.recorder import descendants
+from mwinv.kernel_trace.tcp import sockets, socket_inodes
+
+
+def _held(pids: list[int], socks: dict) -> list[tuple[int, object]]:
+    return [(pid, socks[i]) for pid in pids for i in socket_inodes(pid) if i in socks and not socks[i].listening]
+
+
+def snapshot(pool_pid: int, pool_port: int, servers: dict[str, tuple[int, int]]) -> list[dict]:
+    """One look at the connections now: a row per pgpool-to-backend connection, with the client whose
+    session the pgpool child serves (None: a child between sessions keeps its backend connections, its
+    connection cache). servers: node -> (postmaster pid, port)."""
+    socks = sockets()
+    backend_of = {}   # pgpool's end "addr:port" -> (node, backend pid)
+    for node, (postmaster, port) in servers.items():
+        for pid, s in _held(descendants(postmaster), socks):
+            if s.local_port == port:
+                backend_of[s.peer] = (node, pid)
+    held = _held(descendants(pool_pid), socks)
+    client_of = {pid: s.peer for pid, s in held if s.local_port == pool_port}
+    return [{"client": client_of.get(pid), "pgpool_pid": pid, "pgpool_local": s.local, "node": backend_of[s.local][0],
+             "backend_pid": backend_of[s.local][1]}
+            for pid, s in held if s.local_port != pool_port and s.local in backend_of]
