@@ -11,6 +11,7 @@ from mwinv import privfile
 from mwinv.cli.cluster import clean_cmd, cluster_cli
 from mwinv.cli.common import group_option, output_console, progress_logger, run_main
 from mwinv.cli.experiment import experiment_cli
+from mwinv.cli.ntier import ntier_cli
 from mwinv.engines import registry
 from mwinv.workloads import runner, tpch
 from mwinv.workloads.setup import tpch_server
@@ -136,6 +137,7 @@ def demo(scale, out, nodes, dbms) -> None:
 cli.add_command(cluster_cli)
 cli.add_command(clean_cmd, "clean")
 cli.add_command(experiment_cli)
+cli.add_command(ntier_cli)
 
 
 def main() -> None:

@@ -1,8 +1,9 @@
-"""Inline SVG charts for the report (no JavaScript, no external files): stacked bars, line charts and
-interval strips. Each function returns one <svg> element as text."""
+"""Inline SVG charts for the report (no JavaScript, no external files): stacked bars, line charts,
+histograms and interval strips. Each function returns one <svg> element as text."""
 
 from __future__ import annotations
 
+import math
 from html import escape
 
 from mwinv.fmt import duration
@@ -116,5 +117,34 @@ def interval_strip(rows: list[tuple[str, list[tuple[float, float]], str]], span:
                        f'height="{row_h - 4}" fill="{color}"/>')
     out.append(f'<text x="{left}" y="{height - 3}" font-size="10">0 ms</text>'
                f'<text x="{left + pw}" y="{height - 3}" font-size="10" text-anchor="end">{(s1 - s0) * 1e3:.1f} ms</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def histogram(bins: list[tuple[float, float, int]], title: str, width: int = 640, height: int = 140) -> str:
+    """Counts in contiguous bins [(lower, upper, count)] of durations (ns) on a log axis, one bar per bin
+    (empty bins between them left blank); the x axis labelled at the outer bounds."""
+    if not bins:
+        return ""
+    left, right, top, bottom = 50, 30, 20, 24
+    lo, hi = math.log10(max(bins[0][0], 1)), math.log10(max(bins[-1][1], 2))
+    hi = hi if hi > lo else lo + 1
+    peak = max(b[2] for b in bins) or 1
+    pw, ph = width - left - right, height - top - bottom
+
+    def sx(v): return left + pw * (math.log10(max(v, 1)) - lo) / (hi - lo)
+
+    out = [f'<svg class="chart histogram" width="{width}" height="{height}" role="img" aria-label="{escape(title)}">',
+           f'<text x="{left}" y="13" font-size="12" font-weight="bold">{escape(title)}</text>',
+           f'<line class="axis" x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="#333"/>',
+           f'<text x="{left - 4}" y="{top + 4}" font-size="10" text-anchor="end">{peak}</text>']
+    for a, b, n in bins:
+        h = ph * n / peak
+        out.append(f'<rect class="bin" x="{_fmt(sx(a))}" y="{_fmt(top + ph - h)}" width="{_fmt(max(sx(b) - sx(a) - 1, 1))}" '
+                   f'height="{_fmt(h)}" fill="{SERIES_COLORS[0]}"><title>{escape(duration(a))} to '
+                   f'{escape(duration(b))}: {n}</title></rect>')
+    for v, anchor in ((bins[0][0], "start"), (bins[-1][1], "end")):
+        out.append(f'<text x="{_fmt(sx(v))}" y="{height - 8}" font-size="10" text-anchor="{anchor}">'
+                   f'{escape(duration(v))}</text>')
     out.append("</svg>")
     return "".join(out)

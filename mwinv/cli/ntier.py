@@ -1,0 +1,106 @@
+"""`mwinv ntier`: read-only scale-out behind pgpool-II on this host (docs/ntier.md)."""
+
+from __future__ import annotations
+
+import click
+
+from mwinv.cli.common import group_option, output_console, progress_console, progress_logger
+from mwinv.errors import MwinvError
+
+
+def _numbers(kind, text: str, option: str) -> list:
+    try:
+        return [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise MwinvError(f"{option} {text!r}: numbers separated by commas") from None
+
+
+@click.group("ntier")
+def ntier_cli() -> None:
+    """A PostgreSQL primary, 1-3 streaming replicas and pgpool-II balancing the reads, a bulletin
+    board's browse mix run by pgbench at each load level: latency distributions per page and per
+    statement, each tier's utilisation, the rare heavy statements.
+
+    \b
+    Examples:
+      mwinv ntier run --replicas 2 --clients 4,8 --out out/ntier
+      mwinv ntier report out/ntier
+    """
+
+
+@ntier_cli.command("run")
+@click.option("--replicas", default=2, show_default=True, help="streaming replicas (1-3).")
+@click.option("--clients", default="4,8", show_default=True, help="load levels: clients, comma separated.")
+@click.option("--policy", type=click.Choice(["session", "statement"]), default="session", show_default=True,
+              help="pgpool's load balancing: a replica per session, or per statement.")
+@click.option("--weights", default=None, help="pgpool's weight per replica, e.g. 2,1 (default: equal).")
+@click.option("--think-ms", default=5.0, show_default=True, help="think time after each page.")
+@click.option("--ramp-up", default=2.0, show_default=True, help="seconds over which the clients start.")
+@click.option("--run", "run_s", default=6.0, show_default=True, help="seconds measured, all clients running.")
+@click.option("--ramp-down", default=1.0, show_default=True, help="seconds over which the clients stop.")
+@click.option("--users", default=2_000, show_default=True, help="bulletin board users.")
+@click.option("--stories", default=5_000, show_default=True, help="stories.")
+@click.option("--comments", default=100_000, show_default=True, help="comments (the heavy search scans them).")
+@click.option("--replica-cpu", type=float, default=None, help="CPUs per replica (cgroup quota), e.g. 0.5.")
+@click.option("--pool-cpu", type=float, default=None, help="CPUs for pgpool (cgroup quota).")
+@click.option("--trace/--no-trace", default=False, show_default=True, help="kernel-trace every tier too.")
+@click.option("--check-advice", is_flag=True, help="after the run, create the index advised for a rare heavy "
+              "statement and time it again.")
+@click.option("--out", default="out/ntier", show_default=True, help="where the capture, logs and report go.")
+@group_option
+def run_cmd(replicas, clients, policy, weights, think_ms, ramp_up, run_s, ramp_down, users, stories, comments,
+            replica_cpu, pool_cpu, trace, check_advice, out) -> None:
+    """Set up the scenario, run every load level under one capture, report, and remove it all.
+
+    \b
+    Examples:
+      mwinv ntier run --replicas 2 --clients 4,8
+      mwinv ntier run --replicas 3 --clients 2,8,16,32 --replica-cpu 0.5 --run 20 --check-advice
+      mwinv ntier run --replicas 2 --policy statement --weights 2,1 --out out/ntier-stmt
+    """
+    from mwinv.ntier import analyse, bboard, evidence, report
+    from mwinv.ntier.scenario import NTier, NTierConfig, check_clients
+
+    levels = check_clients(_numbers(int, clients, "--clients"))
+    cfg = NTierConfig(replicas=replicas, policy=policy, weights=_numbers(float, weights, "--weights") if weights else None,
+                      size=bboard.Size(users, stories, comments), think_ms=think_ms, ramp_up_s=ramp_up, run_s=run_s,
+                      ramp_down_s=ramp_down, replica_cpu=replica_cpu, pool_cpu=pool_cpu, trace=trace)
+    console = progress_console()
+    progress = progress_logger(console)
+    with NTier(cfg, progress=progress) as nt:
+        failed = None
+        try:
+            nt.run(out, levels)
+        except MwinvError as exc:
+            failed = exc
+        try:
+            result = analyse.analyse(out)
+        except MwinvError:
+            if failed:
+                raise failed from None
+            raise
+        for finding in result["rare_heavy"]:
+            progress(f"evidence for query id {finding['query_id']}")
+            evidence.gather(finding, nt.servers, nt.primary, nt.wait_replay, check_advice and not failed)
+        analyse.save(out, result)
+    md = report.write(out, result)
+    output_console().print("\n".join(md), markup=False, highlight=False, soft_wrap=True)
+    console.print(f"report: {out}/report.html; distributions: {out}/distributions.json, .csv")
+    if failed:
+        raise failed
+
+
+@ntier_cli.command("report")
+@click.argument("out", type=click.Path(exists=True, file_okay=False))
+@group_option
+def report_cmd(out) -> None:
+    """Analyse a run's output again (distributions, report) without servers: no plans are taken.
+
+    \b
+    Example:
+      mwinv ntier report out/ntier
+    """
+    from mwinv.ntier import analyse, report
+
+    md = report.write(out, analyse.analyse(out))
+    output_console().print("\n".join(md), markup=False, highlight=False, soft_wrap=True)

@@ -1,0 +1,130 @@
+"""An n-tier run's report: one markdown text (printed in the terminal, out/report.md) and the same as
+HTML with its charts (out/report.html, mwinv/experiment/html.py's page): throughput and routing per
+load level, the pages' and the statements' latency distributions, each tier's utilisation density,
+the rare heavy statements with their evidence and advice, and what the run did not measure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mwinv import privfile
+from mwinv.correlator import svg
+from mwinv.experiment.html import page
+from mwinv.fmt import duration, pct
+
+TOP_STATEMENTS = 8
+CHARTED = 4
+
+
+def _pcts(s: dict) -> list[str]:
+    return [f"{s['n']:,}", *(duration(s[f"{p}_ns"]) for p in ("p50", "p90", "p99", "max"))]
+
+
+def _text(t: str, width: int = 70) -> str:
+    t = " ".join(t.split()).replace("|", "\\|")
+    return t if len(t) <= width else t[:width - 1] + "…"
+
+
+def _levels(d: dict) -> list[str]:
+    """A table's levels, then "all" when there are several."""
+    levels = [k for k in d if k != "all"]
+    return levels + (["all"] if "all" in d and len(levels) > 1 else [])
+
+
+def markdown(result: dict) -> tuple[list[str], list[tuple[int, str]]]:
+    cfg = result["config"]
+    md = [f"# mwinv ntier: {cfg['replicas']} replicas behind pgpool-II, balancing per {cfg['policy']}",
+          "", f"Clients {', '.join(map(str, cfg['clients']))}; each level ramped up over {cfg['ramp_up_s']:g} s, "
+          f"measured over {cfg['run_s']:g} s, ramped down over {cfg['ramp_down_s']:g} s; think time "
+          f"{cfg['think_ms']:g} ms; replicas capped at {cfg['replica_cpu'] or 'no'} CPU, pgpool at "
+          f"{cfg['pool_cpu'] or 'no'} CPU."]
+    if result.get("error"):
+        md += ["", f"**The run stopped early:** {result['error']}. The levels before are reported."]
+    charts: list[tuple[int, str]] = []
+    md += ["", "## Throughput and routing per load level", "",
+           "| clients | pages/s | statements/s | database busy per node | client sessions per replica | "
+           "SELECTs pgpool sent |", "|---|---|---|---|---|---|"]
+    for lv in result["levels"]:
+        busy = ", ".join(f"{n} {v:.2f}" for n, v in sorted(lv["db_busy_by_node"].items()))
+        sess = ", ".join(f"{n} {v}" for n, v in sorted(lv["sessions_by_node"].items())) or "-"
+        sel = ", ".join(f"{k} {v:,}" for k, v in lv["pgpool_select_cnt"].items())
+        md.append(f"| {lv['clients']} | {lv['pages_per_s']:,.1f} | {lv['statements_per_s']:,.1f} | {busy} | {sess} | "
+                  f"{sel} |")
+    md += ["", "Database busy: the time statements ran on the node over the measured period (1.00: one "
+           "statement running at all times). Sessions: pgpool's child per client and the backend it holds, "
+           "joined by their TCP connections' addresses (mwinv/ntier/links.py), looked at mid-run."]
+
+    md += ["", "## Pages at the client", "", "pgbench's latency of every page in the measured period, less the "
+           "think time; through pgpool.", "", "| page | clients | pages | p50 | p90 | p99 | max |",
+           "|---|---|---|---|---|---|---|"]
+    for name, levels in result["pages"].items():
+        md += [f"| {name} | {c} | " + " | ".join(_pcts(levels[c])) + " |" for c in _levels(levels)]
+    if len(result["levels"]) > 1:
+        series = {f"p99 {name}": [(int(c), levels[c]["p99_ns"] / 1e6) for c in _levels(levels) if c != "all"]
+                  for name, levels in result["pages"].items()}
+        charts.append((len(md), svg.line_chart(series, "pages' p99 by load level", "ms", x_format="{:.0f} clients")))
+
+    md += ["", "## Round trips through pgpool", "", "From the end of a statement in the database to the start "
+           "of the next one of the same page, on the backends one pgpool child holds: the answer's way back "
+           "through pgpool to pgbench and the next statement's way in, the time outside the database per "
+           "statement.", "", "| clients | round trips | p50 | p90 | p99 | max |", "|---|---|---|---|---|---|"]
+    rt = result.get("round_trip", {})
+    md += [f"| {c} | " + " | ".join(_pcts(rt[c])) + " |" for c in _levels(rt)]
+    if not rt:
+        md.append("| - | 0 | - | - | - | - |")
+
+    ranked = sorted(result["statements"].items(), key=lambda kv: -kv[1].get("all", {"total_ns": 0})["total_ns"])
+    md += ["", "## Statements: every execution", "", f"The {TOP_STATEMENTS} query ids that took the most time in "
+           "the databases, each execution the captures of the primary and the replicas hold (pg_stat_statements "
+           "keeps a mean and a deviation only).", "",
+           "| query id | statement | clients | executions | p50 | p90 | p99 | max | served by |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for q, levels in ranked[:TOP_STATEMENTS]:
+        for c in _levels(levels):
+            s = levels[c]
+            nodes = ", ".join(f"{n} {v['n']:,}" for n, v in sorted(s["nodes"].items()))
+            md.append(f"| {q} | {_text(result['texts'].get(q, ''))} | {c} | " + " | ".join(_pcts(s)) + f" | {nodes} |")
+    for q, levels in ranked[:CHARTED]:
+        if "all" in levels:
+            charts.append((len(md), svg.histogram([tuple(b) for b in levels["all"]["histogram"]],
+                                                  f"query id {q}: executions by duration")))
+
+    md += ["", "## Tiers: CPU utilisation per load level", "", "Each node's processes' CPU over every sample "
+           "interval, as a share of its capacity; saturated when most samples sit at 90 % or more.", "",
+           "| tier | CPUs | clients | samples | p50 | p90 | max | samples ≥ 90 % | saturated |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for node, t in sorted(result["tiers"].items()):
+        for c, u in t["levels"].items():
+            md.append(f"| {node} | {t['capacity_cpus']:g} | {c} | {u['samples']} | {pct(u['p50'])} | {pct(u['p90'])} | "
+                      f"{pct(u['max'])} | {pct(u['saturated_share'])} | {'yes' if u['saturated'] else 'no'} |")
+
+    md += ["", "## Rare heavy statements", ""]
+    if not result["rare_heavy"]:
+        md.append("None: no statement was at least 10 times its peers' median, rare and a tenth of the time.")
+    for f in result["rare_heavy"]:
+        nodes = ", ".join(f"{n} {v['n']:,}" for n, v in sorted(f["nodes"].items()))
+        md += [f"- **query id {f['query_id']}** `{_text(f['text'], 120)}`: p50 {duration(f['p50_ns'])}, "
+               f"{f['ratio']:,.0f} times its peers' median p50 ({duration(f['peer_p50_ns'])}; "
+               f"{f['orders']:g} orders of magnitude), {pct(f['frequency'])} of the executions but "
+               f"{pct(f['db_share'])} of the time in the databases, {pct(f['cpu_share'])} of the CPU of the "
+               "servers that ran it; "
+               f"ran on {nodes}."]
+        for e in f.get("evidence", []):
+            md.append(f"  - evidence: {e}")
+        for a in f["advice"]:
+            md.append(f"  - advice: {a}")
+    md += ["", "## What this run does not measure", "",
+           "- pgpool's own share of a round trip apart from the network's and pgbench's: the round trips above "
+           "hold all three (pgbench logs pages, not statements with their connection).",
+           "- Saturation in short windows (tens of ms) and bottlenecks that alternate between replicas, and the "
+           "throughput surface over replicas × clients (issue 34, items 4 and 5)."]
+    return md, charts
+
+
+def write(out: str | Path, result: dict) -> list[str]:
+    """report.md and report.html in out; returns the markdown lines (for the terminal)."""
+    md, charts = markdown(result)
+    out = Path(out)
+    privfile.write(out / "report.md", "\n".join(md) + "\n")
+    privfile.write(out / "report.html", page(md, charts))
+    return md
