@@ -29,7 +29,8 @@ def ntier_cli() -> None:
 
 
 @ntier_cli.command("run")
-@click.option("--replicas", default=2, show_default=True, help="streaming replicas (1-3).")
+@click.option("--replicas", default="2", show_default=True,
+              help="streaming replicas (1-3); several, comma separated: the throughput surface, a run each.")
 @click.option("--clients", default="4,8", show_default=True, help="load levels: clients, comma separated.")
 @click.option("--policy", type=click.Choice(["session", "statement"]), default="session", show_default=True,
               help="pgpool's load balancing: a replica per session, or per statement.")
@@ -50,40 +51,36 @@ def ntier_cli() -> None:
 @group_option
 def run_cmd(replicas, clients, policy, weights, think_ms, ramp_up, run_s, ramp_down, users, stories, comments,
             replica_cpu, pool_cpu, trace, check_advice, out) -> None:
-    """Set up the scenario, run every load level under one capture, report, and remove it all.
+    """Set up the scenario, run every load level under one capture, report, and remove it all (with
+    several replica counts: once for each, and the throughput surface over replicas x clients).
 
     \b
     Examples:
       mwinv ntier run --replicas 2 --clients 4,8
       mwinv ntier run --replicas 3 --clients 2,8,16,32 --replica-cpu 0.5 --run 20 --check-advice
       mwinv ntier run --replicas 2 --policy statement --weights 2,1 --out out/ntier-stmt
+      mwinv ntier run --replicas 1,2,3 --clients 4,16,32 --replica-cpu 0.25 --out out/ntier-surface
     """
-    from mwinv.ntier import analyse, bboard, evidence, report
-    from mwinv.ntier.scenario import NTier, NTierConfig, check_clients
+    from mwinv.ntier import bboard
+    from mwinv.ntier.scenario import NTierConfig, check_clients
+    from mwinv.ntier.surface import run_scenario, surface
 
     levels = check_clients(_numbers(int, clients, "--clients"))
-    cfg = NTierConfig(replicas=replicas, policy=policy, weights=_numbers(float, weights, "--weights") if weights else None,
-                      size=bboard.Size(users, stories, comments), think_ms=think_ms, ramp_up_s=ramp_up, run_s=run_s,
-                      ramp_down_s=ramp_down, replica_cpu=replica_cpu, pool_cpu=pool_cpu, trace=trace)
+    counts = _numbers(int, replicas, "--replicas")
+    configs = {r: NTierConfig(replicas=r, policy=policy, weights=_numbers(float, weights, "--weights") if weights else None,
+                              size=bboard.Size(users, stories, comments), think_ms=think_ms, ramp_up_s=ramp_up,
+                              run_s=run_s, ramp_down_s=ramp_down, replica_cpu=replica_cpu, pool_cpu=pool_cpu,
+                              trace=trace) for r in counts}   # each checked before anything starts
+    if not configs:
+        raise MwinvError(f"--replicas {replicas!r}: at least one replica count")
     console = progress_console()
     progress = progress_logger(console)
-    with NTier(cfg, progress=progress) as nt:
-        failed = None
-        try:
-            nt.run(out, levels)
-        except MwinvError as exc:
-            failed = exc
-        try:
-            result = analyse.analyse(out)
-        except MwinvError:
-            if failed:
-                raise failed from None
-            raise
-        for finding in result["rare_heavy"]:
-            progress(f"evidence for query id {finding['query_id']}")
-            evidence.gather(finding, nt.servers, nt.primary, nt.wait_replay, check_advice and not failed)
-        analyse.save(out, result)
-    md = report.write(out, result)
+    if len(configs) > 1:
+        surf = surface(configs, levels, out, check_advice, progress)
+        output_console().print("\n".join(surf["markdown"]), markup=False, highlight=False, soft_wrap=True)
+        console.print(f"surface: {out}/surface.html; each replica count's run and report: {out}/r<n>/")
+        return
+    _, md, failed = run_scenario(configs[counts[0]], levels, out, check_advice, progress)
     output_console().print("\n".join(md), markup=False, highlight=False, soft_wrap=True)
     console.print(f"report: {out}/report.html; distributions: {out}/distributions.json, .csv")
     if failed:

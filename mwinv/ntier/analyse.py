@@ -108,7 +108,8 @@ def analyse(out: str | Path) -> dict:
     con.register("pages", _page_rows(record))
     run_s = record["config"]["run_s"]
     result: dict = {"config": record["config"], "error": record.get("error"), "levels": [], "statements": {},
-                    "pages": {}, "tiers": {}, "texts": {}, "node_cpu_ns": {}}
+                    "pages": {}, "tiers": {}, "texts": {}, "node_cpu_ns": {},
+                    "saturation": {}}
     if cap.has("statement"):
         con.register("stmt_raw", cap.read("statement"))
         # the workload's top-level statements, in a level's measured period
@@ -151,10 +152,17 @@ def analyse(out: str | Path) -> dict:
     for (clients, key), s in pages.items():
         result["pages"].setdefault(key, {})["all" if clients is None else str(clients)] = s
     if cap.has("process_sample"):
-        con.register("psample", cap.read("process_sample"))
+        con.register("psample_raw", cap.read("process_sample"))
+        # a pid's first sample counts from its start, which the sampler saw up to a refresh late: a
+        # backend's start lumped into one 100 ms window read 689 % of a 0.1-CPU replica
+        con.execute("CREATE VIEW psample AS SELECT * FROM psample_raw "
+                    "QUALIFY ts_ns > min(ts_ns) OVER (PARTITION BY node, pid)")
         result["tiers"] = _tiers(con, record)
+        from mwinv.ntier.windows import saturation   # it reads this module's thresholds
+
+        result["saturation"] = saturation(con, record, lambda node: _capacity(record, node))
         result["node_cpu_ns"] = dict(con.execute(
-            "SELECT p.node, sum(p.utime_ns + p.stime_ns)::bigint FROM psample p JOIN levels l "
+            "SELECT p.node, sum(p.run_ns)::bigint FROM psample p JOIN levels l "
             "ON p.ts_ns > l.lo AND p.ts_ns <= l.hi GROUP BY 1").fetchall())
     result["rare_heavy"] = rare_heavy(result)
     save(out, result)
@@ -191,10 +199,11 @@ def _sessions_by_node(sessions: list[dict]) -> dict:
 
 
 def _tiers(con, record: dict) -> dict:
-    """Per node and level, its CPU utilisation samples (all its processes' CPU over the interval, of
-    its capacity): p50, p90, max, the share at or above SATURATED_UTIL and a 10-bin density."""
+    """Per node and level, its CPU utilisation samples (all its processes' time on a CPU over the
+    interval, of its capacity: schedstat's ns, not utime's 10 ms ticks, which made a 100 ms window of a
+    0.1-CPU replica read 0 %, 100 % or 400 %): p50, p90, max, the share at or above SATURATED_UTIL and a 10-bin density."""
     rows = con.execute("""
-        SELECT l.clients, p.node, p.ts_ns, sum(p.utime_ns + p.stime_ns) / any_value(p.interval_ns) AS cpus
+        SELECT l.clients, p.node, p.ts_ns, sum(p.run_ns) / any_value(p.interval_ns) AS cpus
         FROM psample p JOIN levels l ON p.ts_ns > l.lo AND p.ts_ns <= l.hi
         WHERE p.interval_ns > 0 GROUP BY ALL ORDER BY 1, 2, 3""").fetchall()
     by: dict = {}

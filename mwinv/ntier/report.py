@@ -98,6 +98,28 @@ def markdown(result: dict) -> tuple[list[str], list[tuple[int, str]]]:
             md.append(f"| {node} | {t['capacity_cpus']:g} | {c} | {u['samples']} | {pct(u['p50'])} | {pct(u['p90'])} | "
                       f"{pct(u['max'])} | {pct(u['saturated_share'])} | {'yes' if u['saturated'] else 'no'} |")
 
+    md += ["", "## Saturation in short windows", "", "Each replica in windows of the sampler's interval: saturated "
+           "at 90 % of its CPUs or more; a saturated window is single (one replica), concurrent (several) or "
+           "oscillating (another replica than in the saturated window just before).", "",
+           "| clients | window | windows | saturated | single | concurrent | oscillating | mean utilisation |",
+           "|---|---|---|---|---|---|---|---|"]
+    for c, w in result.get("saturation", {}).items():
+        mean = ", ".join(f"{n} {pct(u)}" for n, u in w["mean_util"].items())
+        md.append(f"| {c} | {w['window_ms']:g} ms | {w['windows']} | {w['saturated']} | {w['single']} | "
+                  f"{w['concurrent']} | {w['oscillating']} | {mean} |")
+        if w["saturated"]:
+            iv = w["window_ms"] / 1e3
+            rows = [(n, [(t, t + iv) for t in ts], svg.SERIES_COLORS[i % len(svg.SERIES_COLORS)])
+                    for i, (n, ts) in enumerate(w["saturated_windows"].items())]
+            charts.append((len(md), svg.interval_strip(rows, (0, w["windows"] * iv),
+                                                       f"{c} clients: saturated windows per replica")))
+    for c, w in result.get("saturation", {}).items():
+        for e in w["episodes"][:5]:
+            said = "; ".join(f"{n} CPU {pct(r['util'])}, run queue {r['runqueue']:.2f}, {r['in_flight']:.1f} in flight, "
+                             f"{r['completed']} done, running " + ", ".join(f"{q} {ms:g} ms" for q, ms in r["statements"])
+                             for n, r in e["replicas"].items())
+            md.append(f"- {c} clients, {e['t_s']:g} s into the run, {e['kind']}: {said}")
+
     md += ["", "## Rare heavy statements", ""]
     if not result["rare_heavy"]:
         md.append("None: no statement was at least 10 times its peers' median, rare and a tenth of the time.")
@@ -116,8 +138,8 @@ def markdown(result: dict) -> tuple[list[str], list[tuple[int, str]]]:
     md += ["", "## What this run does not measure", "",
            "- pgpool's own share of a round trip apart from the network's and pgbench's: the round trips above "
            "hold all three (pgbench logs pages, not statements with their connection).",
-           "- Saturation in short windows (tens of ms) and bottlenecks that alternate between replicas, and the "
-           "throughput surface over replicas × clients (issue 34, items 4 and 5)."]
+           "- Saturation by disk or network in short windows (the windows above weigh CPU only), and the "
+           "throughput surface over replicas × clients (issue 34, item 5)."]
     return md, charts
 
 

@@ -1,0 +1,107 @@
+"""A run of the scenario with its analysis and report (`mwinv ntier run`), and the throughput surface
+over replicas x clients: one run per replica count into out/r<n>/, then per cell the pages/s, the
+story page's p99 and the bottleneck, the tier whose CPU utilisation is highest at that level (named
+saturated when most of its samples sit at 90 % or more), and how it moves as replicas are added."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mwinv import privfile
+from mwinv.correlator import svg
+from mwinv.errors import MwinvError
+from mwinv.experiment.html import page
+from mwinv.fmt import duration, pct
+from mwinv.ntier import analyse, evidence, report
+from mwinv.ntier.scenario import NTier, NTierConfig
+
+
+def run_scenario(cfg: NTierConfig, levels: list[int], out: str | Path, check_advice: bool,
+                 progress) -> tuple[dict, list[str], MwinvError | None]:
+    """Up, every level, analysis, evidence for the rare heavy statements, down; then the report.
+    Returns (result, the report's markdown, the error that ended the run early or None)."""
+    with NTier(cfg, progress=progress) as nt:
+        failed = None
+        try:
+            nt.run(out, levels)
+        except MwinvError as exc:
+            failed = exc
+        try:
+            result = analyse.analyse(out)
+        except MwinvError:
+            if failed:
+                raise failed from None
+            raise
+        for finding in result["rare_heavy"]:
+            progress(f"evidence for query id {finding['query_id']}")
+            evidence.gather(finding, nt.servers, nt.primary, nt.wait_replay, check_advice and not failed)
+        analyse.save(out, result)
+    return result, report.write(out, result), failed
+
+
+def bottleneck(result: dict, clients: int) -> dict:
+    """The tier with the highest p90 CPU utilisation at this level, and whether it is saturated."""
+    tiers = [(t["levels"][str(clients)], node) for node, t in result["tiers"].items() if str(clients) in t["levels"]]
+    if not tiers:
+        return {"tier": None}
+    u, node = max(tiers, key=lambda x: x[0]["p90"])
+    return {"tier": node, "resource": "CPU", "p90": u["p90"], "saturated": u["saturated"]}
+
+
+def surface(configs: dict[int, NTierConfig], levels: list[int], out: str | Path, check_advice: bool,
+            progress) -> dict:
+    """One run per replica count (configs: replicas -> its config); a run that fails is a failed cell
+    (its error kept), the others go on."""
+    out = Path(out)
+    privfile.make_dir(out)
+    cells: dict = {}
+    for replicas, cfg in configs.items():
+        progress(f"surface: {replicas} replicas")
+        try:
+            result, _, failed = run_scenario(cfg, levels, out / f"r{replicas}", check_advice, progress)
+        except MwinvError as exc:
+            cells[str(replicas)] = {"error": str(exc)}
+            continue
+        row = {"error": str(failed) if failed else None}
+        pages = result["pages"].get("story", {})
+        for lv in result["levels"]:
+            c = lv["clients"]
+            row[str(c)] = {"pages_per_s": lv["pages_per_s"], "story_p99_ns": pages.get(str(c), {}).get("p99_ns"),
+                           "bottleneck": bottleneck(result, c)}
+        cells[str(replicas)] = row
+    surf = {"clients": levels, "replicas": list(configs), "cells": cells}
+    privfile.write(out / "surface.json", json.dumps(surf, indent=1))
+    md, charts = markdown(surf)
+    privfile.write(out / "surface.md", "\n".join(md) + "\n")
+    privfile.write(out / "surface.html", page(md, charts))
+    surf["markdown"] = md
+    return surf
+
+
+def markdown(surf: dict) -> tuple[list[str], list[tuple[int, str]]]:
+    levels = surf["clients"]
+    md = ["# mwinv ntier: throughput surface over replicas x clients", "", "## Pages/s and the bottleneck", "",
+          "Each cell: pages/s in the measured period, the story page's p99, and the tier with the highest p90 CPU "
+          "utilisation (**saturated**: most of its samples at 90 % or more).", "",
+          "| replicas | " + " | ".join(f"{c} clients" for c in levels) + " |", "|---|" + "---|" * len(levels)]
+    series = {}
+    for r, row in surf["cells"].items():
+        if row.get("error") and not any(str(c) in row for c in levels):
+            md.append(f"| {r} | failed: {row['error']} |" + " |" * (len(levels) - 1))
+            continue
+        cells = []
+        for c in levels:
+            cell = row.get(str(c))
+            if cell is None:
+                cells.append("-")
+                continue
+            b = cell["bottleneck"]
+            where = (f"**{b['tier']} {b['resource']} {pct(b['p90'])}**" if b.get("saturated") else
+                     f"{b['tier']} {b['resource']} {pct(b['p90'])}") if b.get("tier") else "-"
+            cells.append(f"{cell['pages_per_s']:,.0f}/s, p99 {duration(cell['story_p99_ns'])}, {where}")
+            series.setdefault(f"{r} replicas", []).append((c, cell["pages_per_s"]))
+        md.append(f"| {r} | " + " | ".join(cells) + " |")
+    charts = [(len(md), svg.line_chart(series, "pages/s by clients", "pages/s", x_format="{:.0f} clients"))] \
+        if series else []
+    return md, charts
