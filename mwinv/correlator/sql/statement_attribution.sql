@@ -3,12 +3,13 @@
 -- where a coordinator statement with remote parts (statement_link) has its other_wait as remote_wait.
 -- It sleeps in epoll_wait on its nodes' sockets (postgres_fdw's async append), which the attribution
 -- alone calls other_wait: that wait is the nodes' work and the links (its parts on each node tell
--- which). A synchronous fetch waits in poll(), which stays network.
+-- which). A synchronous fetch waits in poll(), which stays network. A view: a copy of local_attribution's
+-- 12 rows per statement took 4.0 of 51 s on a 3.5 M statement capture; a read joins the few parents.
 --
 -- builds:  statement_attribution
 -- inputs:  local_attribution, statement_link
 -- columns: node, statement_id, query_id, component, ns, from_workers_ns
-CREATE TABLE statement_attribution AS
+CREATE VIEW statement_attribution AS
 WITH parents AS (SELECT DISTINCT parent_node AS node, parent_statement_id AS statement_id FROM statement_link),
 moved AS (
     SELECT a.node, a.statement_id, sum(a.ns) AS ns, sum(a.from_workers_ns) AS w
