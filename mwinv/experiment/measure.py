@@ -1,6 +1,7 @@
 """What really flowed in a cell, measured outside its timed passes: after them, one untimed pass of
 every query under `EXPLAIN (ANALYZE, VERBOSE, FORMAT JSON)` on the coordinator, and each of its
-foreign scans' remote statements (those without parameters) under EXPLAIN ANALYZE on its data node.
+foreign scans' remote statements (those without parameters) under EXPLAIN ANALYZE on its data node,
+as the cursor postgres_fdw declares (EXPLAIN ANALYZE DECLARE runs it whole, creating no cursor).
 One row per plan operator (OP_SCHEMA: rows and loops it really produced, its width and bytes, its own
 time, the tables it reads and their size there), the model's input (experiment/predict.py) in place
 of the planner's estimates."""
@@ -21,12 +22,12 @@ i32, i64, s, b = pa.int32(), pa.int64(), pa.string(), pa.bool_()
 # coordinator's foreign scan whose remote statement it is part of); rows: summed over its loops;
 # bytes: rows x the planner's output width (the measured bytes on the links are results.net_bytes);
 # self_ns: its own time (its total over its loops minus its children's), instrumented, not the timed
-# run's; tables: the TPC-H tables it reads itself (comma-separated), table_bytes: their size where it
-# runs; remote_sql: a foreign scan's statement; parameterized: it runs once per outer row (loops)
+# run's; tables: the TPC-H tables it reads itself (comma-separated), table_bytes and table_rows: their
+# size where it runs (rows: the statistics' count); remote_sql: a foreign scan's statement; parameterized: it runs once per outer row (loops)
 OP_SCHEMA = pa.schema([
     ("cell", s), ("query", i32), ("side", s), ("op", i32), ("parent", i32), ("node_type", s), ("rows", i64),
     ("loops", i64), ("width", i32), ("bytes", i64), ("self_ns", i64), ("total_ns", i64), ("tables", s),
-    ("table_bytes", i64), ("remote_sql", s), ("parameterized", b),
+    ("table_bytes", i64), ("table_rows", i64), ("remote_sql", s), ("parameterized", b),
 ])
 PARAM = re.compile(r"\$\d")
 
@@ -68,9 +69,11 @@ def _explain(conn, sql: str) -> dict | None:
     return (json.loads(plan) if isinstance(plan, str) else plan)[0]
 
 
-def table_sizes(conn) -> dict[str, int]:
-    return dict(conn.execute("SELECT relname::text, pg_relation_size(oid) FROM pg_class "
-                             "WHERE relkind = 'r' AND relnamespace = 'public'::regnamespace").fetchall())
+def table_sizes(conn) -> dict[str, tuple[int, int]]:
+    """Per table: its bytes and rows (the statistics' count, taken at the load)."""
+    return {n: (b, int(r)) for n, b, r in conn.execute(
+        "SELECT relname::text, pg_relation_size(oid), greatest(reltuples, 0) FROM pg_class "
+        "WHERE relkind = 'r' AND relnamespace = 'public'::regnamespace").fetchall()}
 
 
 def measure_plans(cluster, cell: str, queries: list[int], timeout_s: float | None,
@@ -103,19 +106,20 @@ def measure_plans(cluster, cell: str, queries: list[int], timeout_s: float | Non
                 where = node or COORDINATOR
                 op["tables"] = _tables(op["names"])
                 # a partition's table on its node: the foreign table's name without the node (lineitem_d1_p3)
-                op["table_bytes"] = (sum(sizes[where].get(re.sub(rf"_{where}(?=_p\d+$|$)", "", n), 0)
-                                         for n in op["names"]) or None)
+                _size(op, sizes[where], [re.sub(rf"_{where}(?=_p\d+$|$)", "", n) for n in op["names"]])
                 op["parameterized"] = bool(op["remote_sql"] and PARAM.search(op["remote_sql"]))
                 if node and op["remote_sql"] and not op["parameterized"] and op["loops"]:
-                    remote = _explain(conns[node], op["remote_sql"])
+                    # as postgres_fdw runs it, a cursor: planned for a fast start and never in parallel
+                    # (as a plain statement SF 1's Q10 under 2-part ran on 3 processes under a 0.5 CPU cap)
+                    remote = _explain(conns[node], "DECLARE mwinv_measure CURSOR FOR " + op["remote_sql"])
                     if remote is not None:
                         sub: list[dict] = []
                         _walk(remote["Plan"], -1, sub)
                         for r in sub:
                             r["op"] += next_id
                             r["parent"] = op["op"] if r["parent"] < 0 else r["parent"] + next_id
-                            r.update(side=node, tables=_tables(r["names"]), parameterized=False,
-                                     table_bytes=sum(sizes[node].get(n, 0) for n in r["names"]) or None)
+                            r.update(side=node, tables=_tables(r["names"]), parameterized=False)
+                            _size(r, sizes[node], r["names"])
                             ops_out.append({"cell": cell, "query": q, **_row(r)})
                         next_id += len(sub)
                 ops_out.append({"cell": cell, "query": q, **_row(op)})
@@ -127,8 +131,14 @@ def measure_plans(cluster, cell: str, queries: list[int], timeout_s: float | Non
             c.close()
 
 
+def _size(op: dict, sizes: dict[str, tuple[int, int]], names: list[str]) -> None:
+    op["table_bytes"] = sum(sizes.get(n, (0, 0))[0] for n in names) or None
+    op["table_rows"] = sum(sizes.get(n, (0, 0))[1] for n in names) or None
+
+
 def _row(op: dict) -> dict:
     return {"side": op["side"], "op": op["op"], "parent": op["parent"], "node_type": op["node_type"],
             "rows": op["rows"], "loops": op["loops"], "width": op["width"], "bytes": op["rows"] * op["width"],
             "self_ns": op["self_ns"], "total_ns": op["total_ns"], "tables": ",".join(op["tables"]) or None,
-            "table_bytes": op["table_bytes"], "remote_sql": op["remote_sql"], "parameterized": op["parameterized"]}
+            "table_bytes": op["table_bytes"], "table_rows": op["table_rows"], "remote_sql": op["remote_sql"],
+            "parameterized": op["parameterized"]}
