@@ -99,10 +99,11 @@ def _code(labels: tuple[str, ...], label: str) -> int:
     return labels.index(label)
 
 
-# Points per pass of segment_walk: its numpy state takes ~150 bytes per point and the next slice
-# is read meanwhile, so a pass stays under ~1 GB whatever the capture's size (the estimate counts a
-# kernel event as 1.5 points; pgbench captures have ~1, so slices hold ~2 M points).
-CHUNK_POINTS = 3_000_000
+# Points per pass of segment_walk: its numpy state and the next slice, read meanwhile, are outside
+# DuckDB's limit and set the process's peak (a 30 s pgbench capture, 4.6 M points: 2.51 GiB at 3 M
+# points a slice, 2.14 GiB at 1 M), whatever the capture's size (the estimate counts a kernel event
+# as 1.5 points; pgbench captures have ~1, so slices hold ~0.7 M points).
+CHUNK_POINTS = 1_000_000
 # A statement slice's per-statement modules (sql/own_attribution.sql, local_attribution.sql) hold this
 # many statements' rows at once, not the capture's.
 CHUNK_STATEMENTS = 1_000_000
