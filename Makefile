@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 SCALE  ?= 0.1
 OUT    ?= out/demo
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= --durations=20
 BENCH  ?=
 
 .PHONY: deps demo demo-cluster test test-quick extension installcheck bench clean
