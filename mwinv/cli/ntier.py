@@ -91,13 +91,21 @@ def run_cmd(replicas, clients, policy, weights, think_ms, ramp_up, run_s, ramp_d
 @click.argument("out", type=click.Path(exists=True, file_okay=False))
 @group_option
 def report_cmd(out) -> None:
-    """Analyse a run's output again (distributions, report) without servers: no plans are taken.
+    """Analyse a run's output again (distributions, report; a surface's runs and surface) without
+    servers: the plans taken during the run are kept, no new ones are taken.
 
     \b
-    Example:
+    Examples:
       mwinv ntier report out/ntier
+      mwinv ntier report out/ntier-surface
     """
-    from mwinv.ntier import analyse, report
+    from pathlib import Path
 
-    md = report.write(out, analyse.analyse(out))
+    from mwinv.ntier import analyse, report
+    from mwinv.ntier.surface import rebuild
+
+    if (Path(out) / "surface.json").exists():
+        md = rebuild(out)["markdown"]
+    else:
+        md = report.write(out, analyse.analyse(out))
     output_console().print("\n".join(md), markup=False, highlight=False, soft_wrap=True)

@@ -134,14 +134,16 @@ def histogram(bins: list[tuple[float, float, int]], title: str, width: int = 640
 
     def sx(v): return left + pw * (math.log10(max(v, 1)) - lo) / (hi - lo)
 
-    out = [f'<svg class="chart histogram" width="{width}" height="{height}" role="img" aria-label="{escape(title)}">',
+    out = [f'<svg class="chart histogram" width="{width}" height="{height}" role="img" '
+           f'aria-label="{escape(title)}">',
            f'<text x="{left}" y="13" font-size="12" font-weight="bold">{escape(title)}</text>',
            f'<line class="axis" x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="#333"/>',
            f'<text x="{left - 4}" y="{top + 4}" font-size="10" text-anchor="end">{peak}</text>']
     for a, b, n in bins:
         h = ph * n / peak
-        out.append(f'<rect class="bin" x="{_fmt(sx(a))}" y="{_fmt(top + ph - h)}" width="{_fmt(max(sx(b) - sx(a) - 1, 1))}" '
-                   f'height="{_fmt(h)}" fill="{SERIES_COLORS[0]}"><title>{escape(duration(a))} to '
+        out.append(f'<rect class="bin" x="{_fmt(sx(a))}" y="{_fmt(top + ph - h)}" '
+                   f'width="{_fmt(max(sx(b) - sx(a) - 1, 1))}" height="{_fmt(h)}" fill="{SERIES_COLORS[0]}">'
+                   f'<title>{escape(duration(a))} to '
                    f'{escape(duration(b))}: {n}</title></rect>')
     for v, anchor in ((bins[0][0], "start"), (bins[-1][1], "end")):
         out.append(f'<text x="{_fmt(sx(v))}" y="{height - 8}" font-size="10" text-anchor="{anchor}">'

@@ -34,6 +34,7 @@ HEAVY_RATIO = 10.0        # p50 at least this many times its peers' median p50
 HEAVY_MAX_FREQ = 0.05     # at most this share of the executions
 HEAVY_MIN_SHARE = 0.10    # at least this share of the time in the database
 PERCENTILES = ("p50", "p90", "p99")
+EVIDENCE = "evidence.json"
 
 
 def _summaries(con, rel: str) -> dict:
@@ -128,6 +129,7 @@ def analyse(out: str | Path) -> dict:
         result["texts"] = {str(q): t for q, t in con.execute(
             "SELECT query_id, any_value(text) FROM texts WHERE query_id IS NOT NULL GROUP BY 1").fetchall()}
     stmts, pages = _summaries(con, "stmt"), _summaries(con, "pages")
+    sessions = _owners(con, record)
     _round_trips(con, record)
     result["round_trip"] = {"all" if c is None else str(c): v for (c, _), v in _summaries(con, "round_trip").items()}
     served = {}
@@ -144,7 +146,7 @@ def analyse(out: str | Path) -> dict:
             "clients": c, "pages_per_s": round(n_pages / run_s, 1),
             "statements_per_s": round(sum(v["n"] for (cl, _), v in stmts.items() if cl == c) / run_s, 1),
             "db_busy_by_node": {n: round(v["db_ns"] / (run_s * 1e9), 3) for n, v in served.get((c, None), {}).items()},
-            "sessions_by_node": _sessions_by_node(lv.get("sessions", [])),
+            "sessions_by_node": sessions.get(c, {}),
             "pgpool_select_cnt": {f"node {x['node_id']} ({x['role']})": int(x["select_cnt"])
                                   for x in lv.get("pgpool_nodes", [])}})
     for (clients, key), s in stmts.items():
@@ -165,8 +167,33 @@ def analyse(out: str | Path) -> dict:
             "SELECT p.node, sum(p.run_ns)::bigint FROM psample p JOIN levels l "
             "ON p.ts_ns > l.lo AND p.ts_ns <= l.hi GROUP BY 1").fetchall())
     result["rare_heavy"] = rare_heavy(result)
+    taken = out / EVIDENCE   # the plans taken while the servers ran (mwinv/ntier/evidence.py), kept
+    if taken.exists():
+        kept = json.loads(taken.read_text())
+        for f in result["rare_heavy"]:
+            f.update(kept.get(f["query_id"], {}))
     save(out, result)
     return result
+
+
+def _owners(con, record: dict) -> dict:
+    """owner(clients, node, pid, pgpool_pid, client): the sessions' links of each level (scenario.py);
+    returns per level the client sessions per replica that served them, a replica counted where the
+    pgpool child's backend there ran statements (pgpool connects a session to every backend, the
+    primary too, and sends its reads to one)."""
+    rows = [(lv["clients"], s["node"], s["backend_pid"], s["pgpool_pid"], s["client"]) for lv in record["levels"]
+            for s in lv.get("sessions", [])]
+    con.register("owner", pa.table({"clients": [r[0] for r in rows], "node": [r[1] for r in rows],
+                                    "pid": pa.array([r[2] for r in rows], pa.int32()),
+                                    "pgpool_pid": pa.array([r[3] for r in rows], pa.int32()),
+                                    "client": pa.array([r[4] for r in rows], pa.string())}))
+    out: dict = {}
+    for clients, node, n in con.execute(
+            "SELECT o.clients, o.node, count(DISTINCT o.pgpool_pid) FROM owner o WHERE o.client IS NOT NULL "
+            "AND o.node <> 'primary' AND EXISTS (SELECT 1 FROM stmt s WHERE s.clients = o.clients "
+            "AND s.node = o.node AND s.pid = o.pid) GROUP BY ALL").fetchall():
+        out.setdefault(clients, {})[node] = n
+    return out
 
 
 def _round_trips(con, record: dict) -> None:
@@ -175,11 +202,6 @@ def _round_trips(con, record: dict) -> None:
     alone). That is the answer's way back through pgpool to pgbench and the next statement's way in:
     the time outside the database per statement. Gaps of half the think time or more are between
     pages (no round trip without think time)."""
-    owners = [(lv["clients"], s["node"], s["backend_pid"], s["pgpool_pid"]) for lv in record["levels"]
-              for s in lv.get("sessions", [])]
-    con.register("owner", pa.table({"clients": [o[0] for o in owners], "node": [o[1] for o in owners],
-                                    "pid": pa.array([o[2] for o in owners], pa.int32()),
-                                    "pgpool_pid": pa.array([o[3] for o in owners], pa.int32())}))
     half_think = int(record["config"]["think_ms"] * 1e6 / 2)
     con.execute(f"""CREATE VIEW round_trip AS SELECT clients, 'round trip' AS key, d, NULL::bigint AS cpu,
                         NULL::bigint AS rb FROM (
@@ -187,15 +209,6 @@ def _round_trips(con, record: dict) -> None:
                              coalesce('pgpool ' || o.pgpool_pid, s.node || ' ' || s.pid) ORDER BY s.start_ns) AS d
                       FROM stmt s LEFT JOIN owner o USING (clients, node, pid))
                     WHERE d >= 0 AND d < {half_think}""")
-
-
-def _sessions_by_node(sessions: list[dict]) -> dict:
-    """Client sessions per node serving their reads (pgpool's connection to the primary aside)."""
-    out: dict = {}
-    for s in sessions:
-        if s["client"] and s["node"] != "primary":
-            out[s["node"]] = out.get(s["node"], 0) + 1
-    return out
 
 
 def _tiers(con, record: dict) -> dict:

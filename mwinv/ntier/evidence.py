@@ -25,8 +25,9 @@ def _nodes(plan: dict):
         yield from _nodes(child)
 
 
-def _describe(doc: dict) -> tuple[str, str | None]:
-    """The plan's nodes in one line, and the relation a sequential scan read (None: none did)."""
+def _describe(doc: dict) -> tuple[str, str | None, float]:
+    """The plan's nodes in one line, the relation a sequential scan read (None: none did) and the
+    execution time, ms."""
     parts, relation = [], None
     for n in _nodes(doc["Plan"]):
         what = n["Node Type"]
@@ -37,7 +38,7 @@ def _describe(doc: dict) -> tuple[str, str | None]:
                 what += f" ({n.get('Actual Rows', 0) + n.get('Rows Removed by Filter', 0):,} rows read, " \
                         f"{n.get('Actual Rows', 0):,} kept)"
         parts.append(what)
-    return " > ".join(parts) + f"; {doc['Execution Time']:.1f} ms", relation
+    return " > ".join(parts) + f"; {doc['Execution Time']:.1f} ms", relation, doc["Execution Time"]
 
 
 def gather(finding: dict, servers: dict, primary, wait_replay, check: bool) -> None:
@@ -49,7 +50,7 @@ def gather(finding: dict, servers: dict, primary, wait_replay, check: bool) -> N
         return
     node = max(finding["nodes"], key=lambda n: finding["nodes"][n]["n"], default="r1")
     try:
-        before, relation = _describe(_explain(servers[node], text))
+        before, relation, ms_before = _describe(_explain(servers[node], text))
     except psycopg.Error as exc:
         finding["evidence"].append(f"EXPLAIN on {node} failed: {str(exc).strip().splitlines()[0]}")
         return
@@ -64,8 +65,10 @@ def gather(finding: dict, servers: dict, primary, wait_replay, check: bool) -> N
         with primary.connect(bboard.DATABASE) as conn:
             conn.execute(index)
         wait_replay()
-        after, _ = _describe(_explain(servers[node], text))
+        after, scanned, ms_after = _describe(_explain(servers[node], text))
     except (psycopg.Error, MwinvError) as exc:
         finding["evidence"].append(f"the advised index could not be checked: {str(exc).strip().splitlines()[0]}")
         return
-    finding["evidence"].append(f"checked: with the advised index, on {node}: {after}")
+    gain = (f"{ms_before / max(ms_after, 1e-3):,.0f} times faster" if scanned is None else
+            "the planner kept the sequential scan: the index does not pay for this prefix")
+    finding["evidence"].append(f"checked: with the advised index, on {node}: {after} ({gain})")

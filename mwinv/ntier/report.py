@@ -51,8 +51,9 @@ def markdown(result: dict) -> tuple[list[str], list[tuple[int, str]]]:
         md.append(f"| {lv['clients']} | {lv['pages_per_s']:,.1f} | {lv['statements_per_s']:,.1f} | {busy} | {sess} | "
                   f"{sel} |")
     md += ["", "Database busy: the time statements ran on the node over the measured period (1.00: one "
-           "statement running at all times). Sessions: pgpool's child per client and the backend it holds, "
-           "joined by their TCP connections' addresses (mwinv/ntier/links.py), looked at mid-run."]
+           "statement running at all times). Sessions: each client's pgpool child and the replica whose backend "
+           "ran its statements, joined by their TCP connections' addresses (mwinv/ntier/links.py), looked at "
+           "mid-run (pgpool connects a session to every backend and sends its reads to one)."]
 
     md += ["", "## Pages at the client", "", "pgbench's latency of every page in the measured period, less the "
            "think time; through pgpool.", "", "| page | clients | pages | p50 | p90 | p99 | max |",
@@ -120,6 +121,8 @@ def markdown(result: dict) -> tuple[list[str], list[tuple[int, str]]]:
                              for n, r in e["replicas"].items())
             md.append(f"- {c} clients, {e['t_s']:g} s into the run, {e['kind']}: {said}")
 
+    md += ["", "## The balancer's policy", ""] + policy(result)
+
     md += ["", "## Rare heavy statements", ""]
     if not result["rare_heavy"]:
         md.append("None: no statement was at least 10 times its peers' median, rare and a tenth of the time.")
@@ -138,9 +141,39 @@ def markdown(result: dict) -> tuple[list[str], list[tuple[int, str]]]:
     md += ["", "## What this run does not measure", "",
            "- pgpool's own share of a round trip apart from the network's and pgbench's: the round trips above "
            "hold all three (pgbench logs pages, not statements with their connection).",
-           "- Saturation by disk or network in short windows (the windows above weigh CPU only), and the "
-           "throughput surface over replicas × clients (issue 34, item 5)."]
+           "- Saturation of disks or links: the tiers, windows and bottlenecks above weigh CPU only.",
+           "- Replicas, clients and the policy are options of `mwinv ntier run` (several replica counts: the "
+           "throughput surface), not factors of `mwinv experiment` plans."]
     return md, charts
+
+
+def policy(result: dict) -> list[str]:
+    """Per level, how unevenly the replicas were loaded under this policy, and what per-statement
+    balancing by the weights predicts: the replicas' CPU added up and split by weight (a lower bound
+    where a replica was saturated: its demand was more than it could take)."""
+    cfg = result["config"]
+    replicas = [f"r{i}" for i in range(1, cfg["replicas"] + 1)]
+    weights = cfg["weights"] or [1.0] * len(replicas)
+    cap = cfg["replica_cpu"] or 1.0
+    out = []
+    for c, w in result.get("saturation", {}).items():
+        util = w["mean_util"]
+        if len(replicas) < 2 or not all(r in util for r in replicas):
+            continue
+        busiest = max(replicas, key=lambda r: util[r])
+        total = sum(util[r] * cap for r in replicas)
+        predicted = {r: total * wt / sum(weights) / cap for r, wt in zip(replicas, weights)}
+        lv = next(x for x in result["levels"] if str(x["clients"]) == c)
+        said = (f"- {c} clients, per {cfg['policy']}: {busiest} averaged {pct(util[busiest])} of its CPU, "
+                + ", ".join(f"{r} {pct(util[r])}" for r in replicas if r != busiest)
+                + f"; sessions {', '.join(f'{r} {n}' for r, n in sorted(lv['sessions_by_node'].items())) or '-'}.")
+        if cfg["policy"] == "session" and util[busiest] - min(util.values()) >= 0.2:
+            said += (" Sticky sessions leave the load where the sessions landed: per statement "
+                     "(`--policy statement`) the same work split by weight predicts "
+                     + ", ".join(f"{r} {pct(predicted[r])}" for r in replicas)
+                     + (" or more (a saturated replica's demand exceeded what it took)" if w["saturated"] else "") + ".")
+        out.append(said)
+    return out or ["- One replica, or no utilisation samples: nothing to balance."]
 
 
 def write(out: str | Path, result: dict) -> list[str]:

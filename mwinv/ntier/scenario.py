@@ -268,7 +268,8 @@ class NTier:
                     p.terminate()
                 p.wait()
                 p.stderr.close()
-        return {"clients": clients, "sessions": sessions or [], "groups": groups, "start_mono_ns": start_mono, "start_wall_ns": start_wall,
+        return {"clients": clients, "sessions": sessions or [], "groups": groups, "start_mono_ns": start_mono,
+                "start_wall_ns": start_wall,
                 "run_mono_ns": [start_mono + int(lo * 1e9), start_mono + int(hi * 1e9)],
                 "run_wall_ns": [start_wall + int(lo * 1e9), start_wall + int(hi * 1e9)],
                 "pgbench_logs": sorted(str(f) for f in directory.glob("g*.*"))}

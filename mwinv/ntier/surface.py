@@ -36,17 +36,49 @@ def run_scenario(cfg: NTierConfig, levels: list[int], out: str | Path, check_adv
         for finding in result["rare_heavy"]:
             progress(f"evidence for query id {finding['query_id']}")
             evidence.gather(finding, nt.servers, nt.primary, nt.wait_replay, check_advice and not failed)
+        privfile.write(Path(out) / analyse.EVIDENCE, json.dumps(
+            {f["query_id"]: {"evidence": f["evidence"], "advice": f["advice"]} for f in result["rare_heavy"]}))
         analyse.save(out, result)
     return result, report.write(out, result), failed
 
 
 def bottleneck(result: dict, clients: int) -> dict:
-    """The tier with the highest p90 CPU utilisation at this level, and whether it is saturated."""
+    """The saturated tiers at this level, most saturated first; none saturated: the tier with the
+    highest p90 CPU utilisation."""
     tiers = [(t["levels"][str(clients)], node) for node, t in result["tiers"].items() if str(clients) in t["levels"]]
     if not tiers:
-        return {"tier": None}
+        return {"tiers": []}
+    hot = sorted((x for x in tiers if x[0]["saturated"]), key=lambda x: -x[0]["saturated_share"])
+    if hot:
+        return {"tiers": [n for _, n in hot], "resource": "CPU", "saturated": True,
+                "p90": max(u["p90"] for u, _ in hot)}
     u, node = max(tiers, key=lambda x: x[0]["p90"])
-    return {"tier": node, "resource": "CPU", "p90": u["p90"], "saturated": u["saturated"]}
+    return {"tiers": [node], "resource": "CPU", "saturated": False, "p90": u["p90"]}
+
+
+def _row(result: dict, failed: str | None) -> dict:
+    row = {"error": failed}
+    pages = result["pages"].get("story", {})
+    for lv in result["levels"]:
+        c = lv["clients"]
+        row[str(c)] = {"pages_per_s": lv["pages_per_s"], "story_p99_ns": pages.get(str(c), {}).get("p99_ns"),
+                       "bottleneck": bottleneck(result, c)}
+    return row
+
+
+def rebuild(out: str | Path) -> dict:
+    """The surface again from each replica count's run in out (`mwinv ntier report`)."""
+    out = Path(out)
+    old = json.loads((out / "surface.json").read_text())
+    cells = {}
+    for r in old["replicas"]:
+        if (out / f"r{r}" / "ntier.json").exists():
+            result = analyse.analyse(out / f"r{r}")
+            report.write(out / f"r{r}", result)
+            cells[str(r)] = _row(result, result.get("error"))
+        else:
+            cells[str(r)] = old["cells"].get(str(r), {"error": "no run"})
+    return _write(out, {"clients": old["clients"], "replicas": old["replicas"], "cells": cells})
 
 
 def surface(configs: dict[int, NTierConfig], levels: list[int], out: str | Path, check_advice: bool,
@@ -63,14 +95,11 @@ def surface(configs: dict[int, NTierConfig], levels: list[int], out: str | Path,
         except MwinvError as exc:
             cells[str(replicas)] = {"error": str(exc)}
             continue
-        row = {"error": str(failed) if failed else None}
-        pages = result["pages"].get("story", {})
-        for lv in result["levels"]:
-            c = lv["clients"]
-            row[str(c)] = {"pages_per_s": lv["pages_per_s"], "story_p99_ns": pages.get(str(c), {}).get("p99_ns"),
-                           "bottleneck": bottleneck(result, c)}
-        cells[str(replicas)] = row
-    surf = {"clients": levels, "replicas": list(configs), "cells": cells}
+        cells[str(replicas)] = _row(result, str(failed) if failed else None)
+    return _write(out, {"clients": levels, "replicas": list(configs), "cells": cells})
+
+
+def _write(out: Path, surf: dict) -> dict:
     privfile.write(out / "surface.json", json.dumps(surf, indent=1))
     md, charts = markdown(surf)
     privfile.write(out / "surface.md", "\n".join(md) + "\n")
@@ -82,8 +111,9 @@ def surface(configs: dict[int, NTierConfig], levels: list[int], out: str | Path,
 def markdown(surf: dict) -> tuple[list[str], list[tuple[int, str]]]:
     levels = surf["clients"]
     md = ["# mwinv ntier: throughput surface over replicas x clients", "", "## Pages/s and the bottleneck", "",
-          "Each cell: pages/s in the measured period, the story page's p99, and the tier with the highest p90 CPU "
-          "utilisation (**saturated**: most of its samples at 90 % or more).", "",
+          "Each cell: pages/s in the measured period, the story page's p99, and the bottleneck: the **saturated** "
+          "tiers (most of their CPU samples at 90 % or more), most saturated first, else the tier with the "
+          "highest p90 utilisation.", "",
           "| replicas | " + " | ".join(f"{c} clients" for c in levels) + " |", "|---|" + "---|" * len(levels)]
     series = {}
     for r, row in surf["cells"].items():
@@ -97,8 +127,8 @@ def markdown(surf: dict) -> tuple[list[str], list[tuple[int, str]]]:
                 cells.append("-")
                 continue
             b = cell["bottleneck"]
-            where = (f"**{b['tier']} {b['resource']} {pct(b['p90'])}**" if b.get("saturated") else
-                     f"{b['tier']} {b['resource']} {pct(b['p90'])}") if b.get("tier") else "-"
+            where = (f"**{' '.join(b['tiers'])} {b['resource']}**" if b.get("saturated") else
+                     f"{b['tiers'][0]} {b['resource']} p90 {pct(b['p90'])}") if b.get("tiers") else "-"
             cells.append(f"{cell['pages_per_s']:,.0f}/s, p99 {duration(cell['story_p99_ns'])}, {where}")
             series.setdefault(f"{r} replicas", []).append((c, cell["pages_per_s"]))
         md.append(f"| {r} | " + " | ".join(cells) + " |")
