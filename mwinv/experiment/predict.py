@@ -3,13 +3,14 @@ node count, the scheme or both, from what the run measured (measure.py's operato
 components), not from the planner's estimates.
 
 A run is a critical path, not a sum: the coordinator's own time C (its wall minus its wait for the data
-nodes) and the slowest data node's execution N overlap (asynchronous foreign scans), and the run took
-f = wall / max(C, N) of the longer one. A prediction rebuilds C and N under the target cell's levels
-and keeps the source's f:
+nodes) and the slowest data node's execution N overlap by OVERLAP x (n - 1) / n of the shorter (one node
+and its coordinator take turns, a fetch being a request and its answer; with n nodes the others work
+while the coordinator takes one's rows); what the two miss (the links) is kept from the source run. A
+prediction rebuilds C and N under the target cell's levels:
 
 - other node count: the nodes' summed execution divided over the target's nodes with the source's
   measured skew (slowest / mean); round trips (each loop of a foreign partition's scan: per outer row
-  for a correlated subquery) grow with the partitions, each costing RT_NS on the coordinator's path; the
+  for a correlated subquery) grow with the partitions, each costing RT on the coordinator's path; the
   planning's remote estimates (one EXPLAIN per partition path) grow with them too; a node's working set
   (the tables it read, partitions scaled by the node counts) against its page cache (node memory x
   CACHE_SHARE): the source's disk time leaves when the share comes to fit, the excess is read at the
@@ -20,7 +21,7 @@ and keeps the source's f:
   which ship the join's output instead of their inputs (its rows divided by the selectivity of the
   replicated tables joined before it); tables that become replicated come back to the coordinator:
   the nodes' remote plans say what each node then ships (the still-partitioned subtrees' rows) and
-  what work moves (the rest of the remote plan). Each shipped row costs ROW_NS on the coordinator.
+  what work moves (the rest of the remote plan). Each shipped row costs ROW on the coordinator.
   Moved work is the instrumented operators' own time scaled to the timed run, a node's at its CPU cap.
 
 The constants are fitted on the odd-numbered queries (fit()); the report gives the errors of the
