@@ -125,8 +125,10 @@ class NTier:
         return self
 
     def wait_replay(self) -> None:
-        """Until every replica has replayed what the primary wrote (the load)."""
-        target = self.primary.psql("SELECT pg_current_wal_lsn()").strip()
+        """Until every replica has replayed what the primary wrote (the load, an advised index): up to its
+        WAL insert position, not the write position, which a commit without synchronous_commit is past
+        until the WAL writer's next round (the replica's plan ignored an index just built)."""
+        target = self.primary.psql("SELECT pg_current_wal_insert_lsn()").strip()
         deadline = time.monotonic() + CATCH_UP_S
         for name, r in list(self.servers.items())[1:]:
             while r.psql(f"SELECT pg_last_wal_replay_lsn() >= '{target}'::pg_lsn").strip() != "t":
