@@ -27,7 +27,7 @@ def _text(t: str, width: int = 70) -> str:
 
 def _levels(d: dict) -> list[str]:
     """A table's levels, then "all" when there are several."""
-    levels = [k for k in d if k != "all"]
+    levels = sorted((k for k in d if k != "all"), key=int)
     return levels + (["all"] if "all" in d and len(levels) > 1 else [])
 
 
@@ -61,9 +61,9 @@ def markdown(result: dict) -> tuple[list[str], list[tuple[int, str]]]:
     for name, levels in result["pages"].items():
         md += [f"| {name} | {c} | " + " | ".join(_pcts(levels[c])) + " |" for c in _levels(levels)]
     if len(result["levels"]) > 1:
-        series = {f"p99 {name}": [(int(c), levels[c]["p99_ns"] / 1e6) for c in _levels(levels) if c != "all"]
+        series = {name: [(int(c), levels[c]["p99_ns"] / 1e6) for c in _levels(levels) if c != "all"]
                   for name, levels in result["pages"].items()}
-        charts.append((len(md), svg.line_chart(series, "pages' p99 by load level", "ms", x_format="{:.0f} clients")))
+        charts.append((len(md), svg.line_chart(series, "p99 per page", "ms", x_format="{:.0f} clients")))
 
     md += ["", "## Round trips through pgpool", "", "From the end of a statement in the database to the start "
            "of the next one of the same page, on the backends one pgpool child holds: the answer's way back "
