@@ -22,6 +22,7 @@ ROOT_MODULES = {
     "test_experiment": "namespaces, cgroups",
     "test_kernel_settings": "kernel settings, namespaces, cgroups",
     "test_model_whatif": "tracefs, cgroups, namespaces",
+    "test_ntier": "PostgreSQL and pgpool-II as postgres",
     "test_report": "tracefs, cgroups",
     "test_serverdir": "servers of root's directory",
 }

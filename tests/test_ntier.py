@@ -1,0 +1,159 @@
+"""The n-tier scenario end to end on real parts (docs/ntier.md): a primary, two streaming replicas and
+pgpool-II, the bulletin board's browse mix by pgbench over two short load levels; the distributions,
+links, tiers, the rare heavy search found with its plan and the advised index checked; the report in
+headless Chromium; a pgpool that does not start, a replica killed mid-run and a run killed with -9."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mwinv import serverdir
+from mwinv.errors import MwinvError
+from mwinv.kernel_trace.tracefs import pid_alive
+from mwinv.ntier.pgpool import PGPOOL, PgPool
+from tests.browser import dump_dom, needs_chromium
+
+MWINV = str(Path(sys.executable).parent / "mwinv")
+pytestmark = pytest.mark.skipif(not os.path.exists(PGPOOL), reason="pgpool-II is not installed (make deps)")
+SMALL = ["--users", "200", "--stories", "500", "--comments", "3000", "--ramp-up", "0", "--ramp-down", "0"]
+
+
+def _records_of(pid: int) -> list[Path]:
+    return [b for b, r in serverdir.server_records() if (r.get("owner") or {}).get("pid") == pid]
+
+
+def _pgpool_pids() -> set[int]:
+    return {int(p) for p in os.listdir("/proc") if p.isdigit() and _exe(p) == PGPOOL}
+
+
+def _exe(pid: str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ntier") / "out"
+    before = _pgpool_pids()
+    proc = subprocess.Popen([MWINV, "ntier", "run", "--replicas", "2", "--clients", "2,4", "--ramp-up", "1", "--run",
+                             "3", "--ramp-down", "1", "--check-advice", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-3000:]
+    return out, stdout, stderr, proc.pid, before
+
+
+def test_scale_out_end_to_end(run):
+    out, stdout, stderr, pid, before = run
+    assert not _records_of(pid) and _pgpool_pids() <= before, "servers or pgpool left behind"
+    d = json.loads((out / "distributions.json").read_text())
+    assert [lv["clients"] for lv in d["levels"]] == [2, 4]
+    for page, levels in d["pages"].items():
+        for s in levels.values():
+            assert s["n"] > 0 and s["p50_ns"] <= s["p90_ns"] <= s["p99_ns"] <= s["max_ns"], (page, s)
+            assert sum(b[2] for b in s["histogram"]) == s["n"]
+    for lv in d["levels"]:
+        # the reads went to both replicas, none to the primary (weight 0); every client's session linked
+        # through its pgpool child to the replica backend serving it
+        assert set(lv["db_busy_by_node"]) >= {"r1", "r2"} and lv["pgpool_select_cnt"]["node 0 (primary)"] == 0, lv
+        assert sum(lv["sessions_by_node"].values()) == lv["clients"], lv
+    story = [q for q, t in d["texts"].items() if t.startswith("SELECT s.title, s.body")]
+    assert story and set(d["statements"][story[0]]["all"]["nodes"]) == {"r1", "r2"}
+    assert d["round_trip"]["all"]["n"] > 0 and 0 < d["round_trip"]["all"]["p50_ns"] < 5e6
+    assert set(d["tiers"]) == {"primary", "r1", "r2", "pgpool"}
+    heavy = d["rare_heavy"]
+    assert len(heavy) == 1 and "LIKE 'subject" in heavy[0]["text"] and heavy[0]["ratio"] >= 10, heavy
+    assert heavy[0]["frequency"] <= 0.05 and heavy[0]["db_share"] >= 0.1
+    ev = " ".join(heavy[0]["evidence"])
+    assert "Seq Scan on comments" in ev and re.search(r"checked: with the advised index, on r\d: .*Index", ev), ev
+    assert any("text_pattern_ops" in a and "comments" in a for a in heavy[0]["advice"])
+    assert any("keyset pagination instead of OFFSET 40" in a for a in heavy[0]["advice"])
+    csv = (out / "distributions.csv").read_text().splitlines()
+    assert csv[0].startswith("source,clients,key") and any(r.startswith("page,4,story,") for r in csv)
+    assert "## Rare heavy statements" in stdout and "orders of magnitude" in stdout
+
+
+@needs_chromium
+def test_report_charts_render_in_chromium(run):
+    dom = dump_dom(run[0] / "report.html")
+    assert dom.count('class="chart histogram"') >= 4 and dom.count('class="bin"') >= 8 and "<polyline" in dom
+
+
+def test_bad_input_is_one_line(tmp_path):
+    for argv, said in ((["run", "--clients", "0"], "--clients 0: load levels of 1 to 64 clients"),
+                       (["run", "--weights", "1"], "weights 1: one per replica (2)"),
+                       (["run", "--replicas", "4"], "--replicas 4: 1 to 3"),
+                       (["report", str(tmp_path)], "no ntier.json")):
+        r = subprocess.run([MWINV, "ntier", *argv], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and said in r.stderr, r.stderr
+
+
+def test_a_pgpool_that_does_not_start_is_one_line(pg):
+    pool = PgPool(primary=pg, replicas=[], max_clients=0)   # pgpool refuses num_init_children = 0
+    with pytest.raises(MwinvError, match=r"pgpool did not start \(exit \d+\): .*num_init_children") as exc:
+        pool.start()
+    assert "\n" not in str(exc.value) and not pool.base_dir.exists()
+
+
+def test_a_replica_that_dies_mid_run(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen([MWINV, "ntier", "run", "--replicas", "2", "--clients", "2", "--run", "20", *SMALL,
+                             "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        said = []
+        for line in proc.stderr:
+            said.append(line)
+            if "2 clients: ramp-up" in line:
+                break
+        time.sleep(1)
+        base = next(b for b in _records_of(proc.pid) if b.name.startswith("pg-nt-r2-"))
+        fd = serverdir.server_pidfd(base / "data" / "postmaster.pid", base / "data", serverdir.PG_EXES)
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        os.close(fd)
+        rest = proc.stderr.read()
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines = [ln for ln in rest.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and "Traceback" not in rest, rest[-3000:]
+    assert re.fullmatch(r"mwinv: error: replica r2 \(postmaster \d+\) died [\d.]+ s into the 2-client level "
+                        rf"\(what was measured is kept in {re.escape(str(out))}\)", lines[-1]), lines[-1]
+    record = json.loads((out / "ntier.json").read_text())
+    assert record["error"].startswith("replica r2") and (out / "capture" / "manifest.json").exists()
+    assert not _records_of(proc.pid)
+
+
+def test_a_run_killed_with_9_is_cleaned(tmp_path):
+    """pgpool outlives a SIGKILLed mwinv; `mwinv clean` finds it by its pid file (which ends in a NUL)."""
+    proc = subprocess.Popen([MWINV, "ntier", "run", "--replicas", "1", "--clients", "1", "--run", "30", *SMALL,
+                             "--out", str(tmp_path / "out")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        for line in proc.stderr:
+            if "1 clients: ramp-up" in line:
+                break
+        pool = next(b for b in _records_of(proc.pid) if b.name.startswith("pool-"))
+        pid = int((pool / "run" / "pgpool.pid").read_bytes().rstrip(b"\0"))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert pid_alive(pid)
+    r = subprocess.run([MWINV, "clean"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and f"server {pool}" in r.stdout, r.stdout + r.stderr
+    deadline = time.monotonic() + 10
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pid_alive(pid) and not pool.exists() and not _records_of(proc.pid)
