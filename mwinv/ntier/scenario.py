@@ -14,6 +14,8 @@ the levels' measured windows, pgbench's logs are out/pgbench/c<clients>/."""
 from __future__ import annotations
 
 import json
+import os
+import select
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -23,7 +25,6 @@ from mwinv import privfile
 from mwinv.cgroup import Cgroup
 from mwinv.engines.postgresql.server import PgServer, pg_bindir
 from mwinv.errors import MwinvError
-from mwinv.kernel_trace.tracefs import pid_alive
 from mwinv.node_capture import NodeCapture
 from mwinv.ntier import bboard, links
 from mwinv.ntier.pgpool import POLICIES, PgPool, check_weights
@@ -227,6 +228,14 @@ class NTier:
             argv += ["-f", f"{f}@{weight}"]
         return argv + [bboard.DATABASE]
 
+    @staticmethod
+    def _check_servers(watched: dict[str, int], pids: dict[str, int], clients: int, now_s: float) -> None:
+        gone = [n for n, fd in watched.items() if select.select([fd], [], [], 0)[0]]
+        if gone:
+            name = gone[0]
+            raise MwinvError(f"{'replica ' if name != 'primary' else ''}{name} (postmaster {pids[name]}) died "
+                             f"{now_s:.1f} s into the {clients}-client level")
+
     def _level(self, directory: Path, clients: int, scripts) -> dict:
         """One load level: the ramp's pgbench groups started on time, the servers and pgpool watched."""
         privfile.make_dir(directory)
@@ -237,6 +246,8 @@ class NTier:
         procs: list[subprocess.Popen] = []
         pending = list(enumerate(groups))
         pids = {n: s.postmaster_pid() for n, s in self.servers.items()}
+        # pidfds: readable once the postmaster exits, whatever later takes its pid or reaps it
+        watched = {n: os.pidfd_open(pid) for n, pid in pids.items()}
         cfg = self.config
         lo, hi = cfg.ramp_up_s, cfg.ramp_up_s + cfg.run_s
         sessions = None
@@ -248,10 +259,7 @@ class NTier:
                     argv = self._pgbench(directory / f"g{i}", k, max(1, round(end - begin)), scripts)
                     procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                                   text=True))
-                for name, pid in pids.items():
-                    if not pid_alive(pid):
-                        raise MwinvError(f"{'replica ' if name != 'primary' else ''}{name} (postmaster {pid}) died "
-                                         f"{now_s:.1f} s into the {clients}-client level")
+                self._check_servers(watched, pids, clients, now_s)
                 if not self.pool.alive():
                     raise MwinvError(f"pgpool (pid {self.pool.proc.pid}) died {now_s:.1f} s into the "
                                      f"{clients}-client level")
@@ -264,12 +272,16 @@ class NTier:
                     sessions = links.snapshot(self.pool.proc.pid, self.pool.port,
                                               {n: (pids[n], s.port) for n, s in self.servers.items()})
                 time.sleep(WATCH_S)
+            # one that died as the last pgbench ended
+            self._check_servers(watched, pids, clients, (time.monotonic_ns() - start_mono) / 1e9)
         finally:
             for p in procs:
                 if p.poll() is None:
                     p.terminate()
                 p.wait()
                 p.stderr.close()
+            for fd in watched.values():
+                os.close(fd)
         return {"clients": clients, "sessions": sessions or [], "groups": groups, "start_mono_ns": start_mono,
                 "start_wall_ns": start_wall,
                 "run_mono_ns": [start_mono + int(lo * 1e9), start_mono + int(hi * 1e9)],
