@@ -64,12 +64,15 @@ def test_scale_out_end_to_end(run):
             assert s["n"] > 0 and s["p50_ns"] <= s["p90_ns"] <= s["p99_ns"] <= s["max_ns"], (page, s)
             assert sum(b[2] for b in s["histogram"]) == s["n"]
     for lv in d["levels"]:
-        # the reads went to both replicas, none to the primary (weight 0); every client's session linked
-        # through its pgpool child to the replica backend serving it
-        assert set(lv["db_busy_by_node"]) >= {"r1", "r2"} and lv["pgpool_select_cnt"]["node 0 (primary)"] == 0, lv
+        # the reads went to the replicas, none to the primary (weight 0); every client's session linked
+        # through its pgpool child to the one replica whose backend ran its statements (which replicas
+        # the sessions land on is pgpool's random draw: 2 sessions were both on r1 in one run)
+        assert lv["db_busy_by_node"] and set(lv["db_busy_by_node"]) <= {"r1", "r2"}, lv
+        assert lv["pgpool_select_cnt"]["node 0 (primary)"] == 0, lv
         assert sum(lv["sessions_by_node"].values()) == lv["clients"], lv
+        assert set(lv["sessions_by_node"]) == set(lv["db_busy_by_node"]), lv
     story = [q for q, t in d["texts"].items() if t.startswith("SELECT s.title, s.body")]
-    assert story and set(d["statements"][story[0]]["all"]["nodes"]) == {"r1", "r2"}
+    assert story and set(d["statements"][story[0]]["all"]["nodes"]) <= {"r1", "r2"}
     assert d["round_trip"]["all"]["n"] > 0 and 0 < d["round_trip"]["all"]["p50_ns"] < 5e6
     assert set(d["tiers"]) == {"primary", "r1", "r2", "pgpool"}
     heavy = d["rare_heavy"]
