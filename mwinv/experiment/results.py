@@ -4,16 +4,12 @@ shipped to the coordinator, rows, fetch round trips, whether it was the critical
 
 from __future__ import annotations
 
-import json
-
-import psycopg
 import pyarrow as pa
 
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
 from mwinv.cluster.harness import COORDINATOR
 from mwinv.correlator.load import CaptureDB, literal, session_tables
 from mwinv.correlator.nodes import node_parts
-from mwinv.workloads import tpch
 
 i32, i64, f64, s, b = pa.int32(), pa.int64(), pa.float64(), pa.string(), pa.bool_()
 COMPONENT_COLUMNS = [(f"c_{c}", i64) for c in ATTRIBUTION_COMPONENTS]
