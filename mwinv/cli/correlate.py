@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 from rich.console import Console
 
@@ -71,14 +73,19 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge, time
     span = parse_range(timeline_range)
     err = progress_console()
     progress = progress_logger(err) if fmt == "table" else None
+    # a capture shared with this user's group is read-only to them: correlated in this session alone
+    write = os.access(capture, os.W_OK)
+    if not write:
+        err.print(f"{capture}: read-only for this user: correlated in this session, nothing written into it",
+                  highlight=False, markup=False)
     db = merge_nodes(capture, progress=progress, memory=options.memory) if merge else \
-        correlate(capture, progress=progress, node=options.node, memory=options.memory)
+        correlate(capture, write=write, progress=progress, node=options.node, memory=options.memory)
     for w in db.warnings:
         err.print(f"[yellow]warning:[/] {w}")
     rows = top_statements(db, n=options.top, by=options.by, query_id=options.query_id)
     examples = [r.example_id for r in rows]
     # a node's own session is not the capture's: its advice stays in the session
-    derive(db, ADVICE_TABLES, advise=examples, progress=progress, write=node is None)
+    derive(db, ADVICE_TABLES, advise=examples, progress=progress, write=write and node is None)
     advice = advice_of(db, examples)
     nodes = node_parts_of(db, examples)
     if fmt == "json":

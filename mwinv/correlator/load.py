@@ -139,7 +139,9 @@ def open_capture(path: str | Path, threads: int | None = None, memory_limit: str
     if not cap.manifest_path.exists():
         raise MwinvError(f"{cap.path}: not a capture directory (no manifest.json)")
     manifest = cap.manifest()
-    con = connect(cap.path, memory_limit=memory_limit or default_memory(), **({"threads": threads} if threads else {}))
+    # a capture shared read-only (a member of its --group) spills into a private directory of its own
+    con = connect(cap.path if os.access(cap.path, os.W_OK) else None, memory_limit=memory_limit or default_memory(),
+                  **({"threads": threads} if threads else {}))
     present = set()
     for table in SCHEMAS:
         if table in DERIVED_TABLES:
