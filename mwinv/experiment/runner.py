@@ -191,6 +191,11 @@ def run_cell(plan: Plan, cell: Cell, cluster, out: Path, say,
         server.psql("SELECT pg_reload_conf()")
     kw = dict(streams=lv["streams"], statement_timeout_s=plan.timeout_s)
     if lv["cold"]:
+        # every server restarted (its shared buffers emptied), then the page cache dropped: with only the
+        # cache dropped a cold Q14 (SF 0.1) ran in 18-23 ms on what the cell before left in the nodes'
+        # 32 MB of shared buffers, 173 ms in the first cell
+        for server in cluster.servers.values():
+            server.restart()
         drop_page_cache()
     else:
         say("warm-up pass")
