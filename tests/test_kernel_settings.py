@@ -203,7 +203,8 @@ def test_the_report_sets_the_measured_gain_beside_the_advice(tmp_path):
     (tmp_path / "results").mkdir()
     for cell, kernel, wall, adv in (("base", "default", 100_000_000, advice),
                                     ("ra", "block.read_ahead_kb=1024", 85_000_000, None),
-                                    ("dirty", "vm.dirty_ratio=5", 99_000_000, None)):
+                                    ("dirty", "vm.dirty_ratio=5", 99_000_000, None),
+                                    ("ra128", "block.read_ahead_kb=128", 110_000_000, None)):
         row = {"experiment": "k", "cell": cell, "nodes": 1, "scheme": "2-part", "node_cpu": 0.5,
                "node_memory_mb": 512, "streams": 1, "cold": False, "kernel": kernel, "query": 6, "repetition": 0,
                "stream": 0, "wall_ns": wall, "timed_out": False, "kernel_advice": adv}
@@ -215,3 +216,5 @@ def test_the_report_sets_the_measured_gain_beside_the_advice(tmp_path):
     assert ("| block.read_ahead_kb=1024 | Q6 | 100.0 | 85.0 | -15% | kernel.readahead (d1), kernel.readahead (d2), "
             "kernel.readahead (d1) | 25.0 | gain: 15.0 ms of ≤ 25.0 expected (60%) |") in md, md
     assert "| vm.dirty_ratio=5 | Q6 | 100.0 | 99.0 | -1% | - | - | no gain (within noise) |" in md
+    assert "| block.read_ahead_kb=128 | Q6 | 100.0 | 110.0 | +10% | " in md   # slower: no share of the bound
+    assert "| 25.0 | slower: -10.0 ms (≤ 25.0 expected) |" in md, md
