@@ -143,17 +143,17 @@ def kernel_advice(db, statement_ids: list) -> dict[int, str]:
     if not parent:
         return {}
     if db.modules.holds("statement_link"):   # statement ids are unique over the nodes
-        parent.update(db.sql("SELECT statement_id, parent_statement_id FROM statement_link WHERE parent_statement_id "
-                             f"IN ({', '.join(map(str, map(int, parent)))})").fetchall())
-    ids = ", ".join(map(str, map(int, parent)))
-    node = dict(db.sql(f"SELECT statement_id, node FROM statement WHERE statement_id IN ({ids})").fetchall())
+        parent.update(db.sql("SELECT statement_id, parent_statement_id FROM statement_link "
+                             "WHERE list_contains($1, parent_statement_id)", [list(parent)]).fetchall())
+    ids = [list(parent)]
+    node = dict(db.sql("SELECT statement_id, node FROM statement WHERE list_contains($1, statement_id)", ids).fetchall())
     fired = {(sid, a.rule) for sid, advice in advise_capture(db, sorted(parent)).items() for a in advice
              if a.rule.startswith("kernel.")}
     if not fired:
         return {}
-    cur = db.sql(f"""SELECT k.*, coalesce(a.ns, 0) AS sys_ns FROM statement_kernel_function k
-                     LEFT JOIN statement_attribution a ON a.statement_id = k.statement_id AND a.component = 'cpu_sys'
-                     WHERE k.statement_id IN ({ids})""")
+    cur = db.sql("""SELECT k.*, coalesce(a.ns, 0) AS sys_ns FROM statement_kernel_function k
+                    LEFT JOIN statement_attribution a ON a.statement_id = k.statement_id AND a.component = 'cpu_sys'
+                    WHERE list_contains($1, k.statement_id)""", ids)
     cols = [d[0] for d in cur.description]
     gains: dict[int, dict[tuple, float]] = {}
     for row in (dict(zip(cols, r)) for r in cur.fetchall()):
