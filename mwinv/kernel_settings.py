@@ -203,13 +203,20 @@ class _settings_lock:
         os.close(self.fd)
 
 
-def _refuse_if_held(paths: set[str], where: Path) -> None:
-    """A one-line error if a live run's record holds one of these knobs (by path)."""
+def _records(where: Path):
+    """(path, contents) of each readable record of old values in the settings directory."""
     for rec in sorted(where.glob("*.json")):
         try:
             data = json.loads(rec.read_text())
         except (OSError, ValueError):
             continue
+        if isinstance(data, dict):
+            yield rec, data
+
+
+def _refuse_if_held(paths: set[str], where: Path) -> None:
+    """A one-line error if a live run's record holds one of these knobs (by path)."""
+    for rec, data in _records(where):
         if not serverdir.owner_alive(data.get("owner")):
             continue
         for old in data.get("settings", []):
@@ -254,11 +261,7 @@ def clean_stale() -> list[str]:
     """Restore the settings of runs that died without restoring them (kill -9): their records' owners
     are gone. Returns what was restored."""
     out = []
-    for rec in sorted(serverdir.settings_dir().glob("*.json")):
-        try:
-            data = json.loads(rec.read_text())
-        except (OSError, ValueError):
-            continue
+    for rec, data in _records(serverdir.settings_dir()):
         if serverdir.owner_alive(data.get("owner")):
             continue
         olds = [o for o in data.get("settings", []) if isinstance(o, dict) and isinstance(o.get("knob"), str)
