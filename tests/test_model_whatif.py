@@ -81,9 +81,11 @@ def proc_read_bytes(pid: int) -> int:
 
 
 def check_what_if(server, tmp_path, query: tuple[str, str], what_if: str, cgroup: Cgroup, cold: bool,
-                  factor=None, gucs: dict | None = None, absolute: bool = False, control_sql: str | None = None) -> None:
+                  factor=None, gucs: dict | None = None, absolute: bool = False, control_sql: str | None = None,
+                  repeats: int = REPEATS) -> None:
     """absolute: compare the predicted time with the capped runs' time itself rather than slow-downs (for
     a statement whose capped time is mostly the cap's, which the machine's noise hardly moves).
+    repeats: captured, free and capped runs of the query each.
     control_sql: a statement that is all CPU, run free and capped next to the query: the slow-down the cap
     really gives here is the what-if's factor (a quota is not a slower CPU on a VM whose hypervisor takes
     time unreported; the control measures what it is)."""
@@ -92,7 +94,7 @@ def check_what_if(server, tmp_path, query: tuple[str, str], what_if: str, cgroup
             drop_page_cache()  # (lineitem is read through a ring buffer: see the tpch_pg fixture)
 
     label, sql = query
-    cap = make_capture_from_run(server, [(label, sql, gucs or {})] * REPEATS, tmp_path / "baseline",
+    cap = make_capture_from_run(server, [(label, sql, gucs or {})] * repeats, tmp_path / "baseline",
                                 before_each=before)
     st, at, io = cap.read("statement"), cap.read("statement_attribution"), cap.read("statement_io")
     wall = {r["statement_id"]: r["end_ns"] - r["start_ns"] for r in st.to_pylist()}
@@ -104,7 +106,7 @@ def check_what_if(server, tmp_path, query: tuple[str, str], what_if: str, cgroup
                 conn.execute(f"SET {name} = {value}")
             pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
             cgroup.create()
-            for _ in range(REPEATS):  # side by side, so that a slow spell of the machine hits both
+            for _ in range(repeats):  # side by side, so that a slow spell of the machine hits both
                 for runs, cap_it in ((free, False), (capped, True)):
                     (cgroup.add_pid if cap_it else cgroup.release_pid)(pid)
                     before(label)
@@ -168,10 +170,11 @@ def test_disk_what_if_checked_by_running(tpch_pg_larger, tmp_path):
 
     # Q6 as a full scan of lineitem (as without an index on l_shipdate): the TPC-H query with the least
     # CPU per byte read. The model adds CPU and disk time; read-ahead overlaps them, so a CPU-heavy scan
-    # (Q1: ~3x Q6's CPU) would be over-predicted under a throttle by about its CPU time.
+    # (Q1: ~3x Q6's CPU) would be over-predicted under a throttle by about its CPU time. Three runs each:
+    # a capped run is ~11 s of the throttle's own pace, and five made this the suite's slowest test (57 s).
     check_what_if(server, tmp_path, ("cold-q6", tpch.query_sql(6)), "disk_rate",
                   Cgroup("mwinv-test-whatif-io", read_bps=throttle), cold=True, factor=throttled_rate_factor,
-                  gucs={"enable_indexscan": "off", "enable_bitmapscan": "off"}, absolute=True)
+                  gucs={"enable_indexscan": "off", "enable_bitmapscan": "off"}, absolute=True, repeats=3)
 
 
 # 500 requests/s: a request takes 2 ms, ~40x this disk's own access time, so the cap dominates
