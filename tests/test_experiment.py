@@ -249,10 +249,11 @@ def test_the_documented_experiment_example_runs(experiment, tmp_path, monkeypatc
     assert set(ns["runs"]["query"]) == {3, 12}
 
 
-def _op(op, parent, node_type, rows, self_ms=0.0, tables=(), side="coord", width=16, loops=1, table_rows=None):
+def _op(op, parent, node_type, rows, self_ms=0.0, tables=(), side="coord", width=16, loops=1, table_rows=None,
+        join_type=None):
     return {"side": side, "op": op, "parent": parent, "node_type": node_type, "rows": rows, "loops": loops,
             "bytes": rows * width, "self_ns": int(self_ms * 1e6), "tables": ",".join(tables) or None,
-            "table_bytes": None, "table_rows": table_rows, "parameterized": False}
+            "table_bytes": None, "table_rows": table_rows, "parameterized": False, "join_type": join_type}
 
 
 def test_the_other_scheme_moves_the_join_and_what_is_shipped():
@@ -291,3 +292,48 @@ def test_the_other_scheme_moves_the_join_and_what_is_shipped():
     assert m.rows == 16157 - 694   # lineitem's rows after its filter instead of the join's
     # the node's join, hash and orders' scan (2.0 ms at half a CPU) come back to the coordinator
     assert m.coord_ns == 1_000_000 and m.node_ns == -1_000_000
+
+
+def test_nodes_fetched_in_turn_and_plans_the_source_cannot_show():
+    """SF 1, 2 nodes, 1-part (results_op): Q6's foreign scans sit under the partitions' own aggregates and
+    Q3's are the Append's direct children: the coordinator waited the nodes' summed execution for Q6 and the
+    slowest node's for Q3. Q4's EXISTS is a semi-join postgres_fdw does not push: under 2-part it stays on
+    the coordinator, partitionwise, its nodes fetched in turn. Q21 looks orders up per outer row (337,680
+    times): partitioned, the planner picks a plan this run does not show, so there is no prediction."""
+    from mwinv.cluster.distribute import SCHEMES
+    from mwinv.experiment.predict import one_at_a_time, plan_tree, scheme_change
+
+    one_part, two_part = SCHEMES["1-part"].describe(), SCHEMES["2-part"].describe()
+    q6 = plan_tree([_op(0, -1, "Aggregate", 1), _op(1, 0, "Append", 2), _op(2, 1, "Aggregate", 1, 6.0),
+                    _op(3, 2, "Foreign Scan", 56993, 526.0, ["lineitem"]), _op(4, 1, "Aggregate", 1, 6.0),
+                    _op(5, 4, "Foreign Scan", 57167, 657.0, ["lineitem"]),
+                    _op(6, 3, "Seq Scan", 56993, 536.0, ["lineitem"], side="d1"),
+                    _op(7, 5, "Seq Scan", 57167, 551.0, ["lineitem"], side="d2")])
+    assert one_at_a_time(q6, 2) == 1.0
+    q3 = plan_tree([_op(0, -1, "Hash Join", 30519, 448.0), _op(1, 0, "Append", 3241776, 380.0),
+                    _op(2, 1, "Foreign Scan", 1619011, 664.0, ["lineitem"]),
+                    _op(3, 1, "Foreign Scan", 1622765, 700.0, ["lineitem"]),
+                    _op(4, 0, "Hash", 147126, 26.0), _op(5, 4, "Seq Scan", 147126, 114.0, ["orders"]),
+                    _op(6, 2, "Seq Scan", 1619011, 562.0, ["lineitem"], side="d1"),
+                    _op(7, 3, "Seq Scan", 1622765, 654.0, ["lineitem"], side="d2")])
+    assert one_at_a_time(q3, 2) == 0.0 and one_at_a_time(q3, 2, one_part, two_part) == 0.0
+    q4 = plan_tree([_op(0, -1, "Aggregate", 5), _op(1, 0, "Hash Join", 52523, 282.0),
+                    _op(2, 1, "Bitmap Heap Scan", 57218, 75.0, ["orders"]), _op(3, 1, "Hash", 3793296, 298.0),
+                    _op(4, 3, "Append", 3793296, 621.0), _op(5, 4, "Foreign Scan", 1894002, 487.0, ["lineitem"]),
+                    _op(6, 4, "Foreign Scan", 1899294, 492.0, ["lineitem"]),
+                    _op(7, 5, "Seq Scan", 1894002, 874.0, ["lineitem"], side="d1"),
+                    _op(8, 6, "Seq Scan", 1899294, 887.0, ["lineitem"], side="d2")])
+    assert one_at_a_time(q4, 2) == 0.0 and one_at_a_time(q4, 2, one_part, two_part) == 1.0
+    m = scheme_change(q4, one_part, two_part, 0.5)
+    # the semi-join is not pushed: only orders' scan goes to the nodes, which ship its rows
+    assert m.rows == 57218 and m.coord_ns == -75_000_000 and not m.unseen
+    # lineitem l1 with its EXISTS on l2, a semi-join per partition (the join type measured for one, and
+    # for results measured before it was, told by the rows for the other), then orders per row
+    q21 = plan_tree([_op(0, -1, "Nested Loop", 165491, 190.0), _op(1, 0, "Append", 337680, 16.0),
+                     _op(2, 1, "Hash Join", 169102, 418.0, join_type="Semi"),
+                     _op(3, 2, "Foreign Scan", 1894002, 880.0, ["lineitem"]), _op(4, 2, "Hash", 1894002, 141.0),
+                     _op(5, 4, "Foreign Scan", 1894002, 924.0, ["lineitem"]), _op(6, 1, "Hash Join", 168578, 435.0),
+                     _op(7, 6, "Foreign Scan", 1899294, 862.0, ["lineitem"]), _op(8, 6, "Hash", 1899294, 145.0),
+                     _op(9, 8, "Foreign Scan", 1899294, 908.0, ["lineitem"]),
+                     _op(10, 0, "Index Scan", 0, 675.0, ["orders"], loops=337680)])
+    assert "337,680 times" in scheme_change(q21, one_part, two_part, 0.5).unseen

@@ -23,11 +23,12 @@ i32, i64, s, b = pa.int32(), pa.int64(), pa.string(), pa.bool_()
 # bytes: rows x the planner's output width (the measured bytes on the links are results.net_bytes);
 # self_ns: its own time (its total over its loops minus its children's), instrumented, not the timed
 # run's; tables: the TPC-H tables it reads itself (comma-separated), table_bytes and table_rows: their
-# size where it runs (rows: the statistics' count); remote_sql: a foreign scan's statement; parameterized: it runs once per outer row (loops)
+# size where it runs (rows: the statistics' count); remote_sql: a foreign scan's statement; parameterized: it runs once per outer row (loops);
+# join_type: a join's (Inner, Semi, Anti, ...: postgres_fdw of PostgreSQL 15 pushes no semi- or anti-join)
 OP_SCHEMA = pa.schema([
     ("cell", s), ("query", i32), ("side", s), ("op", i32), ("parent", i32), ("node_type", s), ("rows", i64),
     ("loops", i64), ("width", i32), ("bytes", i64), ("self_ns", i64), ("total_ns", i64), ("tables", s),
-    ("table_bytes", i64), ("table_rows", i64), ("remote_sql", s), ("parameterized", b),
+    ("table_bytes", i64), ("table_rows", i64), ("remote_sql", s), ("parameterized", b), ("join_type", s),
 ])
 PARAM = re.compile(r"\$\d")
 
@@ -50,7 +51,7 @@ def _walk(node: dict, parent: int, out: list[dict]) -> int:
     total = int(node.get("Actual Total Time", 0.0) * 1e6 * loops)
     op = {"op": me, "parent": parent, "node_type": node["Node Type"], "loops": loops,
           "rows": int(node.get("Actual Rows", 0) * loops), "width": int(node.get("Plan Width", 0)),
-          "total_ns": total, "remote_sql": node.get("Remote SQL"),
+          "total_ns": total, "remote_sql": node.get("Remote SQL"), "join_type": node.get("Join Type"),
           "names": [node["Relation Name"]] if "Relation Name" in node else
                    re.findall(r"\((?:[\w.]+\.)?(\w+) \w+\)", node.get("Relations", ""))}
     out.append(op)
@@ -141,4 +142,4 @@ def _row(op: dict) -> dict:
             "rows": op["rows"], "loops": op["loops"], "width": op["width"], "bytes": op["rows"] * op["width"],
             "self_ns": op["self_ns"], "total_ns": op["total_ns"], "tables": ",".join(op["tables"]) or None,
             "table_bytes": op["table_bytes"], "table_rows": op["table_rows"], "remote_sql": op["remote_sql"],
-            "parameterized": op["parameterized"]}
+            "parameterized": op["parameterized"], "join_type": op["join_type"]}

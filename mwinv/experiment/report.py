@@ -145,7 +145,11 @@ def scheme_advice(con, schemes: dict[str, dict], predicted: list[CellPrediction]
                    else "")
         pred = expect.get((r[f"cell_{slow}"], r[f"cell_{fast}"], r["query"]))
         model = ""
-        if pred is not None:
+        unseen = next((p.unseen for p in predicted if (p.from_cell, p.to_cell, p.query) ==
+                       (r[f"cell_{slow}"], r[f"cell_{fast}"], r["query"]) and p.unseen), "")
+        if unseen:
+            model = f"; from the {name_slow} run alone the model cannot say: {unseen}"
+        elif pred is not None:
             d = (wall_slow - pred) / wall_slow
             model = (f"; from the {name_slow} run alone the model expected {ms(pred)} ms "
                      f"({abs(d):.0%} {'less' if d >= 0 else 'more'})")
@@ -259,9 +263,11 @@ def model_summary(con, out: Path) -> tuple[dict, list[CellPrediction]]:
     for rule in RULES:
         for half, parity in (("odd (fitted)", 1), ("even (unseen)", 0), ("all", None)):
             mine = [p for p in preds if p.rule == rule and (parity is None or p.query % 2 == parity)]
-            if mine:
-                rules.append({"rule": rule, "queries": half, **predict.errors(mine), **predict.winners(mine),
-                              "unchanged": predict.errors([replace(p, predicted_ns=p.from_ns) for p in mine])})
+            made = [p for p in mine if p.predicted_ns is not None]
+            if made:   # the yardstick over the same predictions; those the source cannot make, counted
+                rules.append({"rule": rule, "queries": half, **predict.errors(made), **predict.winners(made),
+                              "unchanged": predict.errors([replace(p, predicted_ns=p.from_ns) for p in made]),
+                              "cannot": len(mine) - len(made)})
     return ({"constants": asdict(k), "rules": rules, "predictions": [{**asdict(p), "error": p.error} for p in preds]},
             preds)
 
@@ -482,17 +488,21 @@ def _predictions_sections(s: dict, md: list[str], html: list[str]) -> None:
            f"{k['contention']:g}, page cache {k['cache_share']:.0%} of a node's memory, overlap {k['overlap']:.0%}; the "
            "even-numbered queries were not seen by the fit. Faster foreseen: of the pairs whose times differ by a tenth or "
            "more, those the prediction sent the same way (for a scheme change, only the queries that read a table the "
-           "schemes place otherwise: the others run the same plan).", "",
+           "schemes place otherwise: the others run the same plan). Cannot predict: the target's plan is not in the "
+           "source run (the reason beside each); those are left out of the errors, the yardstick's too.", "",
            "| what differs | queries | predictions | mean error | median | within 10 % | within 25 % | faster foreseen "
-           "| no change: mean / median |", "|---|---|---|---|---|---|---|---|---|"]
+           "| no change: mean / median | cannot predict |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in m["rules"]:
         u = r["unchanged"]
         md.append(f"| {r['rule']} | {r['queries']} | {r['n']} | {r['mean']:.0%} | {r['median']:.0%} | {r['within_10']} | "
-                  f"{r['within_25']} | {r['hits']} of {r['pairs']} | {u['mean']:.0%} / {u['median']:.0%} |")
+                  f"{r['within_25']} | {r['hits']} of {r['pairs']} | {u['mean']:.0%} / {u['median']:.0%} | "
+                  f"{r['cannot']} |")
     md += ["", "| query | from | to | from ms | predicted ms | measured ms | error |", "|---|---|---|---|---|---|---|"]
     for p in m["predictions"]:
+        got = (f"{ms(p['predicted_ns'])} | {ms(p['measured_ns'])} | {p['error']:+.0%}" if p["predicted_ns"] is not None
+               else f"— | {ms(p['measured_ns'])} | cannot predict: {p['unseen']}")
         md.append(f"| Q{p['query']} | {p['from_nodes']} × {p['from_scheme']} | {p['nodes']} × {p['scheme']} | "
-                  f"{ms(p['from_ns'])} | {ms(p['predicted_ns'])} | {ms(p['measured_ns'])} | {p['error']:+.0%} |")
+                  f"{ms(p['from_ns'])} | {got} |")
     md.append("")
 
 
