@@ -337,3 +337,35 @@ def test_nodes_fetched_in_turn_and_plans_the_source_cannot_show():
                      _op(9, 8, "Foreign Scan", 1899294, 908.0, ["lineitem"]),
                      _op(10, 0, "Index Scan", 0, 675.0, ["orders"], loops=337680)])
     assert "337,680 times" in scheme_change(q21, one_part, two_part, 0.5).unseen
+    # Q10: the coordinator sorts its join's rows for a merge join; pushed, the nodes return them sorted
+    q10 = plan_tree([_op(0, -1, "Merge Join", 114705, 17.0), _op(1, 0, "Index Scan", 149996, 16.0, ["customer"]),
+                     _op(2, 0, "Sort", 114705, 37.0), _op(3, 2, "Hash Join", 114705, 205.0),
+                     _op(4, 3, "Foreign Scan", 1478870, 1476.0, ["lineitem"]), _op(5, 3, "Hash", 57069, 8.0),
+                     _op(6, 5, "Bitmap Heap Scan", 57069, 56.0, ["orders"])])
+    assert "sorted" in scheme_change(q10, one_part, two_part, 0.5).unseen
+    # a remote plan with parallel workers was measured as a plain statement: a cursor never runs in parallel
+    q10_two = plan_tree([_op(0, -1, "Foreign Scan", 114705, 12331.0, ["orders", "lineitem"]),
+                         _op(1, 0, "Gather Merge", 114705, side="d1"), _op(2, 1, "Hash Join", 114705, 500.0, side="d1",
+                                                                          loops=3),
+                         _op(3, 2, "Seq Scan", 1478871, 4548.0, ["lineitem"], side="d1", loops=3),
+                         _op(4, 2, "Hash", 57069, 14.0, side="d1", loops=3),
+                         _op(5, 4, "Seq Scan", 57069, 541.0, ["orders"], side="d1", loops=3)])
+    assert "parallel workers" in scheme_change(q10_two, two_part, one_part, 0.5).unseen
+
+
+def test_the_page_cache_is_the_pass_s():
+    """SF 1 on 2 nodes: under 2-part a node holds half of lineitem (438 MB) and of orders (101 MB), and
+    its pass reads both: more than its 512 MB. A query that reads lineitem alone (Q14) finds it evicted by
+    the orders the query before read; under 1-part the pass reads only lineitem on the nodes."""
+    from mwinv.cluster.distribute import SCHEMES
+    from mwinv.experiment.predict import _on_nodes, pass_tables
+
+    mb = 2**20
+    rows = [{**_op(0, -1, "Foreign Scan", 1, 0.0, ["lineitem"]), "table_bytes": 438 * mb},
+            {**_op(1, 0, "Seq Scan", 1, 0.0, ["lineitem"], side="d1"), "table_bytes": 438 * mb},
+            {**_op(2, 0, "Seq Scan", 1, 0.0, ["lineitem"], side="d2"), "table_bytes": 440 * mb},
+            {**_op(3, -1, "Seq Scan", 1, 0.0, ["orders"]), "table_bytes": 203 * mb}]
+    tables = pass_tables(rows, {"lineitem"})
+    assert tables == {"lineitem": 878 * mb, "orders": 203 * mb}
+    assert _on_nodes(tables, SCHEMES["1-part"].describe(), 2) == 439 * mb
+    assert _on_nodes(tables, SCHEMES["2-part"].describe(), 2) == 540.5 * mb

@@ -3,18 +3,19 @@ node count, the scheme or both, from what the run measured (measure.py's operato
 components), not from the planner's estimates.
 
 A run is a critical path, not a sum: the coordinator's own time C (its wall minus its wait for the data
-nodes) and the slowest data node's execution N overlap by OVERLAP x (n - 1) / n of the shorter (one node
-and its coordinator take turns, a fetch being a request and its answer; with n nodes the others work
-while the coordinator takes one's rows); what the two miss (the links) is kept from the source run. A
-prediction rebuilds C and N under the target cell's levels:
+nodes) and the nodes' time N (the slowest node's execution, plus the others' for the share of the work the
+coordinator fetches one node after another: one_at_a_time) overlap by OVERLAP x (n - 1) / n of the shorter
+(one node and its coordinator take turns, a fetch being a request and its answer; with n nodes the others
+work while the coordinator takes one's rows); what the two miss (the links) is kept from the source run.
+A prediction rebuilds C and N under the target cell's levels:
 
 - other node count: the nodes' summed execution divided over the target's nodes with the source's
   measured skew (slowest / mean); round trips (each loop of a foreign partition's scan: per outer row
   for a correlated subquery) grow with the partitions, each costing RT on the coordinator's path; the
-  planning's remote estimates (one EXPLAIN per partition path) grow with them too; a node's working set
-  (the tables it read, partitions scaled by the node counts) against its page cache (node memory x
-  CACHE_SHARE): the source's disk time leaves when the share comes to fit, the excess is read at the
-  calibrated disk rate when it stops fitting; CPU contention when the coordinator and the nodes ask for
+  planning's remote estimates (one EXPLAIN per partition path) grow with them too; a node's share of the
+  tables its whole pass reads (the page cache is shared by the queries of a pass) against its page cache
+  (node memory x CACHE_SHARE): the source's disk time leaves when the share comes to fit, the query's
+  reads come from the disk at the calibrated rate when it stops fitting; CPU contention when the coordinator and the nodes ask for
   more than the host's cores (their measured CPU per wall) stretches the run by (demand / cores)^CONTENTION;
 - other scheme: the tables that become partitioned join on the nodes where they are co-partitioned
   with tables already there: the coordinator's join of them (and their local scans) moves to the nodes,
@@ -23,6 +24,12 @@ prediction rebuilds C and N under the target cell's levels:
   the nodes' remote plans say what each node then ships (the still-partitioned subtrees' rows) and
   what work moves (the rest of the remote plan). Each shipped row costs ROW on the coordinator.
   Moved work is the instrumented operators' own time scaled to the timed run, a node's at its CPU cap.
+  Semi- and anti-joins stay on the coordinator (postgres_fdw of PostgreSQL 15 does not push them),
+  partitionwise where their inputs become co-partitioned.
+- no prediction (`unseen`, the reason counted in the report) where the source run cannot show the
+  target's plan: a table read per outer row whose placement changes, a pushed join whose rows the
+  coordinator sorts (the nodes' cursor is planned for a fast start), a remote plan measured with parallel
+  workers (a cursor never runs in parallel: not the plan that ran).
 
 The constants are fitted on the odd-numbered queries (fit()); the report gives the errors of the
 even-numbered ones apart."""
@@ -110,6 +117,7 @@ class Run:
     planning_ns: int
     analyze_ns: int
     root: Op | None         # the coordinator's plan, the nodes' remote plans under its foreign scans
+    pass_tables: dict[str, int]   # the tables the cell's pass read, their whole size (pass_tables)
 
 
 def plan_tree(rows: list[dict]) -> Op | None:
@@ -213,6 +221,18 @@ def _parts(scheme: dict, nodes: int) -> int:
     return scheme.get("parts") or nodes
 
 
+def _per_outer_row(op: Op, side: str | None = None):
+    """The table scans under `op` (on `side`: the coordinator's, or its remote plans) that ran once per outer
+    row (loops), not once per parallel worker (under a Gather)."""
+    if op.node_type in ("Gather", "Gather Merge"):
+        return
+    if op.loops > 1 and op.tables and (side is None or op.side == side):
+        yield op
+    for c in op.children:
+        if side is None or c.side == side:
+            yield from _per_outer_row(c, side)
+
+
 def _maximal(op: Op, pred) -> list[Op]:
     """The largest subtrees under `op` (itself included) that satisfy `pred`."""
     return [op] if pred(op) else [s for c in op.children for s in _maximal(c, pred)]
@@ -245,9 +265,17 @@ def scheme_change(root: Op, frm: dict, to: dict, node_cpu: float) -> Moved:
         return sum(o.rows for o in fs), sum(o.bytes for o in fs)
 
     pushed: set[int] = set()
+    parent = _parents(root)
 
     def push(op: Op, rows: int, width_bytes: int, extra_ns: int = 0) -> None:
         pushed.update(id(o) for o in op.walk())
+        above = parent.get(id(op))
+        if any(o.node_type in JOINS for o in op.walk()) and any("Sort" in o.node_type for o in (op, above) if o):
+            # Q10 at SF 1: the coordinator sorted the join's rows for its merge join; pushed, the nodes were
+            # asked for them sorted, as a cursor planned for a fast start: index lookups per order, 8.5 s of
+            # their CPU for the 0.3 s the coordinator's hash join took
+            m.unseen = ("the nodes would return the join's rows sorted, as a cursor planned for a fast start: "
+                        "their plan for it is not in this run")
         r, b = shipped(op)
         m.rows += rows - r
         m.bytes += width_bytes - b
@@ -315,7 +343,7 @@ def scheme_change(root: Op, frm: dict, to: dict, node_cpu: float) -> Moved:
 
     if now - was:
         visit(root)
-        looped = next((o for o in _coord_ops(root) if o.loops > 1 and set(o.tables) & (now - was)
+        looped = next((o for o in _per_outer_row(root, COORDINATOR) if set(o.tables) & (now - was)
                        and id(o) not in pushed), None)
         if looped:
             # Q21 at SF 1: orders looked up 337,680 times on the coordinator under 1-part; under 2-part the
@@ -331,7 +359,18 @@ def scheme_change(root: Op, frm: dict, to: dict, node_cpu: float) -> Moved:
                 m.trips -= f.loops   # a lookup per outer row, local once the table is replicated
             if not remote or not (f.tabs() & gone):
                 continue
+            if any(o.node_type in ("Gather", "Gather Merge") for o in remote[0].walk()):
+                # a cursor never runs in parallel: this plan was measured as a plain statement (SF 1's
+                # 1-node cells), not the one that ran, and what it moves is not known
+                m.unseen = "the nodes' plan was measured with parallel workers, not as the cursor that ran"
             keep = _maximal(remote[0], lambda s: bool(group_of(s.tabs())) and s.node_type not in STAYS)
+            kept = {id(o) for k in keep for o in k.walk()}
+            looped = next((o for o in _per_outer_row(remote[0]) if id(o) in kept), None)
+            if looped:
+                # Q10 at SF 1 under 2-part: lineitem looked up per order on the nodes; with orders on the
+                # coordinator the planner scanned lineitem whole instead
+                m.unseen = (f"{looped.tables[0]} is read once per outer row on the nodes ({looped.loops:,} times): "
+                            "with the outer table on the coordinator, the plan the planner picks is not in this run")
             kept_ns = sum(o.self_ns for s in keep for o in s.walk())
             moved = sum(o.self_ns for o in remote[0].walk()) - kept_ns
             # a node's operators ran under its quota: their CPU is about their time x the quota
@@ -342,16 +381,26 @@ def scheme_change(root: Op, frm: dict, to: dict, node_cpu: float) -> Moved:
     return m
 
 
-def _working_set(root: Op | None, partitioned: set[str], scale: float) -> float:
-    """The bytes of the tables the busiest node read for the query, its partitions scaled by `scale`."""
-    if root is None:
-        return 0.0
-    per: dict[str, dict[str, int]] = {}
-    for o in root.walk():
-        if o.side != COORDINATOR and o.tables and o.table_bytes:
-            per.setdefault(o.side, {})[o.tables[0]] = o.table_bytes
-    return max((sum(b * (scale if t in partitioned else 1.0) for t, b in d.items()) for d in per.values()),
-               default=0.0)
+def pass_tables(rows: list[dict], partitioned: set[str]) -> dict[str, int]:
+    """The tables a cell's pass read (results_op rows of all its queries) and their whole size: a
+    partitioned table's parts summed over its nodes."""
+    part: dict[tuple[str, str], int] = {}
+    whole: dict[str, int] = {}
+    for r in rows:
+        for t in (r["tables"] or "").split(",") if r["tables"] and r["table_bytes"] else ():
+            if t in partitioned:
+                if r["side"] != COORDINATOR:
+                    part[r["side"], t] = max(part.get((r["side"], t), 0), r["table_bytes"])
+            else:
+                whole[t] = max(whole.get(t, 0), r["table_bytes"])
+    for (_, t), b in part.items():
+        whole[t] = whole.get(t, 0) + b
+    return whole
+
+
+def _on_nodes(tables: dict[str, int], scheme: dict, nodes: int) -> float:
+    """The bytes of `tables` a data node holds under `scheme` on `nodes` (its share of the partitioned)."""
+    return sum(b for t, b in tables.items() if t in scheme.get("partitioned", {})) / nodes
 
 
 @dataclass
@@ -361,8 +410,10 @@ class Change:
     moved: Moved
     trips: float            # round trips added
     planning_ns: float      # planning added (remote estimates: per partition path)
-    ws0: float
-    ws1: float
+    pass0: float            # a node's share of the tables its pass reads (every query's), source and target
+    pass1: float
+    read0: float            # the query's reads of partitioned tables, all nodes, source and target
+    read1: float
     moves: bool             # a scheme change that places a table the query reads otherwise (or no scheme change)
     unseen: str             # why the source cannot predict the target (the plan it would run is not in the run)
     one_at_a_time: tuple[float, float] = (0.0, 0.0)   # the share of the nodes' work fetched one node after
@@ -377,9 +428,10 @@ def change(src: Run, nodes: int, scheme: str, schemes: dict[str, dict]) -> Chang
     grow = _parts(to, nodes) / _parts(frm, src.nodes) - 1
     gone = set(frm.get("partitioned", {})) - set(to.get("partitioned", {}))
     trips = sum(o.loops for o in _foreign(src.root) if not (o.parameterized and o.tabs() <= gone))
+    mine = {t: b for t, b in src.pass_tables.items() if t in src.root.tabs()}
     return Change(moved, trips * grow + moved.trips, src.planning_ns * grow,
-                  _working_set(src.root, set(frm.get("partitioned", {})), 1.0),
-                  _working_set(src.root, set(to.get("partitioned", {})), src.nodes / nodes),
+                  _on_nodes(src.pass_tables, frm, src.nodes), _on_nodes(src.pass_tables, to, nodes),
+                  _on_nodes(mine, frm, 1), _on_nodes(mine, to, 1),
                   scheme == src.scheme or bool(placed_otherwise(frm, to) & src.root.tabs()), moved.unseen,
                   (one_at_a_time(src.root, src.nodes), one_at_a_time(src.root, src.nodes, frm, to)))
 
@@ -416,14 +468,19 @@ def predict(src: Run, nodes: int, c: Change, k: Constants, disk_bps: float | Non
     cpu = max(0.0, src.node_cpu_ns + c.moved.node_ns * scale)
     rest = max(0.0, src.node_sum_ns - src.node_cpu_ns - src.node_rq_ns)
     if src.memory_mb:
+        # the page cache is the pass's, not the query's: where a node's share of every table the pass reads
+        # does not fit, a query's scan finds its table evicted by the others' (SF 1, 2 nodes: Q14 and Q15
+        # read 331 and 1,028 ms under 1-part, 904 and 2,805 under 2-part, orders read by Q13 between)
         cache = src.memory_mb * 2**20 * k.cache_share
-        if c.ws0 > cache >= c.ws1:
+        if c.pass0 > cache >= c.pass1:
             # Q14 at SF 1 under 1-part, 1 node to 2: the nodes' disk time 1,193 -> 88 ms, their system CPU
             # 692 -> 150 ms (user 201 -> 117)
             rest = max(0.0, rest - src.node_disk_ns)
             cpu = max(0.0, cpu - src.node_sys_excess_ns)
-        elif c.ws1 > cache >= c.ws0 and disk_bps:
-            rest += (c.ws1 - cache) * nodes / disk_bps * 1e9
+        elif c.pass1 > cache >= c.pass0 and disk_bps:
+            rest += c.read1 / disk_bps * 1e9
+        elif c.pass1 > cache and c.read0:
+            rest += src.node_disk_ns * (c.read1 / c.read0 - 1)
     skew = src.node_max_ns * n0 / src.node_sum_ns if src.node_sum_ns and n0 > 1 else 1.0
 
     def nodes_path(cpu_: float, rest_: float, n: int, seq: float) -> float:
@@ -522,7 +579,7 @@ def fit(pairs_: list[tuple[Run, Run, Change]], disk_bps: float | None) -> Consta
     return best
 
 
-def load_runs(con) -> list[Run]:
+def load_runs(con, schemes: dict[str, dict]) -> list[Run]:
     """The runs of an experiment's results (report.open_results: cell_query, cell_level, results_op)."""
     levels: dict[str, dict] = {}
     for cell, factor, level in con.execute("SELECT cell, factor, level FROM cell_level").fetchall():
@@ -533,6 +590,10 @@ def load_runs(con) -> list[Run]:
     for r in cur.fetchall():
         d = dict(zip(cols, r))
         ops.setdefault((d["cell"], d["query"]), []).append(d)
+    partitioned = {c: set(schemes.get(s, {}).get("partitioned", {}))
+                   for c, s in con.execute("SELECT DISTINCT cell, scheme FROM cell_query").fetchall()}
+    passes = {c: pass_tables([r for (c_, _), rs in ops.items() if c_ == c for r in rs], partitioned[c])
+              for c in partitioned}
     out = []
     for r in con.execute("""
             SELECT cell, query, nodes, scheme, node_cpu, node_memory_mb, host_cpus, wall_ns,
@@ -543,7 +604,7 @@ def load_runs(con) -> list[Run]:
         cell, query = r[0], r[1]
         others = tuple(f"{f}={v}" for f, v in sorted(levels[cell].items()) if f not in ("nodes", "scheme"))
         out.append(Run(cell, query, r[2], r[3], others, r[4], r[5], r[6] or 1, *r[7:18],
-                       plan_tree(ops.get((cell, query), []))))
+                       plan_tree(ops.get((cell, query), [])), passes[cell]))
     return out
 
 

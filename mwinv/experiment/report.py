@@ -254,7 +254,8 @@ def model_summary(con, out: Path) -> tuple[dict, list[CellPrediction]]:
     fitted on the odd-numbered queries, per rule (what differs) the errors of the odd (fitted) and the
     even (unseen) queries, how often the faster cell was foreseen, and the yardstick of predicting no
     change."""
-    pairs = predict.pairs(predict.load_runs(con), plan_schemes(out))
+    schemes = plan_schemes(out)
+    pairs = predict.pairs(predict.load_runs(con, schemes), schemes)
     cal = out / "calibration.json"
     disk = json.loads(cal.read_text()).get("disk", {}).get("disk_rate_bps") if cal.exists() else None
     k = predict.fit(pairs, disk)
