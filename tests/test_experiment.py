@@ -337,6 +337,12 @@ def test_nodes_fetched_in_turn_and_plans_the_source_cannot_show():
                      _op(9, 8, "Foreign Scan", 1899294, 908.0, ["lineitem"]),
                      _op(10, 0, "Index Scan", 0, 675.0, ["orders"], loops=337680)])
     assert "337,680 times" in scheme_change(q21, one_part, two_part, 0.5).unseen
+    # Q22: orders per customer inside a parallel plan: 19,000 loops over 3 processes
+    q22 = plan_tree([_op(0, -1, "Gather Merge", 21), _op(1, 0, "Aggregate", 21, loops=3),
+                     _op(2, 1, "Nested Loop", 6384, 11.0, loops=3),
+                     _op(3, 2, "Seq Scan", 18999, 35.0, ["customer"], loops=3),
+                     _op(4, 2, "Index Only Scan", 19000, 38.0, ["orders"], loops=19000)])
+    assert "19,000 times" in scheme_change(q22, one_part, two_part, 0.5).unseen
     # Q10: the coordinator sorts its join's rows for a merge join; pushed, the nodes return them sorted
     q10 = plan_tree([_op(0, -1, "Merge Join", 114705, 17.0), _op(1, 0, "Index Scan", 149996, 16.0, ["customer"]),
                      _op(2, 0, "Sort", 114705, 37.0), _op(3, 2, "Hash Join", 114705, 205.0),

@@ -221,16 +221,16 @@ def _parts(scheme: dict, nodes: int) -> int:
     return scheme.get("parts") or nodes
 
 
-def _per_outer_row(op: Op, side: str | None = None):
+def _per_outer_row(op: Op, side: str | None = None, workers: int = 1):
     """The table scans under `op` (on `side`: the coordinator's, or its remote plans) that ran once per outer
-    row (loops), not once per parallel worker (under a Gather)."""
+    row: more loops than the processes that ran them (a Gather's workers and leader each loop once)."""
     if op.node_type in ("Gather", "Gather Merge"):
-        return
-    if op.loops > 1 and op.tables and (side is None or op.side == side):
+        workers = max((c.loops for c in op.children), default=1)
+    if op.loops > workers and op.tables and (side is None or op.side == side):
         yield op
     for c in op.children:
         if side is None or c.side == side:
-            yield from _per_outer_row(c, side)
+            yield from _per_outer_row(c, side, workers)
 
 
 def _maximal(op: Op, pred) -> list[Op]:
@@ -598,9 +598,9 @@ def load_runs(con, schemes: dict[str, dict]) -> list[Run]:
     for r in con.execute("""
             SELECT cell, query, nodes, scheme, node_cpu, node_memory_mb, host_cpus, wall_ns,
                    wall_ns - coalesce(c_remote_wait, 0), coalesce(c_cpu_user, 0) + coalesce(c_cpu_sys, 0),
-                   node_work_ns, node_sum_ns, coalesce(n_cpu_user, 0) + coalesce(n_cpu_sys, 0),
+                   coalesce(node_work_ns, 0), coalesce(node_sum_ns, 0), coalesce(n_cpu_user, 0) + coalesce(n_cpu_sys, 0),
                    greatest(0, coalesce(n_cpu_sys, 0) - coalesce(n_cpu_user, 0)), coalesce(n_run_queue, 0), coalesce(n_disk_seq, 0) + coalesce(n_disk_random, 0), planning_ns, analyze_ns
-            FROM cell_query WHERE wall_ns IS NOT NULL AND analyze_ns IS NOT NULL AND node_work_ns > 0""").fetchall():
+            FROM cell_query WHERE wall_ns IS NOT NULL AND analyze_ns IS NOT NULL""").fetchall():
         cell, query = r[0], r[1]
         others = tuple(f"{f}={v}" for f, v in sorted(levels[cell].items()) if f not in ("nodes", "scheme"))
         out.append(Run(cell, query, r[2], r[3], others, r[4], r[5], r[6] or 1, *r[7:18],
