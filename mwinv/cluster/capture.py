@@ -130,7 +130,8 @@ class ClusterCapture:
     def start(self) -> "ClusterCapture":
         self.capture.create(capture_kind="cluster", coordinator=COORDINATOR, scheme=self.cluster.scheme,
                             scheme_definition=self.cluster.scheme_def.describe(), scale=self.cluster.scale,
-                            data_nodes=len(self.cluster.data_nodes), kernel_settings=self.cluster.kernel_in_force())
+                            data_nodes=len(self.cluster.data_nodes), kernel_settings=self.cluster.kernel_in_force(),
+                            storage=self.cluster.storage_in_force())
         try:
             for node in self.nodes:
                 server = self.cluster.servers[node]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mwinv.cgroup import CGROUP_V1_ROOT, Cgroup, block_device_of, remove_group
-from mwinv.cluster import distribute
+from mwinv.cluster import distribute, storage
 from mwinv.cluster.net import NETNS_PREFIX, ClusterNet, leftovers
 from mwinv.engines.postgresql.reader import remove_stale_rings
 from mwinv import serverdir
@@ -68,6 +68,7 @@ class Cluster:
         self.servers: dict[str, PgServer] = {}
         self.relays: list = []
         self.kernel: KernelSettings | None = None
+        self.storage = None   # mwinv/cluster/storage.py: the data nodes' back-end, when not local
         self.state_file = serverdir.clusters_dir() / f"{self.tag}.json"
         self._state = {"tag": self.tag, "pid": os.getpid(), "owner": serverdir.owner_stamp(), "scale": self.scale,
                        "scheme": self.scheme_def.name, "nodes": self.nodes, "netns": [], "links": [], "bridge": None,
@@ -158,6 +159,18 @@ class Cluster:
         if settings:
             self.kernel = KernelSettings(settings).apply()
 
+    def set_storage(self, level: str) -> None:
+        """The data nodes' storage back-end for the queries that follow (mwinv/cluster/storage.py: local,
+        sshfs, glusterfs[:K]): the one in force removed (its tables moved back), this one set up."""
+        if self.storage is not None:
+            current, self.storage = self.storage, None
+            current.down()
+        if storage.parse(level)[0] != storage.LOCAL:
+            self.storage = storage.Storage(self, level).up()
+
+    def storage_in_force(self) -> dict:
+        return self.storage.in_force() if self.storage else {"backend": "local"}
+
     def kernel_in_force(self) -> dict:
         return self.kernel.in_force() if self.kernel else {}
 
@@ -244,6 +257,8 @@ class Cluster:
                 relay.stop()
             for server in self.servers.values():
                 server.stop()
+            if self.storage is not None:
+                self.storage.down(move_back=False)
             self.net.remove()
             _remove_cgroups(self._state["cgroups"])
             self.state_file.unlink(missing_ok=True)
@@ -344,6 +359,7 @@ def _remove_tagged(tags: set[str] | None, spare: set[str] = frozenset()) -> list
         return name[:2] == ["pg", "cl"] and len(name) > 2 and ours(name[2])
 
     removed = serverdir.clean_servers(cluster_server)
+    removed += storage.remove_tagged(ours)   # before the groups: its processes hold them
     for ctl_dir in (CGROUP_V1_ROOT.glob("*/mwinv/cl-*") if CGROUP_V1_ROOT.exists() else []):
         if ours(ctl_dir.name.split("-")[1]):
             _remove_cgroups([str(ctl_dir)])

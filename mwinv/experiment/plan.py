@@ -18,6 +18,7 @@ one-factor resource sweeps), the queries, repetitions; each combination of level
     streams = [1]
     cold = [false]                     # drop the page cache before the measured pass
     kernel = [{}, {vm.dirty_background_ratio = 5}, {block.read_ahead_kb = 4096}]   # kernel settings per cell
+    storage = ["local", "sshfs", "glusterfs"]   # the data nodes' tables on their disk, one remote, striped
 """
 
 from __future__ import annotations
@@ -30,13 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mwinv.cluster.distribute import read_toml, resolve_scheme
+from mwinv.cluster import storage
 from mwinv.cluster.harness import MAX_DATA_NODES
 from mwinv.errors import MwinvError
 from mwinv.kernel_settings import flatten, knob, settings_text, value_text
 from mwinv.workloads import tpch
 
 DEFAULTS = {"nodes": 2, "scheme": "2-part", "node_cpu": 0.5, "node_memory_mb": 512, "node_read_mbps": None,
-            "link_mbit": None, "link_latency_ms": None, "parallel_workers": None, "streams": 1, "cold": False, "kernel": {}}
+            "link_mbit": None, "link_latency_ms": None, "parallel_workers": None, "streams": 1, "cold": False, "kernel": {},
+            "storage": storage.LOCAL}
 FACTORS = tuple(DEFAULTS)
 
 
@@ -46,8 +49,8 @@ class Cell:
 
     @property
     def id(self) -> str:
-        # no kernel settings: the id a cell had before the factor existed (an older run resumes)
-        levels = {k: v for k, v in self.levels.items() if k != "kernel" or v}
+        # no kernel settings, local storage: the id a cell had before the factor existed (an older run resumes)
+        levels = {k: v for k, v in self.levels.items() if k not in ("kernel", "storage") or v != DEFAULTS[k]}
         return hashlib.sha1(json.dumps(levels, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
     def label(self) -> str:
@@ -106,6 +109,7 @@ LEVELS = {
     "streams": (lambda v: _integer(v) and 1 <= v <= 64, "an integer from 1 to 64"),
     "cold": (lambda v: isinstance(v, bool), "true or false"),
     "kernel": (lambda v: isinstance(v, dict), "a table of kernel settings ({} for none)"),
+    "storage": (storage.is_level, f"local, sshfs, glusterfs or glusterfs:K (K 1-{storage.MAX_BRICKS})"),
 }
 
 

@@ -16,7 +16,7 @@ COMPONENT_COLUMNS = [(f"c_{c}", i64) for c in ATTRIBUTION_COMPONENTS]
 RESULT_SCHEMA = pa.schema([
     ("experiment", s), ("cell", s), ("nodes", i32), ("scheme", s), ("node_cpu", f64), ("node_memory_mb", i64),
     ("node_read_mbps", f64), ("link_mbit", f64), ("link_latency_ms", f64), ("parallel_workers", i32), ("streams", i32), ("cold", b),
-    ("kernel", s), ("query", i32), ("repetition", i32), ("stream", i32), ("wall_ns", i64), ("error", s), ("timed_out", b),
+    ("kernel", s), ("storage", s), ("query", i32), ("repetition", i32), ("stream", i32), ("wall_ns", i64), ("error", s), ("timed_out", b),
     ("statement_id", i64), ("limit", s), ("estimated_ns", i64), ("critical_node", s), ("net_bytes", i64),
     ("kernel_advice", s),
     # from the cell's untimed EXPLAIN ANALYZE pass (measure.py; its operators in results_op): the

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mwinv import kernel_knobs, kernel_settings, privfile
+from mwinv.cluster import storage
 from mwinv.errors import MwinvError
 from mwinv.experiment.measure import OP_SCHEMA, measure_plans
 from mwinv.experiment.plan import Cell, Plan
@@ -64,6 +65,8 @@ def run_plan(plan: Plan, out: str | Path, progress: Callable[[str], None] | None
     say = progress or (lambda _: None)
     if "kernel" in plan.factors:   # each setting written, read back and restored before any cell starts
         kernel_settings.check(plan.factors["kernel"], f"{plan.path}: [factors] kernel")
+    if "storage" in plan.factors:   # the back-ends' programs and FUSE present before any cell starts
+        storage.check_tools(plan.factors["storage"])
     out = Path(out)
     privfile.make_dir(out)
     privfile.write(out / "plan.json", json.dumps({"name": plan.name, "path": str(plan.path), "scale": plan.scale,
@@ -95,7 +98,11 @@ def run_plan(plan: Plan, out: str | Path, progress: Callable[[str], None] | None
                     key = cluster_key(cell)
                 cluster.set_kernel(cell.levels["kernel"])
                 try:
+                    cluster.set_storage(cell.levels["storage"])
                     rows, node_rows, op_rows = run_cell(plan, cell, cluster, out, say, keep_captures)
+                    # tables back on the local disk, every mount and daemon gone (after a failure or a
+                    # signal the cluster goes down, and its storage with it)
+                    cluster.set_storage(storage.LOCAL)
                 finally:
                     cluster.set_kernel({})
             except (MwinvError, psycopg.Error) as exc:
@@ -203,10 +210,15 @@ def run_cell(plan: Plan, cell: Cell, cluster, out: Path, say,
     runs = []
     # kernel stacks where the plan varies kernel settings: the kernel-level advice the report checks needs
     # them (every cell alike: they cost 7 % under OLTP, docs/overhead.md)
-    with ClusterCapture(cluster, capture_dir, stacks="kernel" in plan.factors, progress=say):
+    # the remote storage's blocks counted over the measured passes (storage.attribute)
+    counters = cluster.storage.counters() if cluster.storage else None
+    with ClusterCapture(cluster, capture_dir, stacks=bool({"kernel", "storage"} & set(plan.factors)),
+                        progress=say) as cap:
         for rep in range(plan.repetitions):
             for r in run_queries(cluster.coordinator, plan.queries, **kw):
                 runs.append((rep, r))
+        if counters:
+            cap.capture.update_manifest(storage_counters={"start": counters, "end": cluster.storage.counters()})
     say("measured plans (EXPLAIN ANALYZE, untimed)")
     t0 = time.monotonic()
     op_rows, measured = measure_plans(cluster, cell.id, plan.queries, plan.timeout_s)
@@ -227,6 +239,11 @@ def run_cell(plan: Plan, cell: Cell, cluster, out: Path, say,
         derive(db, MODEL_TABLES)
         rows, node_rows = cell_rows(db, plan.name, cell.id, _levels(cell), runs)
         advice = kernel_advice(db, [r["statement_id"] for r in rows]) if "kernel" in plan.factors else {}
+        if cluster.storage:
+            d = out / "storage"
+            privfile.make_dir(d)
+            privfile.write(d / f"{cell.id}.json", json.dumps(storage.attribute(db, [r["statement_id"] for r in rows]),
+                                                             indent=1))
         for row in rows:
             row.update(measured.get(row["query"], {}), host_cpus=os.cpu_count())
             row["kernel_advice"] = advice.get(row["statement_id"])

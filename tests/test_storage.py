@@ -1,0 +1,157 @@
+"""Storage back-ends as an experiment factor (mwinv/cluster/storage.py), on real parts: a data node's
+tables on sshfs served by sshd/sftp-server in another namespace over the node's capped link, the
+answers unchanged, and no mount, daemon or directory left after the level, after SIGTERM of an
+experiment run, or after kill -9 and `mwinv clean`."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from mwinv import serverdir
+from mwinv.cgroup import drop_page_cache
+from mwinv.cluster import harness, storage
+from mwinv.cluster.harness import Cluster, NodeCaps
+from mwinv.errors import MwinvError
+from mwinv.experiment.plan import load_plan
+from mwinv.workloads import tpch
+
+EXES = storage.DAEMON_EXES | storage.CLIENT_EXES
+
+
+def _left(tag: str) -> dict:
+    """What a storage back-end of cluster `tag` left: mounts, live processes of its cgroups, its directory."""
+    root = serverdir.root() / "storage" / tag
+    mounts = [p for p, _ in storage._mounts() if p == str(root) or p.startswith(f"{root}/")]
+    procs = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            groups = Path(f"/proc/{pid}/cgroup").read_text()
+        except OSError:
+            continue
+        if state != "Z" and comm in EXES and f"/mwinv/cl-{tag}-" in groups:
+            procs.append(f"{pid} {comm}")
+    return {k: v for k, v in dict(mounts=mounts, procs=procs, dir=[str(root)] if root.exists() else []).items() if v}
+
+
+def test_levels_are_checked_when_the_plan_is_read(tmp_path):
+    for bad, said in (('"nfs"', "'nfs' is not local, sshfs, glusterfs or glusterfs:K"),
+                      ('"glusterfs:9"', "'glusterfs:9' is not local"), ('"sshfs:2"', "'sshfs:2' is not local"),
+                      ("1", "1 is not local")):
+        plan = tmp_path / "p.toml"
+        plan.write_text(f"scale = 0.01\nqueries = [6]\n[factors]\nstorage = [\"local\", {bad}]\n")
+        with pytest.raises(MwinvError) as exc:
+            load_plan(plan)
+        assert str(exc.value).startswith(f"{plan}: [factors] storage: {said}"), exc.value
+        assert "\n" not in str(exc.value)
+    plan.write_text('scale = 0.01\nqueries = [6]\n[factors]\nstorage = ["local", "sshfs", "glusterfs:3"]\n')
+    assert [c.levels["storage"] for c in load_plan(plan).cells()] == ["local", "sshfs", "glusterfs:3"]
+    assert storage.parse("glusterfs") == ("glusterfs", 2) and storage.parse("sshfs") == ("sshfs", 1)
+
+
+def test_missing_programs_are_one_line_before_anything_starts(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(MwinvError, match=r"^storage sshfs: sshfs, .* not installed \(make deps\)$"):
+        storage.check_tools(["local", "sshfs"])
+
+
+def _q6(server) -> list:
+    with server.connect("tpch") as conn:
+        return conn.execute(tpch.query_sql(6)).fetchall()
+
+
+def test_sshfs_end_to_end():
+    caps = NodeCaps(cpu=0.5, memory_mb=384, link_mbit=200)
+    with Cluster(nodes=1, scale=0.01, node_caps=caps) as cl:
+        d1 = cl.servers["d1"]
+        local = _q6(cl.coordinator)
+        cl.set_storage("sshfs")
+        rec = cl.storage_in_force()
+        s1 = cl.storage.nodes["s1"]
+        assert rec["data_nodes"]["d1"]["served_by"] == ["s1"] and rec["data_nodes"]["d1"]["relations"] >= 16
+        assert rec["storage_nodes"]["s1"]["caps"]["cpu"] == 0.5 and rec["storage_nodes"]["s1"]["link_mbit"] == 200
+        # the tables' files are on the serving side, written by sftp-server as postgres
+        files = [p for p in (s1.dir / "export").rglob("*") if p.is_file()]
+        assert len(files) >= 16 and {p.stat().st_uid for p in files} == {storage._postgres()[0]}
+        # sshd serves in s1's namespace, the client runs in d1's cgroup; its bytes cross both links
+        sshd = [pid for pid in map(int, (s1.cgroup.path("cpu") / "cgroup.procs").read_text().split())
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd"]
+        assert sshd and os.stat(f"/proc/{sshd[0]}/ns/net").st_ino == os.stat(f"/run/netns/{s1.netns}").st_ino
+        before = cl.storage.counters()
+        drop_page_cache()
+        assert _q6(cl.coordinator) == local
+        after = cl.storage.counters()
+        served = after["storage_nodes"]["s1"]["from_node_bytes"] - before["storage_nodes"]["s1"]["from_node_bytes"]
+        lineitem = sum(p.stat().st_size for p in files)
+        assert served > 0.3 * lineitem, (served, lineitem)   # lineitem is most of it; a cold Q6 reads it all
+        assert after["storage_nodes"]["s1"]["cpu_ns"] > before["storage_nodes"]["s1"]["cpu_ns"]
+        tag = cl.tag
+        cl.set_storage("local")
+        assert _left(tag) == {}
+        with d1.connect("tpch") as conn:
+            assert conn.execute("SELECT count(*) FROM pg_tablespace WHERE spcname = %s", [storage.TABLESPACE]).fetchone()[0] == 0
+        assert _q6(cl.coordinator) == local
+        assert "s1" not in cl.net.links and not Path(f"/run/netns/{s1.netns}").exists()
+    assert _left(tag) == {}
+
+
+def _child(code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _tag_when(proc: subprocess.Popen, marker: str) -> tuple[str, str]:
+    """The cluster tag in the line that says `marker`, once the child printed it."""
+    seen = []
+    deadline = time.monotonic() + 120
+    for line in proc.stdout:
+        seen.append(line)
+        if marker in line or time.monotonic() > deadline:
+            break
+    tag = next((p for line in seen for p in line.split("/") if re.fullmatch(r"[0-9a-f]{6}", p)), None)
+    assert tag and marker in seen[-1], "".join(seen)
+    return tag, "".join(seen)
+
+
+def test_sigterm_of_an_experiment_removes_mounts_and_daemons(tmp_path):
+    plan = tmp_path / "plan.toml"
+    plan.write_text('scale = 0.01\nqueries = [6]\nrepetitions = 50\n[factors]\nnodes = [1]\nstorage = ["sshfs"]\n')
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "mwinv"), "experiment", "run", str(plan), "-o",
+                             str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    tag, out = _tag_when(proc, "capture of node")
+    assert _left(tag)["mounts"] and _left(tag)["procs"], out
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in rest, out + rest
+    assert _left(tag) == {}
+    assert not list(Path("/sys/fs/cgroup/cpu/mwinv").glob(f"cl-{tag}-*"))
+
+
+def test_kill_9_then_clean_removes_mounts_and_daemons():
+    proc = _child("""
+        import time
+        from mwinv.cluster.harness import Cluster
+        cl = Cluster(nodes=1, scale=0.01, progress=lambda s: print(s, flush=True)).up()
+        cl.set_storage("sshfs")
+        print("ready", cl.storage.root, flush=True)
+        time.sleep(600)
+        """)
+    tag, out = _tag_when(proc, "ready")
+    left = _left(tag)
+    assert left["mounts"] and left["procs"] and left["dir"], out
+    proc.kill()
+    proc.wait()
+    assert _left(tag)["procs"]   # the daemons and the FUSE client outlive a kill -9
+    removed = harness.clean()
+    assert any(tag in r for r in removed), removed
+    assert _left(tag) == {}
+    assert not [ns for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+                if tag in ns]
