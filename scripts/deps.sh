@@ -23,6 +23,10 @@ DEBIAN_PACKAGES=(
   iproute2
   procps
   pgpool2
+  sshfs
+  openssh-server
+  glusterfs-server
+  glusterfs-client
 )
 
 need=()
@@ -47,6 +51,16 @@ if [ ${#need[@]} -gt 0 ]; then
   # Never let a dependency start a service (the packaged MariaDB/PostgreSQL clusters stay down).
   DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -qq --no-install-recommends \
     -o Dpkg::Options::=--force-confold "${need[@]}" >/dev/null
+fi
+# sshd and glusterd run as mwinv's own processes in a cluster's namespaces (docs/storage.md): where this
+# script installed them, their packaged services (the host's sshd on port 22, glusterd) stay off
+if [ "$(id -u)" = 0 ] && command -v systemctl >/dev/null; then
+  for p in "${need[@]}"; do
+    case "$p" in
+      openssh-server) systemctl disable --now ssh >/dev/null 2>&1 || true ;;
+      glusterfs-server) systemctl disable --now glusterd >/dev/null 2>&1 || true ;;
+    esac
+  done
 fi
 # pgpool-II runs as mwinv's own process (docs/ntier.md), never as the packaged service
 if [ -e /etc/systemd/system/multi-user.target.wants/pgpool2.service ] && [ "$(id -u)" = 0 ]; then
