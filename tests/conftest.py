@@ -54,7 +54,7 @@ ROOT_TESTS = {
     "test_private_files::test_an_experiment_under_a_quote_is_run_reported_and_private": "namespaces, cgroups",
     "test_private_files::test_a_second_capture_replaces_the_perf_output_of_the_first": "perf",
     "test_tpch::test_cold_run_restarts_server": "dropping the page cache",
-    "test_storage::test_sshfs_end_to_end": "namespaces, cgroups, mount",
+    "test_storage::test_sshfs_end_to_end": "namespaces, cgroups, mount, tracefs",
     "test_storage::test_sigterm_of_an_experiment_removes_mounts_and_daemons": "namespaces, cgroups, mount",
     "test_storage::test_kill_9_then_clean_removes_mounts_and_daemons": "namespaces, cgroups, mount",
 }

@@ -17,7 +17,9 @@ import pytest
 from mwinv import serverdir
 from mwinv.cgroup import drop_page_cache
 from mwinv.cluster import harness, storage
+from mwinv.cluster.capture import ClusterCapture
 from mwinv.cluster.harness import Cluster, NodeCaps
+from mwinv.correlator.pipeline import correlate
 from mwinv.errors import MwinvError
 from mwinv.experiment.plan import load_plan
 from mwinv.workloads import tpch
@@ -68,7 +70,7 @@ def _q6(server) -> list:
         return conn.execute(tpch.query_sql(6)).fetchall()
 
 
-def test_sshfs_end_to_end():
+def test_sshfs_end_to_end(tmp_path):
     caps = NodeCaps(cpu=0.5, memory_mb=384, link_mbit=200)
     with Cluster(nodes=1, scale=0.01, node_caps=caps) as cl:
         d1 = cl.servers["d1"]
@@ -85,14 +87,25 @@ def test_sshfs_end_to_end():
         sshd = [pid for pid in map(int, (s1.cgroup.path("cpu") / "cgroup.procs").read_text().split())
                 if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd"]
         assert sshd and os.stat(f"/proc/{sshd[0]}/ns/net").st_ino == os.stat(f"/run/netns/{s1.netns}").st_ino
-        before = cl.storage.counters()
-        drop_page_cache()
-        assert _q6(cl.coordinator) == local
-        after = cl.storage.counters()
+        with ClusterCapture(cl, tmp_path / "cap", stacks=True) as cap:
+            before = cl.storage.counters()
+            drop_page_cache()
+            assert _q6(cl.coordinator) == local
+            after = cl.storage.counters()
+            cap.capture.update_manifest(storage_counters={"start": before, "end": after})
         served = after["storage_nodes"]["s1"]["from_node_bytes"] - before["storage_nodes"]["s1"]["from_node_bytes"]
         lineitem = sum(p.stat().st_size for p in files)
         assert served > 0.3 * lineitem, (served, lineitem)   # lineitem is most of it; a cold Q6 reads it all
         assert after["storage_nodes"]["s1"]["cpu_ns"] > before["storage_nodes"]["s1"]["cpu_ns"]
+        # the data node's scan slept on its FUSE tablespace: remote storage, split over the blocks
+        db = correlate(tmp_path / "cap")
+        sid = db.sql("SELECT statement_id FROM statement_clean WHERE node = 'coord' "
+                     "ORDER BY end_ns - start_ns DESC LIMIT 1").fetchone()[0]
+        got = storage.attribute(db, [sid])
+        db.con.close()
+        st = got["statements"][str(sid)]
+        assert st["by_node"]["d1"] > 0 and {"link", "daemons", "client"} <= set(st["split_ns"]), got
+        assert got["bound"] in {b["block"] for b in got["blocks"]} and got["backend"] == "sshfs"
         tag = cl.tag
         cl.set_storage("local")
         assert _left(tag) == {}

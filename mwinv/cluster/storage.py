@@ -34,6 +34,7 @@ storage one (checked through a pidfd), and removes the directory.
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import re
@@ -721,35 +722,96 @@ def blocks(manifest: dict) -> list[dict]:
 
 def attribute(db, statement_ids: list) -> dict:
     """The remote storage of a cell's statements: per coordinator statement the time its data nodes'
-    statements slept on FUSE (statement_remote_storage), split over the blocks' kinds (link, serving
-    daemons, remote disk, FUSE client) in proportion to their busy time over the measured passes; and
-    the block that bounds the stream (the busiest)."""
-    manifest = db.cap.manifest()
+    statements slept on their FUSE tablespace (statement_remote_storage: FUSE's own waits, and the page
+    cache's read waits on a node whose tables the manifest puts on FUSE), split over the blocks' kinds
+    (link, serving daemons, remote disk, FUSE client) in proportion to the busy time of each kind's
+    busiest block over the measured passes; and the block that bounds the stream (the busiest)."""
+    manifest = db.capture.manifest()
     bl = blocks(manifest)
     if not bl:
         return {}
-    db.build("statement_remote_storage")
+    remote = {d for d, info in manifest["storage"].get("data_nodes", {}).items() if info.get("relations")}
+    db.build("statement_remote_storage", *(["statement_link"] if db.has("session") else []))
     ids = [s for s in statement_ids if s is not None]
     parent = {s: s for s in ids}
-    if db.modules.holds("statement_link"):
+    if db.has("session"):   # a data node's statements under the coordinator's they served
         parent.update(db.sql("SELECT statement_id, parent_statement_id FROM statement_link "
                              "WHERE list_contains($1, parent_statement_id)", [ids]).fetchall())
     per: dict[int, dict] = {}
-    for node, sid, fuse_ns, sleeps, other in db.sql(
-            "SELECT node, statement_id, fuse_ns, fuse_sleeps, other_sleep_ns FROM statement_remote_storage "
+    for node, sid, fuse_ns, fuse_sleeps, page_ns, page_sleeps in db.sql(
+            "SELECT node, statement_id, fuse_ns, fuse_sleeps, page_wait_ns, page_sleeps FROM statement_remote_storage "
             "WHERE list_contains($1, statement_id)", [list(parent)]).fetchall():
-        st = per.setdefault(parent[sid], {"fuse_ns": 0, "fuse_sleeps": 0, "other_sleep_ns": 0, "by_node": {}})
-        st["fuse_ns"] += fuse_ns
-        st["fuse_sleeps"] += sleeps
-        st["other_sleep_ns"] += other
-        st["by_node"][node] = st["by_node"].get(node, 0) + fuse_ns
-    busy = {}
+        st = per.setdefault(parent[sid], {"remote_ns": 0, "sleeps": 0, "local_page_wait_ns": 0, "by_node": {}})
+        ns = fuse_ns + (page_ns if node in remote else 0)
+        st["remote_ns"] += ns
+        st["sleeps"] += fuse_sleeps + (page_sleeps if node in remote else 0)
+        st["local_page_wait_ns"] += 0 if node in remote else page_ns
+        if ns:
+            st["by_node"][node] = st["by_node"].get(node, 0) + ns
+    busy = {}   # per kind its busiest block: blocks of a kind carry the stream in series or share it
     for b in bl:
         if b["busy_ns"]:
-            busy[b["kind"]] = busy.get(b["kind"], 0) + b["busy_ns"]
+            busy[b["kind"]] = max(busy.get(b["kind"], 0), b["busy_ns"])
     total = sum(busy.values()) or 1
     for st in per.values():
-        st["split_ns"] = {k: int(st["fuse_ns"] * v / total) for k, v in busy.items()}
+        st["split_ns"] = {k: int(st["remote_ns"] * v / total) for k, v in busy.items()}
     bound = max((b for b in bl if b["busy_ns"]), key=lambda b: b["busy_ns"], default=None)
     return {"backend": manifest["storage"]["backend"], "blocks": bl, "bound": bound and bound["block"],
             "statements": {str(k): v for k, v in per.items()}}
+
+
+def summary(out: Path) -> str:
+    """An experiment's storage cells as markdown: per back-end and query the wall time, the data nodes'
+    waits on remote storage and their split, and per back-end the blocks and the one that bounds."""
+    import pyarrow.parquet as pq
+
+    rows = [r for p in sorted((out / "results").glob("*.parquet")) for r in pq.read_table(p).to_pylist()]
+    attr = {p.stem: json.loads(p.read_text()) for p in sorted((out / "storage").glob("*.json"))}
+    if not rows:
+        raise MwinvError(f"{out}: no results (mwinv experiment run PLAN -o {out})")
+    lines = ["| storage | query | wall | remote wait (data nodes) | link | daemons | disk | FUSE client |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    ms = lambda ns: f"{ns / 1e6:,.0f} ms" if ns is not None else "-"   # noqa: E731
+    for r in sorted(rows, key=lambda r: (r.get("storage") or LOCAL, r["query"], r["repetition"])):
+        st = (attr.get(r["cell"]) or {}).get("statements", {}).get(str(r["statement_id"]), {})
+        split = st.get("split_ns", {})
+        lines.append(f"| {r.get('storage') or LOCAL} | Q{r['query']} | {ms(r['wall_ns'])} | "
+                     f"{ms(st.get('remote_ns')) if st else '-'} | " +
+                     " | ".join(ms(split.get(k)) if st else "-" for k in ("link", "daemons", "disk", "client")) + " |")
+    for cell, a in attr.items():
+        if not a:
+            continue
+        lines += ["", f"{a['backend']} (cell {cell}): bound by **{a['bound']}**", "",
+                  "| block | work | capacity | busy |", "|---|---:|---:|---:|"]
+        for b in a["blocks"]:
+            work = f"{b['work'] / 1e6:,.1f} MB" if b["unit"] == "bytes" else f"{b['work']:.2f} CPU s"
+            cap = (f"{b['capacity'] / 1e6:,.1f} MB/s" if b["unit"] == "bytes" else f"{b['capacity']:g} CPU") \
+                if b["capacity"] else "-"
+            lines.append(f"| {b['block']} | {work} | {cap} ({b['basis']}) | {ms(b['busy_ns'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    import click
+
+    from mwinv.cli.common import run_main
+
+    @click.command()
+    @click.argument("out", type=click.Path(path_type=Path))
+    def storage_cmd(out: Path) -> None:
+        """The storage cells of the experiment in OUT (plan factor `storage`): per back-end and query the
+        wall time and the data nodes' waits on remote storage, split over link, serving daemons, remote
+        disk and FUSE client; per back-end its blocks and the one that bounds the stream.
+
+        \b
+        Example:
+          mwinv experiment run examples/plans/storage-backends.toml -o out/storage
+          python -m mwinv.cluster.storage out/storage
+        """
+        click.echo(summary(out), nl=False)
+
+    run_main(storage_cmd, "python -m mwinv.cluster.storage")
+
+
+if __name__ == "__main__":
+    main()
