@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mwinv.capture.tables import Capture
-from mwinv.correlator import attribution
+from mwinv.correlator import attribution, incremental
 from mwinv.correlator.load import open_capture
 from mwinv.correlator.pipeline import PER_NODE_TABLES, correlate
 from mwinv.kernel_trace.parse import count_events
@@ -132,6 +132,20 @@ def test_statement_clean_fits_a_small_memory_limit_and_keeps_the_first_of_a_dupl
 LEADER, WORKER = 1838743949164766209, 1838743949164768256
 
 
+def _with_worker(cap_dir: Path) -> list[dict]:
+    """The golden capture's statements, WORKER made LEADER's parallel worker (written back); its rows."""
+    cap = Capture(cap_dir)
+    stmts = cap.read("statement").to_pylist()
+    leader = next(s for s in stmts if s["statement_id"] == LEADER)
+    for s in stmts:
+        if s["statement_id"] == WORKER:
+            s.update(leader_pid=leader["pid"], parent_statement_id=LEADER)
+    for p in cap.parts("statement"):
+        p.unlink()
+    cap.write_part("statement", stmts, node="all")
+    return stmts
+
+
 def _per_statement_tables(db) -> dict[str, list]:
     """What a correlation writes per statement, and the list of queries, each table's rows sorted."""
     return {t: sorted(db.sql(f"SELECT * FROM {t}").fetchall(), key=repr) for t in (*PER_NODE_TABLES, "query_summary")}
@@ -143,15 +157,7 @@ def test_a_capture_correlated_slice_by_slice_gives_the_tables_of_one_correlated_
     crossing a cut, or starting on one, is attributed once, a worker in its leader's slice."""
     cap_dir = tmp_path / "cap"
     shutil.copytree(CAPTURE, cap_dir)
-    cap = Capture(cap_dir)
-    stmts = cap.read("statement").to_pylist()
-    leader = next(s for s in stmts if s["statement_id"] == LEADER)
-    for s in stmts:
-        if s["statement_id"] == WORKER:
-            s.update(leader_pid=leader["pid"], parent_statement_id=LEADER)
-    for p in cap.parts("statement"):
-        p.unlink()
-    cap.write_part("statement", stmts, node="all")
+    stmts = _with_worker(cap_dir)
 
     whole = correlate(cap_dir, write=False)
     monkeypatch.setattr(attribution, "CHUNK_STATEMENTS", 5)
@@ -172,3 +178,49 @@ def test_a_capture_correlated_slice_by_slice_gives_the_tables_of_one_correlated_
     got, want = _per_statement_tables(sliced), _per_statement_tables(whole)
     assert [t for t, rows in want.items() if not rows] == ["statement_kernel_function"]   # no stacks recorded
     assert got == want
+
+
+def test_a_capture_correlated_in_parts_gives_the_tables_of_one_correlated_whole(tmp_path, monkeypatch):
+    """The golden capture correlated in three parts (cuts at a third and two thirds of its trace, the
+    walk's carry and the unfinished statements' sums kept between the runs) writes every derived table
+    and query row of one correlation of the whole, row for row, and its parts are appended, not
+    rewritten; a part that brings a statement started before the earlier cut is refused in one line."""
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    for d in (whole, parts):
+        shutil.copytree(CAPTURE, d)
+        stmts = _with_worker(d)
+    monkeypatch.setattr(attribution, "CHUNK_STATEMENTS", 5)
+    monkeypatch.setattr(attribution, "CHUNK_POINTS", 300)
+    want = correlate(whole)
+    lo, hi = want.sql("SELECT min(ts_ns), max(ts_ns) FROM kernel_event").fetchone()
+    cuts = [lo + (hi - lo) // 3, lo + 2 * (hi - lo) // 3]
+    # statements run across both cuts, and some were written by the first part
+    assert all(any(s["start_ns"] < c < s["end_ns"] for s in stmts) for c in cuts)
+    correlate(parts, until_ns=cuts[0])
+    first = {p.name: p.read_bytes() for p in (parts / "statement_attribution").glob("*.parquet")}
+    assert 0 < len(derived_tables(parts)["statement_attribution"]["rows"]) < len(stmts) * 12
+    correlate(parts, until_ns=cuts[1])
+    got = correlate(parts)
+    assert not (parts / incremental.STATE_DIR).exists()
+    assert {p.name: p.read_bytes() for p in (parts / "statement_attribution").glob("*.parquet")
+            if p.name in first} == first
+    assert derived_tables(parts) == derived_tables(whole)
+    assert sorted(got.sql("SELECT * FROM query_summary").fetchall(), key=repr) == \
+        sorted(want.sql("SELECT * FROM query_summary").fetchall(), key=repr)
+
+    # the first part correlated without a statement that was still running at its cut
+    late = tmp_path / "late"
+    shutil.copytree(CAPTURE, late)
+    cap = Capture(late)
+    running = next(s for s in stmts if s["start_ns"] < cuts[0] < s["end_ns"])
+    all_rows = cap.read("statement")
+    for p in cap.parts("statement"):
+        p.unlink()
+    cap.write_part("statement", [s for s in all_rows.to_pylist() if s["statement_id"] != running["statement_id"]])
+    correlate(late, until_ns=cuts[0])
+    cap.write_part("statement", [s for s in all_rows.to_pylist() if s["statement_id"] == running["statement_id"]])
+    r = _correlate(late)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == (
+        f"mwinv-correlate: error: {late}: 1 statement(s) started before the cut at {cuts[0]} ns that the part "
+        f"correlated before did not have (still running then); remove {late / incremental.STATE_DIR} to "
+        "correlate the capture whole"), r.stderr

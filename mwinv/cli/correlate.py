@@ -12,6 +12,7 @@ from mwinv.capture.tables import Capture
 from mwinv.cli.common import group_option, progress_console, progress_logger, run_main
 from mwinv.correlator import terminal
 from mwinv.correlator.derive import ADVICE_TABLES, advice_of, derive, node_parts_of
+from mwinv.correlator.incremental import cut_ns
 from mwinv.correlator.pipeline import RANK_BY, correlate, top_statements
 from mwinv.correlator.pipeline import merge as merge_nodes
 from mwinv.correlator.timeline import parse_range, timeline
@@ -41,9 +42,12 @@ from mwinv.options import CorrelateOptions
 @click.option("--memory", default=None, metavar="SIZE",
               help="DuckDB's memory limit, e.g. 2GB (default: half the machine's available memory, at most "
                    "768 MiB); beyond it DuckDB spills into the capture's directory.")
+@click.option("--until", "until_s", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="correlate up to SECONDS after the first statement, keeping what the rest needs: a later run "
+                   "goes on from there and appends its tables (a capture still recorded, or rotated).")
 @group_option
 def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge, timeline_file, timeline_top,
-        timeline_range, memory) -> None:
+        timeline_range, memory, until_s) -> None:
     """Attribute every statement's wall time in CAPTURE to CPU (user/sys), disk (sequential/random),
     network, lock waits, run queue, other waits and not-allocated time; show the top statements with
     their breakdown, hot kernel functions and what to change (advice with the model's expected gain).
@@ -63,9 +67,12 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge, time
       mwinv-correlate CLUSTER --merge --top-sql 5                         # then the cluster view
       mwinv-correlate CAPTURE --timeline out/timeline.json --timeline-range 10:20   # open it in Perfetto UI
       mwinv-correlate LONG_CAPTURE --memory 4GB   # more room for DuckDB before it spills
+      mwinv-correlate LONG_CAPTURE --until 3600   # the first hour; run again later to go on from there
     """
     if baseline and not report_dir:
         raise click.UsageError("--baseline needs --report DIR")
+    if until_s is not None and merge:
+        raise click.UsageError("--until correlates a whole capture in parts, not the merge of its nodes")
     options = CorrelateOptions(node=node, merge=merge, top=top, by=by, query_id=query_id, memory=memory)
     options.check(Capture(capture).manifest())
     if report_dir:
@@ -79,7 +86,8 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge, time
         err.print(f"{capture}: read-only for this user: correlated in this session, nothing written into it",
                   highlight=False, markup=False)
     db = merge_nodes(capture, progress=progress, memory=options.memory) if merge else \
-        correlate(capture, write=write, progress=progress, node=options.node, memory=options.memory)
+        correlate(capture, write=write, progress=progress, node=options.node, memory=options.memory,
+                  until_ns=None if until_s is None else cut_ns(Capture(capture), until_s))
     for w in db.warnings:
         err.print(f"[yellow]warning:[/] {w}")
     rows = top_statements(db, n=options.top, by=options.by, query_id=options.query_id)

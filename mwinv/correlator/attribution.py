@@ -129,7 +129,10 @@ def segment_walk(db: CaptureDB, bounds: list[tuple[int | None, int | None]]):
     infos = sorted({v for (v,) in db.sql("SELECT DISTINCT prev_state FROM kernel_event "
                                          "WHERE event = 'sched_switch' AND prev_state IS NOT NULL").fetchall()}
                    | set(FILE_PATTERNS))
-    carry: dict[str, np.ndarray] | None = None
+    # a capture correlated in parts (incremental.py): the walk goes on from the earlier part's carry, and
+    # stops short of the trace's end with its own carry kept for the next part
+    parts = db.parts
+    carry = parts.carry_in(nodes, infos) if parts else None
     # the next slice is read (DuckDB, its own threads) while numpy works on this one
     with ThreadPoolExecutor(1) as reader:
         reading = reader.submit(_read_slice, db.con.cursor(), nodes, infos, *bounds[0])
@@ -140,13 +143,15 @@ def segment_walk(db: CaptureDB, bounds: list[tuple[int | None, int | None]]):
                     reading = reader.submit(_read_slice, db.con.cursor(), nodes, infos, *bounds[i + 1])
                 if carry is not None:
                     raw = _prepend(carry, raw)
-                columns, carry = _segment_state(raw, infos, last_slice=i == len(bounds) - 1)
+                last = i == len(bounds) - 1
+                columns, carry = _segment_state(raw, infos, last_slice=last and not (parts and parts.until_ns))
                 del raw
+                if last and parts:
+                    parts.walked(carry, nodes, infos)
                 db.con.register("segment_code", columns)
                 yield
         finally:
             db.con.unregister("segment_code")
-
 
 
 def _read_slice(con, nodes: list[str], infos: list[str], lo: int | None, hi: int | None) -> dict[str, np.ndarray]:
@@ -168,30 +173,35 @@ def _read_slice(con, nodes: list[str], infos: list[str], lo: int | None, hi: int
     return raw
 
 
-def slice_bounds(db: CaptureDB, chunk_points: int) -> list[tuple[int | None, int | None]]:
-    """Time slices of about `chunk_points` points each ((None, None): one slice), from the
-    kernel events' time quantiles; a switch gives two points, so events count one and a half."""
-    events = db.sql("SELECT count(*) FROM kernel_event").fetchone()[0]
-    return _quantile_bounds(db, "kernel_event", "ts_ns", -(-events * 3 // 2 // chunk_points), "approx_quantile")
+def slice_bounds(db: CaptureDB, chunk_points: int, lo: int | None = None,
+                 hi: int | None = None) -> list[tuple[int | None, int | None]]:
+    """Time slices of [lo, hi) (None: open-ended) of about `chunk_points` points each, from the kernel
+    events' time quantiles; a switch gives two points, so events count one and a half."""
+    events = db.sql(f"SELECT count(*) FROM kernel_event WHERE {_range_sql('ts_ns', lo, hi)}").fetchone()[0]
+    return _quantile_bounds(db, "kernel_event", "ts_ns", -(-events * 3 // 2 // chunk_points), "approx_quantile",
+                            lo, hi)
 
 
-def statement_bounds(db: CaptureDB, chunk_statements: int) -> list[tuple[int | None, int | None]]:
-    """Slices of about `chunk_statements` statements each by their slice key (sql/slice_statement.sql),
-    for the `slice: statement` modules; the cuts are statements' keys (exact quantiles: 0.35 s for 13 M)."""
-    n = db.sql("SELECT count(*) FROM slice_statement").fetchone()[0]
-    return _quantile_bounds(db, "slice_statement", "key_ns", -(-n // chunk_statements), "quantile_disc")
+def statement_bounds(db: CaptureDB, chunk_statements: int, lo: int | None = None,
+                     hi: int | None = None) -> list[tuple[int | None, int | None]]:
+    """Slices of [lo, hi) of the statements' slice keys (sql/slice_statement.sql) of about `chunk_statements`
+    statements each, for the `slice: statement` modules; the cuts are statements' keys (exact quantiles:
+    0.35 s for 13 M)."""
+    n = db.sql(f"SELECT count(*) FROM slice_statement WHERE {_range_sql('key_ns', lo, hi)}").fetchone()[0]
+    return _quantile_bounds(db, "slice_statement", "key_ns", -(-n // chunk_statements), "quantile_disc", lo, hi)
 
 
-def _quantile_bounds(db: CaptureDB, table: str, column: str, slices: int,
-                     quantile: str) -> list[tuple[int | None, int | None]]:
-    """`slices` ranges of `column` from its quantiles (`quantile`: DuckDB's function), the first and last
-    open-ended: every row lies in exactly one."""
+def _quantile_bounds(db: CaptureDB, table: str, column: str, slices: int, quantile: str,
+                     lo: int | None, hi: int | None) -> list[tuple[int | None, int | None]]:
+    """`slices` ranges of `column` within [lo, hi) from its quantiles there (`quantile`: DuckDB's
+    function), the first from lo and the last to hi: every row in [lo, hi) lies in exactly one."""
     if slices <= 1:
-        return [(None, None)]
+        return [(lo, hi)]
     cuts = db.sql(f"SELECT {quantile}({column}, " + "[" + ", ".join(
-        f"{k / slices:.6f}" for k in range(1, slices)) + f"]) FROM {table}").fetchone()[0]
-    cuts = sorted(set(int(c) for c in cuts))
-    return list(zip([None] + cuts, cuts + [None]))
+        f"{k / slices:.6f}" for k in range(1, slices)) + f"]) FROM {table} WHERE {_range_sql(column, lo, hi)}"
+                  ).fetchone()[0]
+    cuts = sorted(set(int(c) for c in cuts if lo is None or c > lo))
+    return list(zip([lo] + cuts, cuts + [hi]))
 
 
 def _range_sql(col: str, lo: int | None, hi: int | None) -> str:

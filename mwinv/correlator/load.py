@@ -28,6 +28,7 @@ class CaptureDB:
     warnings: list[str] = field(default_factory=list)
     duty_cycled: bool = False   # kernel events on in windows only: a sample of the statements traced
     modules: Modules | None = None   # the session's runner: what it holds and has built
+    parts: object | None = None      # a correlation of the capture in parts (incremental.Parts)
 
     def has(self, table: str) -> bool:
         return table in self.tables
@@ -181,7 +182,10 @@ def session_variables(db: CaptureDB, manifest: dict) -> dict[str, object]:
     from mwinv.correlator.classify import DEFAULT_INTERNAL_THRESHOLD
     from mwinv.rules import MIN_LOCK_SHARE, MIN_WALL_NS
 
-    return {"duty_cycled": db.duty_cycled, "thread_slack_ns": THREAD_SLACK_NS,
+    from mwinv.correlator.incremental import written_until
+
+    return {"duty_cycled": db.duty_cycled, "attributed_until": written_until(db.capture),
+            "thread_slack_ns": THREAD_SLACK_NS,
             "coordinator": manifest.get("coordinator"), "scheduler_frames": list(hotspots.SCHEDULER_FRAMES),
             "perf_period_ns": int(manifest.get("perf_sample_period_ns", 1_000_000)), **attribution.variables(),
             "internal_threshold": DEFAULT_INTERNAL_THRESHOLD, "min_wall_ns": MIN_WALL_NS,
@@ -233,10 +237,11 @@ def open_correlated(path: str | Path, rebuild: tuple[str, ...] = (),
         db.con.execute(f"CREATE {kind} {name} AS SELECT * FROM {parts_view(db.capture.table_dir(table))}")
         db.modules.provide(name)
         db.tables.add(name)
-    if db.has("statement") and db.modules.holds("statement_attribution"):
-        # what a correlation writes only when it has rows, and links before links were made (or a node's
-        # own correlation): none
-        for table in ("statement_link", "statement_io", "statement_kernel_function"):
+    if db.has("statement") and (db.modules.holds("statement_attribution")
+                                or db.modules.variables["attributed_until"] is not None):
+        # what a correlation writes only when it has rows (the first part of a capture correlated in
+        # parts may have none yet), and links before links were made (or a node's own correlation): none
+        for table in ("statement_attribution", "statement_link", "statement_io", "statement_kernel_function"):
             if not db.modules.holds(table) and table not in rebuild:
                 create_empty(db.con, table)
                 db.modules.provide(table)

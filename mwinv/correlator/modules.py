@@ -250,6 +250,8 @@ class Modules:
     variables: dict[str, object] = field(default_factory=dict)
     slices: Callable[[str], list[tuple[int | None, int | None]]] = lambda kind: [(None, None)]
     built: list[str] = field(default_factory=list)   # module names in the order they ran
+    # per sliced table, the SQL of rows added after its slices (an earlier part's, incremental.py)
+    seeds: dict[str, str] = field(default_factory=dict)
 
     parent: "Modules | None" = None   # a request's: the session it runs in
 
@@ -375,6 +377,10 @@ class Modules:
         finally:
             for w in walks.values():
                 w.close()
+        for m in group:   # rows an earlier correlation of the capture left to this one (incremental.py)
+            for t in m.builds:
+                if t in self.seeds:
+                    self.db.con.execute(f"INSERT INTO {t} BY NAME {self.seeds[t]}")
         for m in group:   # a Python step's slice rows are gone (the walk ended): its tables are the others'
             if not m.is_python:
                 self.available.update(m.builds)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, Capture
-from mwinv.correlator import attribution
+from mwinv.correlator import attribution, incremental
 from mwinv.correlator.load import CaptureDB, literal, open_capture, open_correlated, reading_parts, remove_stale
 from mwinv.errors import MwinvError
 
@@ -47,10 +47,13 @@ PER_NODE_TABLES = ("statement_attribution", "statement_kernel_function", "statem
 
 
 def correlate(capture_dir: str | Path, write: bool = True, progress=None, node: str | None = None,
-              memory: str | None = None) -> CaptureDB:
+              memory: str | None = None, until_ns: int | None = None) -> CaptureDB:
     """Attribute, find kernel hot spots and write the derived tables. node: that node's tables only (it
     could run on the node where they were captured), written as its own parts; merge() then makes the
-    cluster view from every node's. memory: DuckDB's limit (load.open_capture)."""
+    cluster view from every node's. memory: DuckDB's limit (load.open_capture). until_ns: correlate the
+    capture up to this trace time, the rest left to a later correlation, which goes on from there
+    (incremental.py); a capture correlated so far in parts is resumed, and its session returned is
+    the written parts' (open_correlated)."""
     from mwinv.engines.postgresql.reader import recover_spooled
 
     from mwinv.node_capture import recover_kernel
@@ -58,30 +61,54 @@ def correlate(capture_dir: str | Path, write: bool = True, progress=None, node: 
     recover_spooled(Capture(capture_dir), progress)   # statements a killed capture left unconverted
     recover_kernel(Capture(capture_dir), progress)    # and its kernel pages
     with reading_parts(Capture(capture_dir)):
-        return _correlate(capture_dir, write, progress, node, memory)
+        db = _correlate(capture_dir, write, progress, node, memory, until_ns)
+        if db.parts is None:
+            return db
+        db.con.close()
+        return open_correlated(capture_dir, memory_limit=memory)
 
 
-def _correlate(capture_dir: str | Path, write: bool, progress, node: str | None, memory: str | None) -> CaptureDB:
+def _correlate(capture_dir: str | Path, write: bool, progress, node: str | None, memory: str | None,
+               until_ns: int | None) -> CaptureDB:
     db = open_capture(capture_dir, nodes=[node] if node else None, memory_limit=memory)
     if not db.has("statement"):
         return db
-    # the point stream is walked in time slices (attribution.CHUNK_POINTS points each), the per-statement
-    # modules run per slice of attribution.CHUNK_STATEMENTS statements
-    db.modules.slices = lambda kind: (attribution.slice_bounds(db, attribution.CHUNK_POINTS) if kind == "pid"
-                                      else attribution.statement_bounds(db, attribution.CHUNK_STATEMENTS))
+    db.parts = parts = incremental.load(db.capture, until_ns)
+    if parts and (node is not None or not write):
+        raise MwinvError(f"{db.capture.path}: a capture correlated in parts is correlated whole, into its directory "
+                         "(not one node, not read-only)")
+    if parts and parts.resumed:
+        incremental.check(db, parts)
+        db.modules.seeds = incremental.seed(db, parts)
+    db.modules.slices = lambda kind: _slices(db, kind)
     step = progress or (lambda _: None)
     step("attributing statement time" + (f" (node {node})" if node else ""))
     for label, tables in ATTRIBUTION_STEPS:
         step(label)
-        db.build(*tables)
-    if write:
+        # a capture in parts: the list of queries is made from all of its parts, once written
+        db.build(*(t for t in tables if not (parts and t == "query_summary")))
+    if True:  # TEMP
         step("writing the derived tables")
         remove_stale(db.capture)
         if node is None:
-            _write(db, (*PER_NODE_TABLES, "statement_link"), "all", replace=("*",))
+            _write(db, (*PER_NODE_TABLES, "statement_link"), "all", replace=() if parts and parts.resumed else ("*",))
         else:   # a whole capture's correlation is superseded, the other nodes' parts are kept
             _write(db, PER_NODE_TABLES, node, replace=(node, "all"))
+        if parts:
+            incremental.save(db, parts)
     return db
+
+
+def _slices(db: CaptureDB, kind: str) -> list[tuple[int | None, int | None]]:
+    """The point stream is walked in time slices (attribution.CHUNK_POINTS points each), the per-statement
+    modules run per slice of attribution.CHUNK_STATEMENTS statements; in a capture correlated in parts,
+    over this part's range."""
+    parts = db.parts
+    if kind == "pid":
+        return attribution.slice_bounds(db, attribution.CHUNK_POINTS, *((parts.since_ns, parts.until_ns)
+                                                                         if parts else ()))
+    return attribution.statement_bounds(db, attribution.CHUNK_STATEMENTS, *(
+        (parts.key_since, incremental.statement_cut(db, parts)) if parts else ()))
 
 
 # The correlation's tables in the order they are built, each group under the label progress() shows. A
@@ -121,15 +148,18 @@ def merge(capture_dir: str | Path, progress=None, memory: str | None = None) -> 
 
 def _write(db: CaptureDB, names: tuple[str, ...], prefix: str, replace: tuple[str, ...]) -> None:
     """Each derived table as a part named by prefix, after removing its parts named by `replace` ("*":
-    all of them): derived tables are replaced, never appended to."""
+    all of them): derived tables are replaced, never appended to, but by a later part of a capture
+    correlated in parts (its statements only)."""
+    only = "" if db.parts is None else (" WHERE (node, statement_id) IN (SELECT (node, statement_id) FROM slice_statement"
+                                        f" WHERE {incremental.key_filter(db.parts)})")
     for name in names:
         d = db.capture.table_dir(name)
         for old in d.glob("*.parquet") if d.exists() else []:
             if "*" in replace or old.name.rsplit("-", 1)[0] in replace:
                 old.unlink()
-        if db.sql(f"SELECT count(*) FROM {name}").fetchone()[0]:
+        if db.sql(f"SELECT count(*) FROM {name}{only}").fetchone()[0]:
             # streamed: the attribution has a row per statement and component
-            db.capture.write_part(name, db.sql(f"SELECT * FROM {name}").to_arrow_reader(1 << 20), node=prefix)
+            db.capture.write_part(name, db.sql(f"SELECT * FROM {name}{only}").to_arrow_reader(1 << 20), node=prefix)
 
 
 def query_summaries(db: CaptureDB) -> list[dict]:
