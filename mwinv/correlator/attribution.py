@@ -13,6 +13,7 @@ as variables (`variables`)."""
 
 from __future__ import annotations
 
+import ctypes
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -100,10 +101,10 @@ def _code(labels: tuple[str, ...], label: str) -> int:
 
 
 # Points per pass of segment_walk: its numpy state and the next slice, read meanwhile, are outside
-# DuckDB's limit and set the process's peak (a 30 s pgbench capture, 4.6 M points: 2.51 GiB at 3 M
-# points a slice, 2.14 GiB at 1 M), whatever the capture's size (the estimate counts a kernel event
-# as 1.5 points; pgbench captures have ~1, so slices hold ~0.7 M points).
-CHUNK_POINTS = 1_000_000
+# DuckDB's limit and set the process's peak, whatever the capture's size (the estimate counts a kernel
+# event as 1.5 points; pgbench captures have ~1). A 120 s pgbench capture (9.7 M events, DuckDB at
+# 768 MiB): the walk took 18.2 s at 1 M points a slice, peak 2,300 MiB; at 250 k 25.0 s, 2,103 MiB.
+CHUNK_POINTS = 250_000
 # A statement slice's per-statement modules (sql/own_attribution.sql, local_attribution.sql) hold this
 # many statements' rows at once, not the capture's: on a 120 s pgbench capture (12.3 M statements) with
 # DuckDB at 512 MB, slices of 1 M ran out of memory, of 250 k they took 37 s at 2.05 GiB.
@@ -111,6 +112,21 @@ CHUNK_STATEMENTS = 250_000
 # A pid that never switches carries its whole tail from slice to slice: past this many rows that pid's
 # tail is counted at once, as at the end of the trace (its last stretch loses the evidence of what follows).
 MAX_CARRY_POINTS = 4_000_000
+
+
+# glibc's malloc serves an array of up to 32 MiB from its heaps once one that size was freed (its dynamic
+# mmap threshold) and keeps what is freed there: the walk's slices, made in two threads, left the
+# process 650 MiB larger than before the walk (2,103 MiB peak on a 120 s pgbench capture, slices of
+# 250 k points). Arrays from 1 MiB on mapped on their own go back to the system when freed: 1,840 MiB.
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD_BYTES = 1 << 20
+
+
+def _arrays_mapped() -> None:
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+    except (OSError, AttributeError):   # not glibc: its allocator's own ways
+        pass
 
 
 @step(builds=("segment_code",), inputs=("point", "dbms_node", "kernel_event"), slice="pid")
@@ -133,6 +149,7 @@ def segment_walk(db: CaptureDB, bounds: list[tuple[int | None, int | None]]):
     # stops short of the trace's end with its own carry kept for the next part
     parts = db.parts
     carry = parts.carry_in(nodes, infos) if parts else None
+    _arrays_mapped()
     # the next slice is read (DuckDB, its own threads) while numpy works on this one
     with ThreadPoolExecutor(1) as reader:
         reading = reader.submit(_read_slice, db.con.cursor(), nodes, infos, *bounds[0])
