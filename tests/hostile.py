@@ -35,6 +35,28 @@ class HostileUser:
         readable to it, and a hostile user brings their own tools)."""
         return self.run([SYSTEM_PYTHON, "-c", code, *args], **kw)
 
+    def correlate(self, *args: str, **kw) -> subprocess.CompletedProcess:
+        """mwinv-correlate as this user, from the repository and the venv's packages (readable to it or
+        skipped): what a member of a capture's group runs."""
+        import sysconfig
+        from pathlib import Path
+
+        repo, site = Path(__file__).parents[1], sysconfig.get_paths()["purelib"]
+        if self.run(["test", "-r", str(repo / "mwinv" / "__init__.py"), "-a", "-r", site]).returncode:
+            pytest.skip(f"{repo} or {site} is not readable to other users: they could not run mwinv from it")
+        kw.setdefault("timeout", 300)
+        return self.run(["env", f"PYTHONPATH={repo}:{site}", SYSTEM_PYTHON, "-c",
+                         "import sys; from mwinv.cli.correlate import main; sys.argv[0] = 'mwinv-correlate'; main()",
+                         *args], **kw)
+
+    def share(self, root) -> None:
+        """root and all below it readable to this user's group, not writable: a capture shared read-only."""
+        import os
+
+        for p in [root, *root.rglob("*")]:
+            os.chown(p, 0, self.gid)
+            p.chmod(0o750 if p.is_dir() else 0o640)
+
 
 def hostile_user() -> HostileUser:
     """The user, created when missing; skips where that is impossible (not root, no useradd)."""

@@ -216,11 +216,13 @@ def test_remote_statements_link_to_their_coordinator_statement(cluster, cluster_
     assert {(pid, n) for pid in pids.values() for n in cluster.data_nodes} <= linked_parents
 
 
-def test_each_node_correlated_on_its_own_then_merged(cluster_capture, tmp_path):
+def test_each_node_correlated_on_its_own_then_merged(cluster_capture, tmp_path, hostile):
     """Each node's tables correlated on their own (as they could be on that node), then merged, give what
     correlating the whole capture gives: every statement's components, the links between the nodes'
-    statements, the coordinator's waits for its nodes."""
+    statements, the coordinator's waits for its nodes. A member of the capture's group merges it read-only
+    in a session of their own, to the same view, writing nothing (it stopped at the merge's first write)."""
     import shutil
+    import tempfile
 
     import duckdb
 
@@ -242,8 +244,20 @@ def test_each_node_correlated_on_its_own_then_merged(cluster_capture, tmp_path):
     for node in nodes:
         r = subprocess.run(cli + ["--node", node, "--format", "json"], capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr[-2000:]
+    shared = Path(tempfile.mkdtemp(prefix="mwinv-test-merge-"))
+    try:
+        shared.chmod(0o755)
+        shutil.copytree(parts, shared / "cap")
+        hostile.share(shared / "cap")
+        before = {str(p): p.stat().st_mtime_ns for p in (shared / "cap").rglob("*")}
+        member = hostile.correlate(str(shared / "cap"), "--merge", "--format", "json")
+        assert member.returncode == 0, member.stderr[-2000:]
+        assert before == {str(p): p.stat().st_mtime_ns for p in (shared / "cap").rglob("*")}
+    finally:
+        shutil.rmtree(shared)
     r = subprocess.run(cli + ["--merge", "--format", "json"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(member.stdout) == json.loads(r.stdout)
     con = duckdb.connect()
     for table in ("statement_attribution", "statement_link"):
         a, b = (f"read_parquet('{Capture(d).glob(table)}')" for d in (whole, parts))

@@ -85,7 +85,7 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge, time
     if not write:
         err.print(f"{capture}: read-only for this user: correlated in this session, nothing written into it",
                   highlight=False, markup=False)
-    db = merge_nodes(capture, progress=progress, memory=options.memory) if merge else \
+    db = merge_nodes(capture, progress=progress, memory=options.memory, write=write) if merge else \
         correlate(capture, write=write, progress=progress, node=options.node, memory=options.memory,
                   until_ns=None if until_s is None else cut_ns(Capture(capture), until_s))
     for w in db.warnings:

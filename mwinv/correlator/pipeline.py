@@ -87,7 +87,7 @@ def _correlate(capture_dir: str | Path, write: bool, progress, node: str | None,
         step(label)
         # a capture in parts: the list of queries is made from all of its parts, once written
         db.build(*(t for t in tables if not (parts and t == "query_summary")))
-    if True:  # TEMP
+    if write:
         step("writing the derived tables")
         remove_stale(db.capture)
         if node is None:
@@ -121,11 +121,11 @@ ATTRIBUTION_STEPS = (
 )
 
 
-def merge(capture_dir: str | Path, progress=None, memory: str | None = None) -> CaptureDB:
+def merge(capture_dir: str | Path, progress=None, memory: str | None = None, write: bool = True) -> CaptureDB:
     """The cluster view from per-node correlations (correlate(node=...) for every node): the links between
     the nodes' statements and the coordinator's waits for its nodes, over their derived tables only (the
     nodes' attribution read back as local_attribution); statement_attribution and statement_link are
-    rewritten whole."""
+    rewritten whole (write=False: kept in the session, as correlate's)."""
     db = open_correlated(capture_dir, rebuild=("statement_link",),
                          read_as={"statement_attribution": "local_attribution"}, memory_limit=memory)
     if not db.has("statement"):
@@ -141,8 +141,9 @@ def merge(capture_dir: str | Path, progress=None, memory: str | None = None) -> 
     if progress:
         progress("linking the nodes' statements")
     db.build("statement_link", "statement_attribution", "query_summary")
-    remove_stale(db.capture)
-    _write(db, ("statement_attribution", "statement_link"), "all", replace=("*",))
+    if write:
+        remove_stale(db.capture)
+        _write(db, ("statement_attribution", "statement_link"), "all", replace=("*",))
     return db
 
 
