@@ -182,10 +182,7 @@ def session_variables(db: CaptureDB, manifest: dict) -> dict[str, object]:
     from mwinv.correlator.classify import DEFAULT_INTERNAL_THRESHOLD
     from mwinv.rules import MIN_LOCK_SHARE, MIN_WALL_NS
 
-    from mwinv.correlator.incremental import written_until
-
-    return {"duty_cycled": db.duty_cycled, "attributed_until": written_until(db.capture),
-            "thread_slack_ns": THREAD_SLACK_NS,
+    return {"duty_cycled": db.duty_cycled, "attributed_until": None, "thread_slack_ns": THREAD_SLACK_NS,
             "coordinator": manifest.get("coordinator"), "scheduler_frames": list(hotspots.SCHEDULER_FRAMES),
             "perf_period_ns": int(manifest.get("perf_sample_period_ns", 1_000_000)), **attribution.variables(),
             "internal_threshold": DEFAULT_INTERNAL_THRESHOLD, "min_wall_ns": MIN_WALL_NS,
@@ -228,7 +225,11 @@ def open_correlated(path: str | Path, rebuild: tuple[str, ...] = (),
     those in `rebuild`, and the list of queries (query_summary) built from them; read_as: a table read
     back under another name, materialized (a merge reads the nodes' attribution as its local_attribution,
     and replaces the parts it reads); memory_limit: open_capture's."""
+    from mwinv.correlator.incremental import written_until
+
     db = open_capture(path, memory_limit=memory_limit)
+    # a capture correlated so far in parts: its statements from the last part's cut on are not attributed yet
+    db.modules.variables["attributed_until"] = written_until(db.capture)
     for table in DERIVED_TABLES:
         if not db.capture.has(table) or table in rebuild or db.modules.holds(table):   # traced_statement: built
             continue

@@ -73,7 +73,8 @@ def _correlate(capture_dir: str | Path, write: bool, progress, node: str | None,
     db = open_capture(capture_dir, nodes=[node] if node else None, memory_limit=memory)
     if not db.has("statement"):
         return db
-    db.parts = parts = incremental.load(db.capture, until_ns)
+    # a session that writes nothing correlates the capture whole, whatever parts were written
+    db.parts = parts = incremental.load(db.capture, until_ns) if write or until_ns is not None else None
     if parts and (node is not None or not write):
         raise MwinvError(f"{db.capture.path}: a capture correlated in parts is correlated whole, into its directory "
                          "(not one node, not read-only)")
