@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 import pyarrow.compute as pc
 
 from mwinv.capture.tables import Capture
@@ -182,9 +183,10 @@ def test_a_capture_correlated_slice_by_slice_gives_the_tables_of_one_correlated_
 
 def test_a_capture_correlated_in_parts_gives_the_tables_of_one_correlated_whole(tmp_path, monkeypatch):
     """The golden capture correlated in three parts (cuts at a third and two thirds of its trace, the
-    walk's carry and the unfinished statements' sums kept between the runs) writes every derived table
-    and query row of one correlation of the whole, row for row, and its parts are appended, not
-    rewritten; a part that brings a statement started before the earlier cut is refused in one line."""
+    walk's carry and the unfinished statements' sums kept between the runs, one part run again after
+    it failed) writes every derived table and query row of one correlation of the whole, row for row,
+    and its parts are appended, not rewritten; a part that brings a statement started before the
+    earlier cut is refused in one line."""
     whole, parts = tmp_path / "whole", tmp_path / "parts"
     for d in (whole, parts):
         shutil.copytree(CAPTURE, d)
@@ -204,6 +206,12 @@ def test_a_capture_correlated_in_parts_gives_the_tables_of_one_correlated_whole(
     assert sorted(correlate(parts, write=False).sql(queries).fetchall(), key=repr) == \
         sorted(want.sql(queries).fetchall(), key=repr)
     correlate(parts, until_ns=cuts[1])
+    # the last part failed after writing its tables, before its state was updated, and run again: its
+    # files replaced
+    with monkeypatch.context() as m:
+        m.setattr(incremental, "save", lambda db, p: (_ for _ in ()).throw(OSError(28, "No space left on device")))
+        with pytest.raises(OSError):
+            correlate(parts)
     got = correlate(parts)
     assert not (parts / incremental.STATE_DIR).exists()
     assert {p.name: p.read_bytes() for p in (parts / "statement_attribution").glob("*.parquet")

@@ -39,6 +39,7 @@ class Parts:
     walk's cut T; key_since: the statement cut S) and where this one stops (until_ns: None, the end)."""
     capture: Capture
     until_ns: int | None = None
+    number: int = 0                              # parts written before this one
     since_ns: int | None = None
     key_since: int | None = None
     statements_before: int | None = None
@@ -51,6 +52,12 @@ class Parts:
     @property
     def resumed(self) -> bool:
         return self.since_ns is not None
+
+    @property
+    def prefix(self) -> str:
+        """Its derived tables' part names: a part that failed before the state was kept is written
+        again under the same names, its files replaced (a whole correlation's: all)."""
+        return f"part{self.number}" if self.resumed else "all"
 
     def carry_in(self, nodes: list[str], infos: list[str]) -> dict[str, np.ndarray] | None:
         """The earlier part's carry as the walk's columns, its codes those of this session's labels."""
@@ -82,8 +89,8 @@ def load(capture: Capture, until_ns: int | None) -> Parts | None:
                          "the capture whole") from None
     if until_ns is not None and until_ns <= state["since_ns"]:
         raise MwinvError(f"until {until_ns}: not after the cut of the part correlated before ({state['since_ns']})")
-    return Parts(capture, until_ns, state["since_ns"], state["key_until"], state["statements_before"], carry,
-                 state["labels"])
+    return Parts(capture, until_ns, state["parts"], state["since_ns"], state["key_until"], state["statements_before"],
+                 carry, state["labels"])
 
 
 def cut_ns(capture: Capture, seconds: float) -> int:
@@ -165,7 +172,7 @@ def save(db, parts: Parts) -> None:
             f"WHERE (n.node, p.statement_id) IN (SELECT (node, statement_id) FROM slice_statement "
             f"WHERE key_ns >= {int(parts.key_until)})").to_arrow_table())
     privfile.write(d / "state.json", json.dumps({
-        "since_ns": parts.until_ns, "key_until": parts.key_until, "labels": parts.labels_out,
+        "parts": parts.number + 1, "since_ns": parts.until_ns, "key_until": parts.key_until, "labels": parts.labels_out,
         "statements_before": statements_before(db, parts.until_ns)}))
 
 

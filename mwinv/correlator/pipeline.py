@@ -92,7 +92,8 @@ def _correlate(capture_dir: str | Path, write: bool, progress, node: str | None,
         step("writing the derived tables")
         remove_stale(db.capture)
         if node is None:
-            _write(db, (*PER_NODE_TABLES, "statement_link"), "all", replace=() if parts and parts.resumed else ("*",))
+            _write(db, (*PER_NODE_TABLES, "statement_link"), parts.prefix if parts else "all",
+                   replace=(parts.prefix,) if parts and parts.resumed else ("*",))
         else:   # a whole capture's correlation is superseded, the other nodes' parts are kept
             _write(db, PER_NODE_TABLES, node, replace=(node, "all"))
         if parts:
