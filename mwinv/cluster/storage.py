@@ -59,7 +59,7 @@ DEFAULT_BRICKS = 2
 MAX_BRICKS = 4
 TABLESPACE = "mwinv_remote"
 SSH_PORT = 2222                   # on the storage node's own address, in its own namespace
-GLUSTER_BASE_INDEX = 5            # storage nodes' addresses after the coordinator's and 4 data nodes'
+STORAGE_BASE_INDEX = 5            # storage nodes' addresses after the coordinator's and 4 data nodes'
 SHARD_BLOCK = "4MB"               # GlusterFS's smallest shard
 GLUSTER_RUN = Path("/var/run/gluster")   # where glusterd puts brick sockets, whatever its run-directory
 MOUNT_WAIT_S = 20
@@ -80,7 +80,7 @@ def parse(level) -> tuple[str, int]:
     if not m or (m.group(2) and m.group(1) != "glusterfs"):
         raise MwinvError(f"{level!r}: a storage back-end is local, sshfs, glusterfs or glusterfs:K (K 1-{MAX_BRICKS})")
     kind = m.group(1)
-    return kind, {LOCAL: 0, "sshfs": 1}.get(kind) or int(m.group(2) or DEFAULT_BRICKS)
+    return kind, int(m.group(2) or DEFAULT_BRICKS) if kind == "glusterfs" else int(kind == "sshfs")
 
 
 def is_level(level) -> bool:
@@ -229,7 +229,6 @@ class Storage:
         self.cluster, self.level = cluster, level
         self.kind, self.width = parse(level)
         self.root: Path | None = None
-        self.bound = False
         self.nodes: dict[str, StorageNode] = {}
         self.served_by: dict[str, list[str]] = {}     # data node -> its storage nodes
         self.mounts: dict[str, Path] = {}             # data node -> mount point
@@ -259,11 +258,10 @@ class Storage:
         # shared, so that the data nodes' servers (restarted below) hold it as a slave: an unmount here
         # leaves their mount namespaces too, and the FUSE daemon exits with it
         _run(["mount", "--bind", str(self.root), str(self.root)], "storage: bind mount")
-        self.bound = True
         _run(["mount", "--make-shared", str(self.root)], "storage: shared mount")
         count = len(self.cluster.data_nodes) if self.kind == "sshfs" else self.width
         for k in range(1, count + 1):
-            self._storage_node(f"s{k}", 4 + k)
+            self._storage_node(f"s{k}", STORAGE_BASE_INDEX + k - 1)
         for d in self.cluster.data_nodes:
             _mkdir(self.root / d, 0o711)
             self.mounts[d] = _mkdir(self.root / d / "mnt", 0o711)
