@@ -160,6 +160,7 @@ def analyse(out: str | Path) -> dict:
         con.execute("CREATE VIEW psample AS SELECT * FROM psample_raw "
                     "QUALIFY ts_ns > min(ts_ns) OVER (PARTITION BY node, pid)")
         result["tiers"] = _tiers(con, record)
+        _io(con, record, cap, result["tiers"])
         from mwinv.ntier.windows import saturation   # it reads this module's thresholds
 
         result["saturation"] = saturation(con, record, lambda node: _capacity(record, node))
@@ -236,6 +237,31 @@ def _tiers(con, record: dict) -> dict:
                 "p90": round(util[min(len(util) - 1, int(len(util) * 0.9))], 3), "max": round(util[-1], 3),
                 "saturated_share": round(hot, 3), "saturated": hot >= SATURATED_SHARE, "density": density}
     return out
+
+
+def _io(con, record: dict, cap: Capture, tiers: dict) -> None:
+    """Each tier's disk and links per level, beside its CPU: its processes' reads and writes at the block
+    layer (/proc/<pid>/io), and for the servers the bytes their TCP connections sent and received (the
+    kernel's counts, tcp_sample); MB/s over the measured period. Neither has a capacity here (an
+    unthrottled disk, the loopback): throughput, not utilisation. pgpool's links are left out: the
+    sampler re-reads a pid's sockets every 10 s and a pgpool child takes a new client's within that."""
+    run_s = record["config"]["run_s"]
+    rows = con.execute("""
+        SELECT l.clients, p.node, 'disk_read_mb_s', sum(p.read_bytes) FROM psample p
+        JOIN levels l ON p.ts_ns > l.lo AND p.ts_ns <= l.hi GROUP BY ALL
+        UNION ALL SELECT l.clients, p.node, 'disk_write_mb_s', sum(p.write_bytes) FROM psample p
+        JOIN levels l ON p.ts_ns > l.lo AND p.ts_ns <= l.hi GROUP BY ALL""").fetchall()
+    if cap.has("tcp_sample"):
+        con.register("tcp", cap.read("tcp_sample"))
+        rows += con.execute("""
+            SELECT clients, node, 'net_mb_s', sum(moved) FROM (   -- the counts are cumulative per connection
+                SELECT l.clients, t.node, max(t.bytes_acked) - min(t.bytes_acked)
+                       + max(t.bytes_received) - min(t.bytes_received) AS moved
+                FROM tcp t JOIN levels l ON t.ts_ns > l.lo AND t.ts_ns <= l.hi
+                WHERE t.node <> 'pgpool' GROUP BY l.clients, t.node, t.pid, t.local, t.peer) GROUP BY ALL""").fetchall()
+    for clients, node, what, n in rows:
+        if node in tiers and str(clients) in tiers[node]["levels"]:
+            tiers[node]["levels"][str(clients)][what] = round((n or 0) / run_s / 1e6, 3)
 
 
 def rare_heavy(result: dict) -> list[dict]:

@@ -90,14 +90,18 @@ def markdown(result: dict) -> tuple[list[str], list[tuple[int, str]]]:
             charts.append((len(md), svg.histogram([tuple(b) for b in levels["all"]["histogram"]],
                                                   f"query id {q}: executions by duration")))
 
-    md += ["", "## Tiers: CPU utilisation per load level", "", "Each node's processes' CPU over every sample "
-           "interval, as a share of its capacity; saturated when most samples sit at 90 % or more.", "",
-           "| tier | CPUs | clients | samples | p50 | p90 | max | samples ≥ 90 % | saturated |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    md += ["", "## Tiers: CPU, disk and links per load level", "", "Each node's processes' CPU over every sample "
+           "interval, as a share of its capacity; saturated when most samples sit at 90 % or more. Disk: their "
+           "reads and writes at the block layer; links: the bytes the servers' TCP connections moved both ways "
+           "(MB/s; no capacity here, an unthrottled disk and the loopback).", "",
+           "| tier | CPUs | clients | samples | p50 | p90 | max | samples ≥ 90 % | saturated | "
+           "disk read / write MB/s | links MB/s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for node, t in sorted(result["tiers"].items()):
         for c, u in t["levels"].items():
+            net = f"{u['net_mb_s']:.2f}" if "net_mb_s" in u else "-"
             md.append(f"| {node} | {t['capacity_cpus']:g} | {c} | {u['samples']} | {pct(u['p50'])} | {pct(u['p90'])} | "
-                      f"{pct(u['max'])} | {pct(u['saturated_share'])} | {'yes' if u['saturated'] else 'no'} |")
+                      f"{pct(u['max'])} | {pct(u['saturated_share'])} | {'yes' if u['saturated'] else 'no'} | "
+                      f"{u.get('disk_read_mb_s', 0):.2f} / {u.get('disk_write_mb_s', 0):.2f} | {net} |")
 
     md += ["", "## Saturation in short windows", "", "Each replica in windows of the sampler's interval: saturated "
            "at 90 % of its CPUs or more; a saturated window is single (one replica), concurrent (several) or "
@@ -116,7 +120,8 @@ def markdown(result: dict) -> tuple[list[str], list[tuple[int, str]]]:
                                                        f"{c} clients: saturated windows per replica")))
     for c, w in result.get("saturation", {}).items():
         for e in w["episodes"][:5]:
-            said = "; ".join(f"{n} CPU {pct(r['util'])}, run queue {r['runqueue']:.2f}, {r['in_flight']:.1f} in flight, "
+            said = "; ".join(f"{n} CPU {pct(r['util'])}, run queue {r['runqueue']:.2f}, disk reads "
+                             f"{r.get('disk_read_mb_s', 0):g} MB/s, {r['in_flight']:.1f} in flight, "
                              f"{r['completed']} done, running " + ", ".join(f"{q} {ms:g} ms" for q, ms in r["statements"])
                              for n, r in e["replicas"].items())
             md.append(f"- {c} clients, {e['t_s']:g} s into the run, {e['kind']}: {said}")

@@ -1,5 +1,5 @@
 """Transient bottlenecks: each replica in short windows (the sampler's interval, 100 ms by default) with
-its CPU utilisation and run-queue wait (its processes', /proc), the statements in flight (their
+its CPU utilisation, run-queue wait and disk reads (its processes', /proc), the statements in flight (their
 overlap with the window over its length) and those completed. A window is saturated on a replica at
 SATURATED_UTIL of its CPUs or more; saturated windows are single (one replica), concurrent (two or
 more at once) or oscillating (one replica, another than in the saturated window just before): seed
@@ -20,12 +20,13 @@ def saturation(con, record: dict, capacity) -> dict:
     levels, stmt and psample (mwinv/ntier/analyse.py)."""
     iv = int(record["config"]["sample_interval_s"] * 1e9)
     util = {}
-    for clients, node, w, cpus, runq in con.execute(f"""
+    for clients, node, w, cpus, runq, read in con.execute(f"""
             SELECT l.clients, p.node, (p.ts_ns - l.lo - 1) // {iv} AS w,
-                   sum(p.run_ns) / any_value(p.interval_ns), sum(p.runqueue_wait_ns) / any_value(p.interval_ns)
+                   sum(p.run_ns) / any_value(p.interval_ns), sum(p.runqueue_wait_ns) / any_value(p.interval_ns),
+                   sum(p.read_bytes) * 1e3 / any_value(p.interval_ns)
             FROM psample p JOIN levels l ON p.ts_ns > l.lo AND p.ts_ns <= l.hi
             WHERE p.node NOT IN ('primary', 'pgpool') AND p.interval_ns > 0 GROUP BY ALL""").fetchall():
-        util[(clients, w, node)] = (cpus / capacity(node), runq)
+        util[(clients, w, node)] = (cpus / capacity(node), runq, read or 0.0)   # read: MB/s
     flight = {(c, w, n): (f, d) for c, n, w, f, d in con.execute(f"""
             SELECT s.clients, s.node, x.w,
                    sum(least(s.end_ns, l.lo + (x.w + 1) * {iv}) - greatest(s.start_ns, l.lo + x.w * {iv})) / {iv},
@@ -41,7 +42,7 @@ def saturation(con, record: dict, capacity) -> dict:
         kinds = {"single": 0, "concurrent": 0, "oscillating": 0}
         episodes, last = [], None   # last: (window, the replicas saturated in it)
         for w in windows:
-            hot = [n for n in nodes if util.get((c, w, n), (0, 0))[0] >= SATURATED_UTIL]
+            hot = [n for n in nodes if util.get((c, w, n), (0, 0, 0))[0] >= SATURATED_UTIL]
             if not hot:
                 continue
             kind = "concurrent" if len(hot) > 1 else "oscillating" if (
@@ -51,14 +52,16 @@ def saturation(con, record: dict, capacity) -> dict:
             if len(episodes) < EPISODES:
                 episodes.append({"t_s": round(w * iv / 1e9, 2), "kind": kind, "replicas": {
                     n: {"util": round(util[(c, w, n)][0], 2), "runqueue": round(util[(c, w, n)][1], 2),
+                        "disk_read_mb_s": round(util[(c, w, n)][2], 2),
                         "in_flight": round(flight.get((c, w, n), (0, 0))[0], 2),
                         "completed": flight.get((c, w, n), (0, 0))[1],
                         "statements": _running(con, c, w, n, iv)} for n in hot}})
         out[str(c)] = {"window_ms": iv / 1e6, "windows": len(windows), "saturated": sum(kinds.values()), **kinds,
-                       "mean_util": {n: round(sum(util.get((c, w, n), (0, 0))[0] for w in windows) / max(1, len(windows)), 3)
-                                     for n in nodes},
+                       "mean_util": {n: round(sum(util.get((c, w, n), (0, 0, 0))[0] for w in windows)
+                                              / max(1, len(windows)), 3) for n in nodes},
                        "saturated_windows": {n: [w * iv / 1e9 for w in windows
-                                                 if util.get((c, w, n), (0, 0))[0] >= SATURATED_UTIL] for n in nodes},
+                                                 if util.get((c, w, n), (0, 0, 0))[0] >= SATURATED_UTIL]
+                                             for n in nodes},
                        "episodes": episodes}
     return out
 
