@@ -4,6 +4,7 @@ connection's life, handshake included; the smoothed one) and the bytes and segme
 
     sockets()              {inode: TcpSocket} of this network namespace (connected and listening)
     socket_inodes(pid)     the inodes of pid's sockets (/proc/pid/fd)
+    socket_fds(pid)        {fd: inode} of pid's sockets
 """
 
 from __future__ import annotations
@@ -109,19 +110,24 @@ def sockets() -> dict[int, TcpSocket]:
     return dict(_dump(socket.AF_INET) + _dump(socket.AF_INET6))
 
 
-def socket_inodes(pid: int) -> set[int]:
-    """The inodes of the sockets pid holds open (empty when it is gone or not ours to read)."""
+def socket_fds(pid: int) -> dict[int, int]:
+    """pid's open sockets: {fd: inode} (empty when it is gone or not ours to read)."""
     fds = f"/proc/{pid}/fd"
-    inodes = set()
+    out: dict[int, int] = {}
     try:
         names = os.listdir(fds)
     except OSError:
-        return inodes
+        return out
     for name in names:
         try:
             target = os.readlink(f"{fds}/{name}")
         except OSError:
             continue
         if target.startswith("socket:["):
-            inodes.add(int(target[8:-1]))
-    return inodes
+            out[int(name)] = int(target[8:-1])
+    return out
+
+
+def socket_inodes(pid: int) -> set[int]:
+    """The inodes of the sockets pid holds open (empty when it is gone or not ours to read)."""
+    return set(socket_fds(pid).values())

@@ -26,6 +26,7 @@ from mwinv.capture.tables import Capture
 from mwinv.correlator.load import literal
 from mwinv.errors import MwinvError
 from mwinv.ntier import bboard
+from mwinv.ntier.balancer import balancer_time
 
 BINS_PER_DECADE = 4
 SATURATED_UTIL = 0.9      # a sample at or above 90 % of the tier's CPUs counts as saturated
@@ -110,7 +111,7 @@ def analyse(out: str | Path) -> dict:
     run_s = record["config"]["run_s"]
     result: dict = {"config": record["config"], "error": record.get("error"), "levels": [], "statements": {},
                     "pages": {}, "tiers": {}, "texts": {}, "node_cpu_ns": {},
-                    "saturation": {}}
+                    "saturation": {}, "balancer": {}}
     if cap.has("statement"):
         con.register("stmt_raw", cap.read("statement"))
         # the workload's top-level statements, in a level's measured period
@@ -167,6 +168,9 @@ def analyse(out: str | Path) -> dict:
         result["node_cpu_ns"] = dict(con.execute(
             "SELECT p.node, sum(p.run_ns)::bigint FROM psample p JOIN levels l "
             "ON p.ts_ns > l.lo AND p.ts_ns <= l.hi GROUP BY 1").fetchall())
+    if cap.has("kernel_event"):   # with --trace: the time spent in pgpool, per statement
+        con.register("kernel_event", cap.read("kernel_event"))
+        result["balancer"] = balancer_time(con, record, _summaries)
     result["rare_heavy"] = rare_heavy(result)
     taken = out / EVIDENCE   # the plans taken while the servers ran (mwinv/ntier/evidence.py), kept
     if taken.exists():

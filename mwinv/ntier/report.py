@@ -74,6 +74,8 @@ def markdown(result: dict) -> tuple[list[str], list[tuple[int, str]]]:
     if not rt:
         md.append("| - | 0 | - | - | - | - |")
 
+    md += ["", "## Time in pgpool, per statement", ""] + balancer(result)
+
     ranked = sorted(result["statements"].items(), key=lambda kv: -kv[1].get("all", {"total_ns": 0})["total_ns"])
     md += ["", "## Statements: every execution", "", f"The {TOP_STATEMENTS} query ids that took the most time in "
            "the databases, each execution the captures of the primary and the replicas hold (pg_stat_statements "
@@ -143,13 +145,49 @@ def markdown(result: dict) -> tuple[list[str], list[tuple[int, str]]]:
             md.append(f"  - evidence: {e}")
         for a in f["advice"]:
             md.append(f"  - advice: {a}")
-    md += ["", "## What this run does not measure", "",
-           "- pgpool's own share of a round trip apart from the network's and pgbench's: the round trips above "
-           "hold all three (pgbench logs pages, not statements with their connection).",
-           "- Saturation of disks or links: the tiers, windows and bottlenecks above weigh CPU only.",
+    md += ["", "## What this run does not measure", ""]
+    if not result.get("balancer"):
+        md.append("- pgpool's own share of a round trip apart from the network's and pgbench's: the round trips "
+                  "above hold all three (`--trace` measures it from pgpool's kernel trace).")
+    md += [
+           "- Saturation of disks or links: their throughput is above, but with no capacity (an unthrottled disk, the "
+           "loopback) the windows and bottlenecks weigh CPU only.",
            "- Replicas, clients and the policy are options of `mwinv ntier run` (several replica counts: the "
            "throughput surface), not factors of `mwinv experiment` plans."]
     return md, charts
+
+
+def balancer(result: dict) -> list[str]:
+    """pgpool's own time per query id from its kernel trace (mwinv/ntier/balancer.py), the links' check
+    and the check against its CPU."""
+    b = result.get("balancer")
+    if not b:
+        return ["Not measured: run with `--trace` (pgpool's reads and writes, linked to the backends' "
+                "executions by the sessions' TCP connections)."]
+    md = [f"From pgpool's kernel trace: {b['statements']:,} statements through it, {b['linked']:,} linked by "
+          f"their backend connection to an execution, {b['inside']:,} of those inside the forward and the reply "
+          "(the link's check). Own time: request received → forwarded (inbound) plus reply received → returned "
+          "(outbound); the backend's is from the forward to the reply.", "",
+          "| query id | statement | executions | own p50 | p90 | p99 | max | inbound p50 | outbound p50 | "
+          "backend p50 |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for q, levels in sorted(b["own"].items(), key=lambda kv: -kv[1]["all"]["total_ns"]):
+        s = levels["all"]
+        md.append(f"| {q} | {_text(result['texts'].get(q, ''), 50)} | " + " | ".join(_pcts(s)) + " | "
+                  + " | ".join(duration(b[part][q]["all"]["p50_ns"])
+                               for part in ("inbound", "outbound", "backend_wait"))
+                  + " |")
+    gap = b.get("client_gap", {})
+    md += ["", "| clients | own time | pgpool's children on a CPU / in the run queue (schedstat) | own of on a CPU | "
+           "client and network between statements, p50 / p99 |", "|---|---|---|---|---|"]
+    for c, k in b.get("check", {}).items():
+        g = gap.get(c)
+        md.append(f"| {c} | {duration(k['own_ns'])} ({k['statements']:,}) | {duration(k['run_ns'])} / "
+                  f"{duration(k['runqueue_ns'])} | {pct(k['own_of_run'] or 0)} | "
+                  + (f"{duration(g['p50_ns'])} / {duration(g['p99_ns'])}" if g else "-") + " |")
+    md += ["", "Own time is pgpool running or waiting to run, at most its CPU and run-queue time together; the rest "
+           "of its CPU went into the reads it blocked in (their syscalls and wake-ups), counted in the backend's "
+           "and the client's time."]
+    return md
 
 
 def policy(result: dict) -> list[str]:
