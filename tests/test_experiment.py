@@ -107,8 +107,14 @@ def test_every_cell_is_predicted_from_the_others(experiment):
     assert got == {(c, qq) for c in cells for qq in (3, 12)}   # every cell and query, predicted
     for p in model["predictions"]:
         others = {c for c in cells if c != p["to_cell"]}
-        assert p["from_cell"] in others and p["predicted_ns"] > 0 and p["error"] is not None
+        assert p["from_cell"] in others
+        # a time and its error, or why the source run cannot show the target's plan
+        made = p["predicted_ns"] is not None and p["predicted_ns"] > 0 and p["error"] is not None
+        assert made != bool(p["unseen"])
     assert len(model["predictions"]) == 8 * 3   # from each of the three other cells
+    for r in model["rules"]:
+        assert r["n"] + r["cannot"] == sum(1 for p in model["predictions"] if p["rule"] == r["rule"] and (
+            r["queries"] == "all" or p["query"] % 2 == (r["queries"] == "odd (fitted)")))
     rules = {(r["rule"], r["queries"]) for r in model["rules"]}
     assert {("nodes", "odd (fitted)"), ("nodes", "even (unseen)"), ("scheme", "all"),
             ("nodes and scheme", "all")} <= rules
