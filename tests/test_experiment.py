@@ -343,6 +343,25 @@ def test_nodes_fetched_in_turn_and_plans_the_source_cannot_show():
                      _op(9, 8, "Foreign Scan", 1899294, 908.0, ["lineitem"]),
                      _op(10, 0, "Index Scan", 0, 675.0, ["orders"], loops=337680)])
     assert "337,680 times" in scheme_change(q21, one_part, two_part, 0.5).unseen
+    # Q7: replicated tables joined to both sides first (lineitem to supplier, orders per customer): no
+    # reorder that would put lineitem and orders together on the nodes, and orders' lookups per customer
+    q7 = plan_tree([_op(0, -1, "Hash Join", 5924, 60.0), _op(1, 0, "Hash Join", 145703, 90.0),
+                    _op(2, 1, "Append", 1828450, 300.0), _op(3, 2, "Foreign Scan", 1828450, 900.0, ["lineitem"]),
+                    _op(4, 1, "Hash", 798), _op(5, 4, "Seq Scan", 10000, 2.0, ["supplier"]),
+                    _op(6, 0, "Hash", 121324, 20.0), _op(7, 6, "Nested Loop", 121324, 30.0),
+                    _op(8, 7, "Seq Scan", 150000, 15.0, ["customer"]),
+                    _op(9, 7, "Index Scan", 120080, 300.0, ["orders"], loops=12008)])
+    m = scheme_change(q7, one_part, two_part, 0.5)
+    assert m.rows == 0 and "12,008 times" in m.unseen
+    # Q18: lineitem joined to orders and to its own subquery grouped by l_orderkey on the nodes: postgres_fdw
+    # joins no remote aggregate, so only orders' scan would go to the nodes
+    q18 = plan_tree([_op(0, -1, "Hash Join", 399, 680.0), _op(1, 0, "Append", 6001215, 327.0),
+                     _op(2, 1, "Foreign Scan", 6001215, 360.0, ["lineitem"]), _op(3, 0, "Hash", 57),
+                     _op(4, 3, "Hash Join", 57, 214.0), _op(5, 4, "Seq Scan", 1500000, 109.0, ["orders"]),
+                     _op(6, 4, "Hash", 57), _op(7, 6, "Append", 57, 860.0),
+                     {**_op(8, 7, "Foreign Scan", 57, 4.0, ["lineitem"]),
+                      "remote_sql": "SELECT l_orderkey FROM public.lineitem GROUP BY 1 HAVING (sum(l_quantity) > 300)"}])
+    assert scheme_change(q18, one_part, two_part, 0.5).rows == 1500000
     # Q22: orders per customer inside a parallel plan: 19,000 loops over 3 processes
     q22 = plan_tree([_op(0, -1, "Gather Merge", 21), _op(1, 0, "Aggregate", 21, loops=3),
                      _op(2, 1, "Nested Loop", 6384, 11.0, loops=3),
