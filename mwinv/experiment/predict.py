@@ -15,8 +15,9 @@ A prediction rebuilds C and N under the target cell's levels:
   planning's remote estimates (one EXPLAIN per partition path) grow with them too; a node's share of the
   tables its whole pass reads (the page cache is shared by the queries of a pass) against its page cache
   (node memory x CACHE_SHARE): the source's disk time leaves when the share comes to fit, the query's
-  reads come from the disk at the calibrated rate when it stops fitting; CPU contention when the coordinator and the nodes ask for
-  more than the host's cores (their measured CPU per wall) stretches the run by (demand / cores)^CONTENTION;
+  reads come from the disk at the calibrated rate when it stops fitting; CPU contention when the
+  coordinator and the nodes ask for more than the host's cores (their measured CPU per wall) stretches
+  the run by (demand / cores)^CONTENTION;
 - other scheme: the tables that become partitioned join on the nodes where they are co-partitioned
   with tables already there: the coordinator's join of them (and their local scans) moves to the nodes,
   which ship the join's output instead of their inputs (its rows divided by the selectivity of the
@@ -24,8 +25,9 @@ A prediction rebuilds C and N under the target cell's levels:
   the nodes' remote plans say what each node then ships (the still-partitioned subtrees' rows) and
   what work moves (the rest of the remote plan). Each shipped row costs ROW on the coordinator.
   Moved work is the instrumented operators' own time scaled to the timed run, a node's at its CPU cap.
-  Semi- and anti-joins stay on the coordinator (postgres_fdw of PostgreSQL 15 does not push them),
-  partitionwise where their inputs become co-partitioned.
+  Semi- and anti-joins, joins over a remote aggregate (postgres_fdw of PostgreSQL 15 pushes neither) and
+  joins whose two sides both had replicated tables joined first stay on the coordinator, partitionwise
+  where their inputs become co-partitioned.
 - no prediction (`unseen`, the reason counted in the report) where the source run cannot show the
   target's plan: a table read per outer row whose placement changes, a pushed join whose rows the
   coordinator sorts (the nodes' cursor is planned for a fast start), a remote plan measured with parallel
@@ -205,7 +207,8 @@ def one_at_a_time(root: Op, nodes: int, frm: dict | None = None, to: dict | None
             return bool(j and sum(1 for o in _coord_ops(j) if o.node_type == "Foreign Scan" and not o.parameterized
                                   and not o.grouped) > 1)
         return bool(j and partitionwise(j, to) and (semi(j) or j.has_param()))
-    work = [(sum(o.self_ns for c in f.children if c.side != COORDINATOR for o in c.walk()), seq(f)) for f in _foreign(root)]
+    work = [(sum(o.self_ns for c in f.children if c.side != COORDINATOR for o in c.walk()), seq(f))
+            for f in _foreign(root)]
     total = sum(w for w, _ in work)
     return sum(w for w, s in work if s) / total if total else 0.0
 
