@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 import pyarrow.compute as pc
@@ -235,3 +236,48 @@ def test_a_capture_correlated_in_parts_gives_the_tables_of_one_correlated_whole(
         f"mwinv-correlate: error: {late}: 1 statement(s) started before the cut at {cuts[0]} ns that the part "
         f"correlated before did not have (still running then); remove {late / incremental.STATE_DIR} to "
         "correlate the capture whole"), r.stderr
+
+
+def test_between_trace_windows_a_pid_carries_its_last_row_only(tmp_path, monkeypatch):
+    """The golden capture made duty-cycled (trace windows but from 72.8 to 74 % of it, where one backend
+    ran its 50 short statements, no kernel events there): walked in slices, a pid carries from one slice to the next only its last row where
+    no traced statement ran since its last switch (the statements between the windows piled up in its
+    tail, walked again slice after slice), and the tables are those of one whole pass."""
+    cap_dir = tmp_path / "cap"
+    shutil.copytree(CAPTURE, cap_dir)
+    cap = Capture(cap_dir)
+    (window,) = cap.read("trace_window").to_pylist()
+    gap = (window["lo"] + (window["hi"] - window["lo"]) * 728 // 1000, window["lo"] + (window["hi"] - window["lo"]) * 74 // 100)
+    events = cap.read("kernel_event")
+    for table, rows in (("trace_window", [dict(window, hi=gap[0]), dict(window, lo=gap[1])]),
+                        ("kernel_event", events.filter(pc.invert(pc.and_(pc.greater(events["ts_ns"], gap[0]),
+                                                                         pc.less(events["ts_ns"], gap[1])))))):
+        for p in cap.parts(table):
+            p.unlink()
+        cap.write_part(table, rows, node="all")
+    manifest = cap.manifest()
+    for info in manifest["nodes"].values():
+        info["duty"] = 0.5
+    cap.write_manifest(manifest)
+    stmts = cap.read("statement").to_pylist()
+    between = [s for s in stmts if gap[0] < s["start_ns"] and s["end_ns"] < gap[1]]
+    assert len(between) >= 40
+
+    whole = correlate(cap_dir, write=False)
+    assert whole.duty_cycled
+    carried = []
+    state = attribution._segment_state
+
+    def walk(raw, infos, last_slice, traced=None):
+        columns, carry = state(raw, infos, last_slice, traced)
+        if carry is not None:
+            in_gap = ~carry["context"] & (carry["ts"] > gap[0]) & (carry["ts"] < gap[1])
+            carried.append(max(np.unique(carry["pid"][in_gap], return_counts=True)[1], default=0))
+        return columns, carry
+
+    monkeypatch.setattr(attribution, "_segment_state", walk)
+    monkeypatch.setattr(attribution, "CHUNK_STATEMENTS", 5)
+    monkeypatch.setattr(attribution, "CHUNK_POINTS", 100)
+    sliced = correlate(cap_dir, write=False)
+    assert len(carried) >= 10 and max(carried) == 1
+    assert _per_statement_tables(sliced) == _per_statement_tables(whole)

@@ -129,7 +129,7 @@ def _arrays_mapped() -> None:
         pass
 
 
-@step(builds=("segment_code",), inputs=("point", "dbms_node", "kernel_event"), slice="pid")
+@step(builds=("segment_code",), inputs=("point", "dbms_node", "kernel_event", "traced_statement"), slice="pid")
 def segment_walk(db: CaptureDB, bounds: list[tuple[int | None, int | None]]):
     """The segments of one time slice at a time as `segment_code` (their code columns, numpy), for the
     sliced modules that sum them per statement (sql/seg_*_part.sql).
@@ -150,6 +150,8 @@ def segment_walk(db: CaptureDB, bounds: list[tuple[int | None, int | None]]):
     parts = db.parts
     carry = parts.carry_in(nodes, infos) if parts else None
     _arrays_mapped()
+    traced = np.sort(numpy_ints(db.sql("SELECT DISTINCT statement_id::BIGINT AS id FROM traced_statement")
+                                .to_arrow_table()["id"])) if db.duty_cycled else None
     # the next slice is read (DuckDB, its own threads) while numpy works on this one
     with ThreadPoolExecutor(1) as reader:
         reading = reader.submit(_read_slice, db.con.cursor(), nodes, infos, *bounds[0])
@@ -161,7 +163,7 @@ def segment_walk(db: CaptureDB, bounds: list[tuple[int | None, int | None]]):
                 if carry is not None:
                     raw = _prepend(carry, raw)
                 last = i == len(bounds) - 1
-                columns, carry = _segment_state(raw, infos, last_slice=last and not (parts and parts.until_ns))
+                columns, carry = _segment_state(raw, infos, last and not (parts and parts.until_ns), traced)
                 del raw
                 if last and parts:
                     parts.walked(carry, nodes, infos)
@@ -192,11 +194,18 @@ def _read_slice(con, nodes: list[str], infos: list[str], lo: int | None, hi: int
 
 def slice_bounds(db: CaptureDB, chunk_points: int, lo: int | None = None,
                  hi: int | None = None) -> list[tuple[int | None, int | None]]:
-    """Time slices of [lo, hi) (None: open-ended) of about `chunk_points` points each, from the kernel
-    events' time quantiles; a switch gives two points, so events count one and a half."""
-    events = db.sql(f"SELECT count(*) FROM kernel_event WHERE {_range_sql('ts_ns', lo, hi)}").fetchone()[0]
-    return _quantile_bounds(db, "kernel_event", "ts_ns", -(-events * 3 // 2 // chunk_points), "approx_quantile",
-                            lo, hi)
+    """Time slices of [lo, hi) (None: open-ended) of at most about `chunk_points` kernel points and as
+    many statement boundaries each: the cuts of the kernel events' time quantiles (a switch gives two
+    points, so events count one and a half) and of the statements' starts (two points each). Between
+    the trace windows of a duty-cycled capture there are statements only: cut by the events alone, the
+    stretch from one window to the next was one slice."""
+    cuts = set()
+    for table, column, per in (("kernel_event", "ts_ns", 1.5), ("statement_clean", "start_ns", 2)):
+        n = db.sql(f"SELECT count(*) FROM {table} WHERE {_range_sql(column, lo, hi)}").fetchone()[0]
+        bounds = _quantile_bounds(db, table, column, -(-int(n * per) // chunk_points), "approx_quantile", lo, hi)
+        cuts |= {c for c, _ in bounds[1:]}
+    cuts = sorted(cuts)
+    return list(zip([lo] + cuts, cuts + [hi]))
 
 
 def statement_bounds(db: CaptureDB, chunk_statements: int, lo: int | None = None,
@@ -275,12 +284,14 @@ class _Pids:
         return c - (c[self.start] - v[self.start])
 
 
-def _segment_state(raw: dict[str, np.ndarray], infos: list[str],
-                   last_slice: bool) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:
+def _segment_state(raw: dict[str, np.ndarray], infos: list[str], last_slice: bool,
+                   traced: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:
     """The segment columns of one slice (`keep`: the rows whose stretch ends in this slice) and
-    the rows the next slice needs (None after the last slice)."""
+    the rows the next slice needs (None after the last slice). traced: the sorted ids of the statements
+    a trace window covers whole (None: every statement may be)."""
     g = _Pids(raw)
     event_state, last_onoff = _cpu_state(g, raw, infos)
+    sid = _carried(np.where(g.is_kind("stmt_start"), raw["sid"], -1), g.forward(g.is_kind("stmt_start", "stmt_end")), -2)
     # The pid's tail, from its last switch (in or out) on, waits for the next slice: what the task
     # did after it is told by the next switch. Context rows were counted in their own slice. A pid
     # whose tail outgrows MAX_CARRY_POINTS (it never switches) has its tail counted now.
@@ -288,9 +299,19 @@ def _segment_state(raw: dict[str, np.ndarray], infos: list[str],
     if not last_slice:
         last_switch = last_onoff[g.end]
         from_row = np.where(last_switch >= 0, last_switch, g.start)
+        if traced is not None:
+            # what the next switch tells classifies only a traced statement's stretches (own_attribution
+            # reads the components of those alone): a pid with none since its last switch waits with its
+            # last row only. Between the windows of a duty-cycled capture (no kernel events) its
+            # statements' boundaries piled up in its tail, carried and walked again slice after slice.
+            found = traced[np.minimum(np.searchsorted(traced, sid), max(len(traced) - 1, 0))] == sid \
+                if len(traced) else np.zeros(len(sid), bool)
+            waits = np.zeros(len(g.rows) + 1, bool)
+            waits[g.start[_last_per_group(found & (g.rows >= from_row), g.start)]] = True
+            from_row = np.where(waits[g.start], from_row, g.end)
         tail = ~raw["context"] & (g.rows >= from_row) & (g.end - from_row < MAX_CARRY_POINTS)
     inflight = {"io_seq": g.cumsum(raw["io_seq"]), "io_rand": g.cumsum(raw["io_rand"])}
-    columns = _segment_columns(g, raw, infos, event_state, inflight, keep=~raw["context"] & ~tail)
+    columns = _segment_columns(g, raw, infos, event_state, inflight, sid, keep=~raw["context"] & ~tail)
     if last_slice:
         return columns, None
     return columns, _carry(g, raw, event_state, inflight, tail)
@@ -311,7 +332,7 @@ def _cpu_state(g: _Pids, raw: dict[str, np.ndarray], infos: list[str]) -> tuple[
 
 
 def _segment_columns(g: _Pids, raw: dict[str, np.ndarray], infos: list[str], event_state: np.ndarray,
-                     inflight: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray]:
+                     inflight: dict[str, np.ndarray], sid: np.ndarray, keep: np.ndarray) -> dict[str, np.ndarray]:
     """Per row, the state of the stretch from it to the pid's next row (sql/seg_*_part.sql read them)."""
     ts, info_c, nr = raw["ts"], raw["info"], raw["nr"]
     on, off = g.is_kind("on"), g.is_kind("off")
@@ -343,7 +364,7 @@ def _segment_columns(g: _Pids, raw: dict[str, np.ndarray], infos: list[str], eve
         "last_io_kind": _carried(nr, g.forward(g.is_kind("io_start") & (nr >= 0)), -2),
         "in_lock": waiting("lock_start", "lock_done") | waiting("lwlock_start", "lwlock_done"),
         "io_seq_inflight": inflight["io_seq"], "io_rand_inflight": inflight["io_rand"],
-        "sid": _carried(np.where(g.is_kind("stmt_start"), raw["sid"], -1), g.forward(g.is_kind("stmt_start", "stmt_end")), -2),
+        "sid": sid,
         "cpu_state": _carried(event_state, g.forward(event_state >= 0)).astype(np.int8),
         "next_evidence": _carried(evidence, next_evidence).astype(np.int8),
         "next_onoff": _carried(onoff, g.backward(onoff >= 0)).astype(np.int8),
