@@ -100,11 +100,12 @@ def _code(labels: tuple[str, ...], label: str) -> int:
     return labels.index(label)
 
 
-# Points per pass of segment_walk: its numpy state and the next slice, read meanwhile, are outside
-# DuckDB's limit and set the process's peak, whatever the capture's size (the estimate counts a kernel
-# event as 1.5 points; pgbench captures have ~1). A 120 s pgbench capture (9.7 M events, DuckDB at
-# 768 MiB): the walk took 18.2 s at 1 M points a slice, peak 2,300 MiB; at 250 k 25.0 s, 2,103 MiB.
-CHUNK_POINTS = 250_000
+# Points per pass of segment_walk (kernel points, and as many statement boundaries): its numpy state and
+# the next slice, read meanwhile, are outside DuckDB's limit (the estimate counts a kernel event as 1.5
+# points; pgbench captures have ~1). A 120 s pgbench capture (9.7 M events, DuckDB at 768 MiB), once
+# a pid stopped carrying the statements between trace windows: the walk took 15.5 s at 1 M points a
+# slice, the process 1,472 MiB meanwhile (before: 18.2 s and 2,300 MiB; at 250 k 29.1 s, 1,830 MiB).
+CHUNK_POINTS = 1_000_000
 # A statement slice's per-statement modules (sql/own_attribution.sql, local_attribution.sql) hold this
 # many statements' rows at once, not the capture's: on a 120 s pgbench capture (12.3 M statements) with
 # DuckDB at 512 MB, slices of 1 M ran out of memory, of 250 k they took 37 s at 2.05 GiB.
