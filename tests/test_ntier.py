@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from mwinv import serverdir
@@ -109,34 +110,74 @@ def test_a_pgpool_that_does_not_start_is_one_line(pg):
     assert "\n" not in str(exc.value) and not pool.base_dir.exists()
 
 
-def test_a_replica_that_dies_mid_run(tmp_path):
-    out = tmp_path / "out"
+def _mid_run(out: Path, options: list[str], act) -> tuple[subprocess.Popen, list[str]]:
+    """`mwinv ntier run` of 2 replicas at 2 clients, act(proc) once the level started; its exit and the
+    lines it said after."""
     proc = subprocess.Popen([MWINV, "ntier", "run", "--replicas", "2", "--clients", "2", "--run", "20", *SMALL,
-                             "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                             *options, "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        said = []
         for line in proc.stderr:
-            said.append(line)
             if "2 clients: ramp-up" in line:
                 break
-        time.sleep(1)
-        base = next(b for b in _records_of(proc.pid) if b.name.startswith("pg-nt-r2-"))
-        fd = serverdir.server_pidfd(base / "data" / "postmaster.pid", base / "data", serverdir.PG_EXES)
-        signal.pidfd_send_signal(fd, signal.SIGKILL)
-        os.close(fd)
+        act(proc)
         rest = proc.stderr.read()
         proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    lines = [ln for ln in rest.splitlines() if ln.strip()]
     assert proc.returncode == 2 and "Traceback" not in rest, rest[-3000:]
+    return proc, [ln for ln in rest.splitlines() if ln.strip()]
+
+
+def _servers(proc) -> dict[str, Path]:
+    return {b.name.split("-")[2]: b for b in _records_of(proc.pid) if b.name.startswith("pg-nt-")}
+
+
+def test_a_replica_that_dies_mid_run(tmp_path):
+    def kill_r2(proc):
+        time.sleep(1)
+        base = _servers(proc)["r2"]
+        fd = serverdir.server_pidfd(base / "data" / "postmaster.pid", base / "data", serverdir.PG_EXES)
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        os.close(fd)
+
+    out = tmp_path / "out"
+    proc, lines = _mid_run(out, [], kill_r2)
     assert re.fullmatch(r"mwinv: error: replica r2 \(postmaster \d+\) died [\d.]+ s into the 2-client level "
                         rf"\(what was measured is kept in {re.escape(str(out))}\)", lines[-1]), lines[-1]
     record = json.loads((out / "ntier.json").read_text())
     assert record["error"].startswith("replica r2") and (out / "capture" / "manifest.json").exists()
     assert not _records_of(proc.pid)
+
+
+def _connect(base: Path):
+    """A throw-away server of a running mwinv, through its socket (port: postmaster.pid's 4th line)."""
+    port = (base / "data" / "postmaster.pid").read_text().splitlines()[3]
+    return psycopg.connect(host=str(base / "sock"), port=port, user="postgres", dbname="postgres", autocommit=True)
+
+
+def test_a_replica_that_falls_behind(tmp_path):
+    """r2's replay paused while the primary writes: its lag grows until the run stops at --max-lag."""
+    def pause_r2_and_write(proc):
+        servers = _servers(proc)
+        with _connect(servers["r2"]) as r2, _connect(servers["primary"]) as primary:
+            r2.execute("SELECT pg_wal_replay_pause()")
+            primary.execute("CREATE TABLE written (n int)")
+            while proc.poll() is None:
+                try:
+                    primary.execute("INSERT INTO written SELECT generate_series(1, 1000)")
+                except psycopg.OperationalError:   # the run stopped and removed its servers
+                    break
+                time.sleep(0.05)
+
+    out = tmp_path / "out"
+    proc, lines = _mid_run(out, ["--max-lag", "1"], pause_r2_and_write)
+    said = re.fullmatch(r"mwinv: error: replica r2 fell ([\d.]+) s behind the primary \([\d.]+ MB of WAL not "
+                        rf"replayed\) [\d.]+ s into the 2-client level \(what was measured is kept in "
+                        rf"{re.escape(str(out))}\)", lines[-1])
+    assert said and 1 < float(said.group(1)) < 3, lines[-1]   # checked every 0.5 s
+    assert (out / "capture" / "manifest.json").exists() and not _records_of(proc.pid)
 
 
 def test_a_run_killed_with_9_is_cleaned(tmp_path):

@@ -44,13 +44,16 @@ def ntier_cli() -> None:
 @click.option("--comments", default=100_000, show_default=True, help="comments (the heavy search scans them).")
 @click.option("--replica-cpu", type=float, default=None, help="CPUs per replica (cgroup quota), e.g. 0.5.")
 @click.option("--pool-cpu", type=float, default=None, help="CPUs for pgpool (cgroup quota).")
-@click.option("--trace/--no-trace", default=False, show_default=True, help="kernel-trace every tier too.")
+@click.option("--trace/--no-trace", default=False, show_default=True,
+              help="kernel-trace every tier too (and measure the time in pgpool per statement).")
+@click.option("--max-lag", default=5.0, show_default=True,
+              help="seconds a replica may fall behind the primary's WAL before the run ends with an error.")
 @click.option("--check-advice", is_flag=True, help="after the run, create the index advised for a rare heavy "
               "statement and time it again.")
 @click.option("--out", default="out/ntier", show_default=True, help="where the capture, logs and report go.")
 @group_option
 def run_cmd(replicas, clients, policy, weights, think_ms, ramp_up, run_s, ramp_down, users, stories, comments,
-            replica_cpu, pool_cpu, trace, check_advice, out) -> None:
+            replica_cpu, pool_cpu, trace, max_lag, check_advice, out) -> None:
     """Set up the scenario, run every load level under one capture, report, and remove it all (with
     several replica counts: once for each, and the throughput surface over replicas x clients).
 
@@ -59,6 +62,7 @@ def run_cmd(replicas, clients, policy, weights, think_ms, ramp_up, run_s, ramp_d
       mwinv ntier run --replicas 2 --clients 4,8
       mwinv ntier run --replicas 3 --clients 2,8,16,32 --replica-cpu 0.5 --run 20 --check-advice
       mwinv ntier run --replicas 2 --policy statement --weights 2,1 --out out/ntier-stmt
+      mwinv ntier run --replicas 2 --clients 8 --trace --max-lag 2 --out out/ntier-traced
       mwinv ntier run --replicas 1,2,3 --clients 4,16,32 --replica-cpu 0.25 --out out/ntier-surface
     """
     from mwinv.ntier import bboard
@@ -70,7 +74,7 @@ def run_cmd(replicas, clients, policy, weights, think_ms, ramp_up, run_s, ramp_d
     configs = {r: NTierConfig(replicas=r, policy=policy, weights=_numbers(float, weights, "--weights") if weights else None,
                               size=bboard.Size(users, stories, comments), think_ms=think_ms, ramp_up_s=ramp_up,
                               run_s=run_s, ramp_down_s=ramp_down, replica_cpu=replica_cpu, pool_cpu=pool_cpu,
-                              trace=trace) for r in counts}   # each checked before anything starts
+                              trace=trace, max_lag_s=max_lag) for r in counts}   # each checked before anything starts
     if not configs:
         raise MwinvError(f"--replicas {replicas!r}: at least one replica count")
     console = progress_console()

@@ -147,7 +147,7 @@ def analyse(out: str | Path) -> dict:
             "clients": c, "pages_per_s": round(n_pages / run_s, 1),
             "statements_per_s": round(sum(v["n"] for (cl, _), v in stmts.items() if cl == c) / run_s, 1),
             "db_busy_by_node": {n: round(v["db_ns"] / (run_s * 1e9), 3) for n, v in served.get((c, None), {}).items()},
-            "sessions_by_node": sessions.get(c, {}),
+            "sessions_by_node": sessions.get(c, {}), "replica_lag": lv.get("lag", {}),
             "pgpool_select_cnt": {f"node {x['node_id']} ({x['role']})": int(x["select_cnt"])
                                   for x in lv.get("pgpool_nodes", [])}})
     for (clients, key), s in stmts.items():

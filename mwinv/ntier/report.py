@@ -43,17 +43,21 @@ def markdown(result: dict) -> tuple[list[str], list[tuple[int, str]]]:
     charts: list[tuple[int, str]] = []
     md += ["", "## Throughput and routing per load level", "",
            "| clients | pages/s | statements/s | database busy per node | client sessions per replica | "
-           "SELECTs pgpool sent |", "|---|---|---|---|---|---|"]
+           "SELECTs pgpool sent | most replication lag |", "|---|---|---|---|---|---|---|"]
     for lv in result["levels"]:
         busy = ", ".join(f"{n} {v:.2f}" for n, v in sorted(lv["db_busy_by_node"].items()))
         sess = ", ".join(f"{n} {v}" for n, v in sorted(lv["sessions_by_node"].items())) or "-"
         sel = ", ".join(f"{k} {v:,}" for k, v in lv["pgpool_select_cnt"].items())
+        lag = ", ".join(f"{n} {v['max_bytes']:,} B, {v['max_s']:.1f} s"
+                        for n, v in sorted(lv.get("replica_lag", {}).items())) or "-"
         md.append(f"| {lv['clients']} | {lv['pages_per_s']:,.1f} | {lv['statements_per_s']:,.1f} | {busy} | {sess} | "
-                  f"{sel} |")
+                  f"{sel} | {lag} |")
     md += ["", "Database busy: the time statements ran on the node over the measured period (1.00: one "
            "statement running at all times). Sessions: each client's pgpool child and the replica whose backend "
            "ran its statements, joined by their TCP connections' addresses (mwinv/ntier/links.py), looked at "
-           "mid-run (pgpool connects a session to every backend and sends its reads to one)."]
+           "mid-run (pgpool connects a session to every backend and sends its reads to one). Replication lag: "
+           "the WAL a replica had not replayed and how long the primary had been past it, the most seen "
+           "(checked every 0.5 s; over `--max-lag` the run stops)."]
 
     md += ["", "## Pages at the client", "", "pgbench's latency of every page in the measured period, less the "
            "think time; through pgpool.", "", "| page | clients | pages | p50 | p90 | p99 | max |",

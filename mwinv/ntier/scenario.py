@@ -27,6 +27,7 @@ from mwinv.engines.postgresql.server import PgServer, pg_bindir
 from mwinv.errors import MwinvError
 from mwinv.node_capture import NodeCapture
 from mwinv.ntier import bboard, links
+from mwinv.ntier.lag import LagError, LagWatch
 from mwinv.ntier.pgpool import POLICIES, PgPool, check_weights
 from mwinv.options import CaptureOptions
 from mwinv.signals import held
@@ -53,6 +54,7 @@ class NTierConfig:
     replica_cpu: float | None = None        # CPUs per replica (cgroup quota); None: uncapped
     pool_cpu: float | None = None
     trace: bool | str = False               # kernel tracing of every node (NodeCapture's trace)
+    max_lag_s: float = 5.0                  # a replica further behind the primary ends the run (lag.py)
     sample_interval_s: float = 0.1
 
     def __post_init__(self) -> None:
@@ -63,6 +65,8 @@ class NTierConfig:
         check_weights(self.weights, self.replicas)
         if not (self.think_ms >= 0 and self.ramp_up_s >= 0 and self.ramp_down_s >= 0 and self.run_s >= 1):
             raise MwinvError("think time and ramps: 0 or more; run: 1 s or more")
+        if not self.max_lag_s > 0:
+            raise MwinvError(f"--max-lag {self.max_lag_s:g}: more than 0 s")
         for what, cap in (("--replica-cpu", self.replica_cpu), ("--pool-cpu", self.pool_cpu)):
             if cap is not None and not 0.01 <= cap <= 64:
                 raise MwinvError(f"{what} {cap:g}: 0.01 to 64 CPUs")
@@ -164,14 +168,18 @@ class NTier:
                   "servers": {n: {"port": s.port, "postmaster_pid": s.postmaster_pid()}
                               for n, s in self.servers.items()}}
         captures = self._start_captures(out / "capture")
+        watch = None
         try:
+            watch = LagWatch(self.primary, dict(list(self.servers.items())[1:]), cfg.max_lag_s)
             for c in clients:
-                level = self._level(out / "pgbench" / f"c{c}", c, scripts)
+                level = self._level(out / "pgbench" / f"c{c}", c, scripts, watch)
                 level["pgpool_nodes"] = self.pool.nodes()
                 record["levels"].append(level)
         except MwinvError as exc:
             record["error"] = str(exc)
         finally:
+            if watch:
+                watch.close()
             errors = self._stop_captures(captures, finish=True)
             privfile.write(out / "ntier.json", json.dumps(record, indent=1, default=str))
         if record["error"]:
@@ -236,8 +244,9 @@ class NTier:
             raise MwinvError(f"{'replica ' if name != 'primary' else ''}{name} (postmaster {pids[name]}) died "
                              f"{now_s:.1f} s into the {clients}-client level")
 
-    def _level(self, directory: Path, clients: int, scripts) -> dict:
-        """One load level: the ramp's pgbench groups started on time, the servers and pgpool watched."""
+    def _level(self, directory: Path, clients: int, scripts, watch: LagWatch) -> dict:
+        """One load level: the ramp's pgbench groups started on time, the servers, pgpool and the
+        replicas' lag watched."""
         privfile.make_dir(directory)
         groups = self._groups(clients)
         self.progress(f"{clients} clients: ramp-up {self.config.ramp_up_s:g} s in {len(groups)} groups, "
@@ -251,6 +260,7 @@ class NTier:
         cfg = self.config
         lo, hi = cfg.ramp_up_s, cfg.ramp_up_s + cfg.run_s
         sessions = None
+        lag: dict[str, dict] = {}   # per replica the most it was behind
         try:
             while pending or any(p.poll() is None for p in procs):
                 now_s = (time.monotonic_ns() - start_mono) / 1e9
@@ -263,6 +273,12 @@ class NTier:
                 if not self.pool.alive():
                     raise MwinvError(f"pgpool (pid {self.pool.proc.pid}) died {now_s:.1f} s into the "
                                      f"{clients}-client level")
+                try:
+                    for name, (behind, seconds) in (watch.check() or {}).items():
+                        most = lag.setdefault(name, {"max_bytes": 0, "max_s": 0.0})
+                        most["max_bytes"], most["max_s"] = max(most["max_bytes"], behind), max(most["max_s"], seconds)
+                except LagError as exc:
+                    raise MwinvError(f"{exc} {now_s:.1f} s into the {clients}-client level") from None
                 for p in procs:
                     if p.poll() not in (None, 0):
                         lines = [ln for ln in p.stderr.read().splitlines() if ln.strip()]
@@ -282,8 +298,8 @@ class NTier:
                 p.stderr.close()
             for fd in watched.values():
                 os.close(fd)
-        return {"clients": clients, "sessions": sessions or [], "groups": groups, "start_mono_ns": start_mono,
-                "start_wall_ns": start_wall,
+        return {"clients": clients, "sessions": sessions or [], "lag": lag, "groups": groups,
+                "start_mono_ns": start_mono, "start_wall_ns": start_wall,
                 "run_mono_ns": [start_mono + int(lo * 1e9), start_mono + int(hi * 1e9)],
                 "run_wall_ns": [start_wall + int(lo * 1e9), start_wall + int(hi * 1e9)],
                 "pgbench_logs": sorted(str(f) for f in directory.glob("g*.*"))}
