@@ -95,12 +95,39 @@ def test_report_charts_render_in_chromium(run):
 
 
 def test_bad_input_is_one_line(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('kind = "ntier"\n[factors]\nreplicas = [1, 4]\n')
     for argv, said in ((["run", "--clients", "0"], "--clients 0: load levels of 1 to 64 clients"),
                        (["run", "--weights", "1"], "weights 1: one per replica (2)"),
                        (["run", "--replicas", "4"], "--replicas 4: 1 to 3"),
-                       (["report", str(tmp_path)], "no ntier.json")):
+                       (["report", str(tmp_path)], "no ntier.json"),
+                       (["plan", str(bad), "--out", str(tmp_path / "o")],
+                        "bad.toml: cell replicas=4: --replicas 4: 1 to 3")):
         r = subprocess.run([MWINV, "ntier", *argv], capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and said in r.stderr, r.stderr
+
+
+def test_a_plan_of_replicas_through_experiment_run(tmp_path):
+    """Replicas as a factor of an `mwinv experiment` plan (kind = "ntier"): a run per cell, the results
+    table per cell and load level; run again, the cells done are analysed, not run."""
+    plan, out = tmp_path / "plan.toml", tmp_path / "out"
+    size = dict(zip(SMALL[::2], SMALL[1::2]))
+    plan.write_text('kind = "ntier"\nname = "two"\nclients = [2]\n[scenario]\nrun_s = 2\nramp_up_s = 0\n'
+                    f'ramp_down_s = 0\nusers = {size["--users"]}\nstories = {size["--stories"]}\n'
+                    f'comments = {size["--comments"]}\n[factors]\nreplicas = [1, 2]\n')
+    r = subprocess.run([MWINV, "experiment", "run", str(plan), "-o", str(out)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    cells = json.loads((out / "results.json").read_text())["cells"]
+    assert set(cells) == {"replicas=1", "replicas=2"} and not any(c["error"] for c in cells.values()), cells
+    assert all(c["2"]["pages_per_s"] > 0 and c["2"]["bottleneck"]["tiers"] for c in cells.values()), cells
+    tiers = {json.loads(d.joinpath("ntier.json").read_text())["config"]["replicas"]:
+             set(json.loads(d.joinpath("distributions.json").read_text())["tiers"]) for d in out.glob("cell-*")}
+    assert tiers == {1: {"primary", "r1", "pgpool"}, 2: {"primary", "r1", "r2", "pgpool"}}, tiers
+    again = subprocess.run([MWINV, "experiment", "run", str(plan), "-o", str(out)], capture_output=True, text=True,
+                           timeout=120)
+    assert again.returncode == 0 and again.stderr.count("done before, analysed again") == 2, again.stderr[-2000:]
+    assert json.loads((out / "results.json").read_text())["cells"] == cells
 
 
 def test_a_pgpool_that_does_not_start_is_one_line(pg):

@@ -39,8 +39,14 @@ def run_cmd(plan, out, drop_captures) -> None:
     from mwinv.experiment.plan import load_plan
     from mwinv.experiment.report import render
     from mwinv.experiment.runner import run_plan
+    from mwinv.ntier import plan as ntier_plan
 
     err = progress_console()
+    if ntier_plan.is_ntier_plan(plan):   # replicas, clients and pgpool's policy as factors (docs/ntier.md)
+        from mwinv.cli.ntier import print_plan
+
+        print_plan(ntier_plan.run(plan, out, progress_logger(err)), out)
+        return
     p = load_plan(plan)
     err.print(f"plan {p.name}: {len(p.cells())} cells x {len(p.queries)} queries x {p.repetitions} "
               f"repetitions, SF {p.scale:g}", highlight=False)
@@ -63,7 +69,15 @@ def report_cmd(out) -> None:
     Example:
       mwinv experiment report out/exp1
     """
-    from mwinv.experiment.report import render
+    from pathlib import Path
 
+    from mwinv.experiment.report import render
+    from mwinv.ntier import plan as ntier_plan
+
+    if (Path(out) / ntier_plan.MARKER).exists():
+        from mwinv.cli.ntier import print_plan
+
+        print_plan(ntier_plan.rebuild(out), out)
+        return
     html, md = render(out)
     click.echo(f"report: {html} (and {md})")

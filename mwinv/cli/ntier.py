@@ -24,6 +24,7 @@ def ntier_cli() -> None:
     \b
     Examples:
       mwinv ntier run --replicas 2 --clients 4,8 --out out/ntier
+      mwinv ntier plan examples/plans/ntier-replicas-policy.toml --out out/ntier-plan
       mwinv ntier report out/ntier
     """
 
@@ -91,23 +92,55 @@ def run_cmd(replicas, clients, policy, weights, think_ms, ramp_up, run_s, ramp_d
         raise failed
 
 
+@ntier_cli.command("plan")
+@click.argument("plan", type=click.Path(dir_okay=False))
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="the plan's directory: a run per cell (cell-<id>/), results.md/.html/.json.")
+@group_option
+def plan_cmd(plan, out) -> None:
+    """Run an n-tier plan (kind = "ntier": replicas, policy, weights, caps as factors, clients as each
+    cell's load levels); `mwinv experiment run` runs the same plans. Cells done before are analysed
+    again, not run: an interrupted plan resumes.
+
+    \b
+    Examples:
+      mwinv ntier plan examples/plans/ntier-replicas-policy.toml --out out/ntier-plan
+      mwinv experiment run examples/plans/ntier-replicas-policy.toml -o out/ntier-plan
+    """
+    from mwinv.ntier import plan as ntier_plan
+
+    print_plan(ntier_plan.run(plan, out, progress_logger(progress_console())), out)
+
+
+def print_plan(results: dict, out) -> None:
+    output_console().print("\n".join(results["markdown"]), markup=False, highlight=False, soft_wrap=True)
+    failed = [f"{label}: {row['error']}" for label, row in results["cells"].items() if row.get("error")]
+    for f in failed:
+        progress_console().print(f"cell failed: {f}", markup=False, highlight=False)
+    progress_console().print(f"results: {out}/results.html; each cell's run and report: {out}/cell-<id>/")
+
+
 @ntier_cli.command("report")
 @click.argument("out", type=click.Path(exists=True, file_okay=False))
 @group_option
 def report_cmd(out) -> None:
-    """Analyse a run's output again (distributions, report; a surface's runs and surface) without
-    servers: the plans taken during the run are kept, no new ones are taken.
+    """Analyse a run's output again (distributions, report; a surface's or a plan's runs and their
+    table) without servers: the plans taken during the run are kept, no new ones are taken.
 
     \b
     Examples:
       mwinv ntier report out/ntier
       mwinv ntier report out/ntier-surface
+      mwinv ntier report out/ntier-plan
     """
     from pathlib import Path
 
-    from mwinv.ntier import analyse, report
+    from mwinv.ntier import analyse, plan, report
     from mwinv.ntier.surface import rebuild
 
+    if (Path(out) / plan.MARKER).exists():
+        print_plan(plan.rebuild(out), out)
+        return
     if (Path(out) / "surface.json").exists():
         md = rebuild(out)["markdown"]
     else:

@@ -56,13 +56,17 @@ def bottleneck(result: dict, clients: int) -> dict:
     return {"tiers": [node], "resource": "CPU", "saturated": False, "p90": u["p90"]}
 
 
-def _row(result: dict, failed: str | None) -> dict:
+def cell_row(result: dict, failed: str | None) -> dict:
+    """Per level of one run: pages/s, the story page's p99, the bottleneck, pgpool's own time per
+    statement (p50, with --trace) and the most a replica was behind."""
     row = {"error": failed}
     pages = result["pages"].get("story", {})
+    own = result.get("balancer", {}).get("own_all", {})
     for lv in result["levels"]:
         c = lv["clients"]
         row[str(c)] = {"pages_per_s": lv["pages_per_s"], "story_p99_ns": pages.get(str(c), {}).get("p99_ns"),
-                       "bottleneck": bottleneck(result, c)}
+                       "bottleneck": bottleneck(result, c), "pgpool_own_p50_ns": own.get(str(c), {}).get("p50_ns"),
+                       "lag_s": max((v["max_s"] for v in lv.get("replica_lag", {}).values()), default=None)}
     return row
 
 
@@ -75,10 +79,10 @@ def rebuild(out: str | Path) -> dict:
         if (out / f"r{r}" / "ntier.json").exists():
             result = analyse.analyse(out / f"r{r}")
             report.write(out / f"r{r}", result)
-            cells[str(r)] = _row(result, result.get("error"))
+            cells[str(r)] = cell_row(result, result.get("error"))
         else:
             cells[str(r)] = old["cells"].get(str(r), {"error": "no run"})
-    return _write(out, {"clients": old["clients"], "replicas": old["replicas"], "cells": cells})
+    return write_table(out, {"clients": old["clients"], "replicas": old["replicas"], "cells": cells})
 
 
 def surface(configs: dict[int, NTierConfig], levels: list[int], out: str | Path, check_advice: bool,
@@ -95,26 +99,28 @@ def surface(configs: dict[int, NTierConfig], levels: list[int], out: str | Path,
         except MwinvError as exc:
             cells[str(replicas)] = {"error": str(exc)}
             continue
-        cells[str(replicas)] = _row(result, str(failed) if failed else None)
-    return _write(out, {"clients": levels, "replicas": list(configs), "cells": cells})
+        cells[str(replicas)] = cell_row(result, str(failed) if failed else None)
+    return write_table(out, {"clients": levels, "replicas": list(configs), "cells": cells})
 
 
-def _write(out: Path, surf: dict) -> dict:
-    privfile.write(out / "surface.json", json.dumps(surf, indent=1))
+def write_table(out: Path, surf: dict, stem: str = "surface") -> dict:
+    privfile.write(out / f"{stem}.json", json.dumps(surf, indent=1))
     md, charts = markdown(surf)
-    privfile.write(out / "surface.md", "\n".join(md) + "\n")
-    privfile.write(out / "surface.html", page(md, charts))
+    privfile.write(out / f"{stem}.md", "\n".join(md) + "\n")
+    privfile.write(out / f"{stem}.html", page(md, charts))
     surf["markdown"] = md
     return surf
 
 
 def markdown(surf: dict) -> tuple[list[str], list[tuple[int, str]]]:
-    levels = surf["clients"]
-    md = ["# mwinv ntier: throughput surface over replicas x clients", "", "## Pages/s and the bottleneck", "",
+    """The table of rows (replica counts, or a plan's cells: surf["rows"] names them) x clients."""
+    levels, rows = surf["clients"], surf.get("rows", "replicas")
+    md = [f"# mwinv ntier: {surf.get('title', 'throughput surface over replicas x clients')}", "",
+          "## Pages/s and the bottleneck", "",
           "Each cell: pages/s in the measured period, the story page's p99, and the bottleneck: the **saturated** "
           "tiers (most of their CPU samples at 90 % or more), most saturated first, else the tier with the "
-          "highest p90 utilisation.", "",
-          "| replicas | " + " | ".join(f"{c} clients" for c in levels) + " |", "|---|" + "---|" * len(levels)]
+          "highest p90 utilisation; with `--trace` pgpool's own time per statement (p50).", "",
+          f"| {rows} | " + " | ".join(f"{c} clients" for c in levels) + " |", "|---|" + "---|" * len(levels)]
     series = {}
     for r, row in surf["cells"].items():
         if row.get("error") and not any(str(c) in row for c in levels):
@@ -129,8 +135,9 @@ def markdown(surf: dict) -> tuple[list[str], list[tuple[int, str]]]:
             b = cell["bottleneck"]
             where = (f"**{' '.join(b['tiers'])} {b['resource']}**" if b.get("saturated") else
                      f"{b['tiers'][0]} {b['resource']} p90 {pct(b['p90'])}") if b.get("tiers") else "-"
-            cells.append(f"{cell['pages_per_s']:,.0f}/s, p99 {duration(cell['story_p99_ns'])}, {where}")
-            series.setdefault(f"{r} replicas", []).append((c, cell["pages_per_s"]))
+            own = f", pgpool {duration(cell['pgpool_own_p50_ns'])}" if cell.get("pgpool_own_p50_ns") else ""
+            cells.append(f"{cell['pages_per_s']:,.0f}/s, p99 {duration(cell['story_p99_ns'])}, {where}{own}")
+            series.setdefault(f"{r} replicas" if rows == "replicas" else r, []).append((c, cell["pages_per_s"]))
         md.append(f"| {r} | " + " | ".join(cells) + " |")
     charts = [(len(md), svg.line_chart(series, "pages/s by clients", "pages/s", x_format="{:.0f} clients"))] \
         if series else []
