@@ -48,7 +48,7 @@ def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("ntier") / "out"
     before = _pgpool_pids()
     proc = subprocess.Popen([MWINV, "ntier", "run", "--replicas", "2", "--clients", "2,4", "--ramp-up", "1", "--run",
-                             "3", "--ramp-down", "1", "--check-advice", "--out", str(out)],
+                             "3", "--ramp-down", "1", "--check-advice", "--trace", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr[-3000:]
@@ -75,7 +75,21 @@ def test_scale_out_end_to_end(run):
     story = [q for q, t in d["texts"].items() if t.startswith("SELECT s.title, s.body")]
     assert story and set(d["statements"][story[0]]["all"]["nodes"]) <= {"r1", "r2"}
     assert d["round_trip"]["all"]["n"] > 0 and 0 < d["round_trip"]["all"]["p50_ns"] < 5e6
+    # the time in pgpool from its kernel trace: every execution on a replica found from pgpool's side by its
+    # backend connection, inside the forward and the reply; pgpool's own time bounded by its CPU (schedstat)
+    b = d["balancer"]
+    assert b["statements"] > 100 and b["inside"] >= 0.99 * b["statements"], b   # a level's edges may cut a few
+    executed = sum(v["all"]["n"] for v in d["statements"].values())
+    assert 0.99 * executed <= sum(v["all"]["n"] for v in b["own"].values()) <= executed
+    assert story[0] in b["own"] and all(0 < v["all"]["p50_ns"] < 5e6 for v in b["own"].values())
+    for k in b["check"].values():
+        assert 0.3 <= k["own_of_run"] and k["own_ns"] <= k["run_ns"] + k["runqueue_ns"], b["check"]
+    assert "## Time in pgpool, per statement" in stdout
     assert set(d["tiers"]) == {"primary", "r1", "r2", "pgpool"}
+    for lv in d["levels"]:   # links: the replicas that served the level moved the answers
+        for node in lv["db_busy_by_node"]:
+            u = d["tiers"][node]["levels"][str(lv["clients"])]
+            assert u["net_mb_s"] > 0 and u["disk_read_mb_s"] >= 0 and u["disk_write_mb_s"] >= 0, (node, u)
     heavy = d["rare_heavy"]
     assert len(heavy) == 1 and "LIKE 'subject" in heavy[0]["text"] and heavy[0]["ratio"] >= 10, heavy
     assert heavy[0]["frequency"] <= 0.05 and heavy[0]["db_share"] >= 0.1
