@@ -155,9 +155,7 @@ def markdown(result: dict) -> tuple[list[str], list[tuple[int, str]]]:
                   "above hold all three (`--trace` measures it from pgpool's kernel trace).")
     md += [
            "- Saturation of disks or links: their throughput is above, but with no capacity (an unthrottled disk, the "
-           "loopback) the windows and bottlenecks weigh CPU only.",
-           "- Replicas, clients and the policy are options of `mwinv ntier run` (several replica counts: the "
-           "throughput surface), not factors of `mwinv experiment` plans."]
+           "loopback) the windows and bottlenecks weigh CPU only."]
     return md, charts
 
 
