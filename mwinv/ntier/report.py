@@ -79,6 +79,10 @@ def markdown(result: dict) -> tuple[list[str], list[tuple[int, str]]]:
         md.append("| - | 0 | - | - | - | - |")
 
     md += ["", "## Time in pgpool, per statement", ""] + balancer(result)
+    own = result.get("balancer", {}).get("own_all", {}).get("all")
+    if own:
+        charts.append((len(md), svg.histogram([tuple(b) for b in own["histogram"]],
+                                              "pgpool's own time per statement")))
 
     ranked = sorted(result["statements"].items(), key=lambda kv: -kv[1].get("all", {"total_ns": 0})["total_ns"])
     md += ["", "## Statements: every execution", "", f"The {TOP_STATEMENTS} query ids that took the most time in "
