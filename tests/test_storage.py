@@ -168,3 +168,26 @@ def test_kill_9_then_clean_removes_mounts_and_daemons():
     assert _left(tag) == {}
     assert not [ns for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
                 if tag in ns]
+
+
+def test_a_page_read_of_a_fuse_file_with_a_64_bit_inode(tmp_path):
+    """GlusterFS hands out inode numbers above 2**63 (13820536547798011712 on a volume here); page_read
+    cast them to BIGINT and the whole correlation of a GlusterFS cell failed."""
+    from mwinv.capture.tables import Capture
+    from mwinv.kernel_trace.syscalls import numbers
+
+    cap = Capture(tmp_path / "capture").create(node="n1")
+    pid, t0, ms, pread = 1000, 1_000_000_000, 1_000_000, numbers("pread64")[0]
+    cap.write_part("statement", [dict(node="n1", dbms="postgresql", pid=pid, statement_id=1, query_id=1,
+                                      query_text_hash=1, start_ns=t0, end_ns=t0 + 10 * ms, nesting_level=0,
+                                      errored=False)], node="n1")
+    cap.write_part("statement_text", [dict(query_text_hash=1, query_id=1, text="scan")], node="n1")
+    events = [dict(ts_ns=t0 - ms, pid=0, event="sched_switch", prev_pid=0, prev_state="R", next_pid=pid),
+              dict(ts_ns=t0 + ms, pid=pid, event="sys_enter", syscall_nr=pread),
+              dict(ts_ns=t0 + 2 * ms, pid=pid, event="mm_filemap_add_to_page_cache", dev="0,47",
+                   fields=f"ino={2**64 - 5}", sector=0, nr_bytes=4096),
+              dict(ts_ns=t0 + 3 * ms, pid=pid, event="sys_exit", syscall_nr=pread, syscall_ret=4096),
+              dict(ts_ns=t0 + 200 * ms, pid=0, event="sched_switch", prev_pid=0, prev_state="R", next_pid=pid)]
+    cap.write_part("kernel_event", [dict(e, node="n1", cpu=0) for e in events], node="n1")
+    db = correlate(cap.path, write=False)
+    assert db.sql("SELECT ino FROM page_read").fetchall() == [(2**64 - 5,)]

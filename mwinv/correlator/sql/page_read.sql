@@ -5,10 +5,11 @@
 -- builds:  page_read
 -- inputs:  kernel_event (mm_filemap_add_to_page_cache, the read syscalls' entries and exits);
 --          the variable read_syscalls (attribution.READ_SYSCALLS)
--- columns: node, pid, dev, ino, sector, nr_bytes, rwbs ('R'), issue_ns, complete_ns (NULL)
+-- columns: node, pid, dev, ino (unsigned: GlusterFS's exceed 2^63), sector, nr_bytes, rwbs ('R'), issue_ns,
+--          complete_ns (NULL)
 CREATE TABLE page_read AS
 WITH added AS (
-    SELECT node, ts_ns, pid, dev, CAST(regexp_extract(fields, 'ino=(\d+)', 1) AS BIGINT) AS ino,
+    SELECT node, ts_ns, pid, dev, CAST(regexp_extract(fields, 'ino=(\d+)', 1) AS UBIGINT) AS ino,
            sector, nr_bytes
     FROM kernel_event WHERE event = 'mm_filemap_add_to_page_cache'),
 -- a task is in one syscall at a time: when its last read-syscall event is an entry, it is
