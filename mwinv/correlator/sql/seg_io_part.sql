@@ -1,6 +1,7 @@
 -- seg_io_part: one time slice's model inputs per statement from the segment walk's codes: its own block
 -- requests (sequential bytes and requests, random requests and bytes) and the bytes its network
--- syscalls moved.
+-- syscalls moved. A statement with none has no row (statement_io's zeros): outside the windows of a
+-- duty-cycled capture, most; 60 M of them made seg_io's join and sort run out of DuckDB's 768 MiB.
 --
 -- builds:  seg_io_part
 -- inputs:  segment_code; the variables segment_codes, net_rx_syscalls, net_tx_syscalls
@@ -18,4 +19,5 @@ SELECT node, sid AS statement_id,
                                        AND ret > 0), 0)::BIGINT AS net_rx_bytes,
        coalesce(sum(ret) FILTER (WHERE kind = k.exit AND list_contains(getvariable('net_tx_syscalls'), nr)
                                        AND ret > 0), 0)::BIGINT AS net_tx_bytes
-FROM segment_code, c WHERE keep AND sid > 0 GROUP BY ALL;
+FROM segment_code, c WHERE keep AND sid > 0 GROUP BY ALL
+HAVING seq_reqs > 0 OR random_reqs > 0 OR net_rx_bytes > 0 OR net_tx_bytes > 0;
