@@ -27,9 +27,7 @@ slice_hi; NULL: open-ended): its first slice creates its table, every later one 
 pid`: a time slice of the point stream (the segment walk and its per-slice sums). `slice: statement`:
 the statements whose slice key (sql/slice_statement.sql: its start, a parallel worker's leader's) lies
 in the slice, so that a per-statement module's joins hold one slice's statements, not the capture's;
-its inputs are ordered by that key, so a slice's scan skips the others' row groups. A `slice: statement`
-module's slices are Parquet parts in the session's directory, its table a view of them
-(`Modules._write_slice`): what it holds per statement is never a DuckDB table paged out.
+its inputs are ordered by that key, so a slice's scan skips the others' row groups.
 
 `python -m mwinv.correlator.modules --graph` prints the module graph docs/architecture.md shows."""
 
