@@ -360,22 +360,6 @@ class Modules:
         self.available.update(m.builds)
         self.built.append(m.name)
 
-    def _write_slice(self, m: Module, i: int) -> None:
-        """A `slice: statement` module's rows of one slice as a Parquet part of its own (in the session's
-        private directory), its table a view of the parts: a table of 12 rows per statement held by
-        DuckDB, paged out past its limit, ran out of memory on 60 M statements (a 600 s pgbench capture);
-        compressed parts take a fraction of it. The view is made once the first part exists."""
-        from mwinv import privfile
-        from mwinv.correlator.load import literal, parts_view
-
-        folder = privfile.make_dir(self.db.scratch / "slices" / m.builds[0])
-        create = _create_as(m)
-        select = m.sql[create.end():].strip().rstrip(";")
-        self.db.con.execute(f"COPY ({select}) TO {literal(folder / f'{i:05d}.parquet')} "
-                            "(FORMAT parquet, COMPRESSION zstd)")
-        if i == 0:
-            self.db.con.execute(f"CREATE VIEW {m.builds[0]} AS SELECT * FROM {parts_view(folder)}")
-
     def _run_sliced(self, group: list[Module]) -> None:
         bounds = self.slices(group[0].slice)
         for m in group:
@@ -388,8 +372,6 @@ class Modules:
                     self._set_variables(m)
                     if m.is_python:
                         next(walks[m.name])
-                    elif m.slice == "statement":
-                        self._write_slice(m, i)
                     else:   # the first slice creates the table, the others append to it
                         self.db.con.execute(m.sql if i == 0 else _appending(m))
         finally:
@@ -405,16 +387,12 @@ class Modules:
             self.built.append(m.name)
 
 
-def _create_as(m: Module) -> re.Match:
-    found = re.search(rf"\bCREATE\s+TABLE\s+{m.builds[0]}\s+AS\b", m.sql, flags=re.I)
-    if not found or len(m.builds) != 1:
-        raise ModuleError(f"{m.where}: a sliced module builds one table, with CREATE TABLE ... AS")
-    return found
-
-
 def _appending(m: Module) -> str:
-    create = _create_as(m)
-    return m.sql[:create.start()] + f"INSERT INTO {m.builds[0]}" + m.sql[create.end():]
+    sql, n = re.subn(rf"\bCREATE\s+TABLE\s+{m.builds[0]}\s+AS\b", f"INSERT INTO {m.builds[0]}", m.sql, count=1,
+                     flags=re.I)
+    if n != 1 or len(m.builds) != 1:
+        raise ModuleError(f"{m.where}: a sliced module builds one table, with CREATE TABLE ... AS")
+    return sql
 
 
 def graph(all_modules: list[Module] | None = None) -> str:
