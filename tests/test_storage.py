@@ -105,7 +105,7 @@ def test_sshfs_end_to_end(tmp_path):
         db.con.close()
         st = got["statements"][str(sid)]
         assert st["by_node"]["d1"] > 0 and {"link", "daemons", "client"} <= set(st["split_ns"]), got
-        assert got["bound"] in {b["block"] for b in got["blocks"]} and got["backend"] == "sshfs"
+        assert got["bound"] in got["kinds"] and got["backend"] == "sshfs"
         tag = cl.tag
         cl.set_storage("local")
         assert _left(tag) == {}
