@@ -395,7 +395,7 @@ class Storage:
         deadline = time.monotonic() + 30
         while self._gluster(first, "pool", "list").count("Connected") < len(nodes):
             if time.monotonic() > deadline:
-                raise MwinvError(f"storage glusterfs: the storage nodes did not join one pool in 30 s")
+                raise MwinvError("storage glusterfs: the storage nodes did not join one pool in 30 s")
             time.sleep(0.3)
         for d in self.cluster.data_nodes:
             self.served_by[d] = [n.name for n in nodes]

@@ -76,7 +76,7 @@ def balancer_time(con, record: dict, summaries) -> dict:
                 JOIN levels l ON l.clients = f.clients AND sc.ts_ns >= l.lo AND sc.ts_ns < l.hi
         WHERE sc.exit_event = replace(sc.event, 'sys_enter', 'sys_exit') AND sc.ret > 0""")
     # a request: the reads on the client's socket in a row; every I/O until the next one is its statement's
-    con.execute(f"""
+    con.execute("""
         CREATE OR REPLACE TEMP TABLE pool_stmt AS
         WITH io AS (
             SELECT *, sum(starts::int) OVER (PARTITION BY clients, pid ORDER BY enter_ns) AS seq FROM (
