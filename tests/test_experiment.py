@@ -198,7 +198,7 @@ def test_plan_and_scheme_errors(tmp_path):
     r = subprocess.run([MWINV, "experiment", "run", str(bad), "-o", str(tmp_path / "o")], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.strip() == f"mwinv: error: {bad}: [factors] node: unknown factor (one of " \
         "nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, link_latency_ms, parallel_workers, " \
-        "streams, cold, kernel)"
+        "streams, cold, kernel, storage)"
     scheme = tmp_path / "s.toml"
     scheme.write_text("[partitioned]\nlineitem = \"o_orderkey\"\n")
     bad.write_text(f"[factors]\nscheme = [\"{scheme}\"]\n")
