@@ -184,7 +184,7 @@ def _read_slice(con, nodes: list[str], infos: list[str], lo: int | None, hi: int
                coalesce(stack_id, -1)::BIGINT AS stack_id, coalesce(nr, -1)::BIGINT AS nr,
                coalesce(ret, 0)::BIGINT AS ret, coalesce(sid, -1)::BIGINT AS sid,
                coalesce(io_seq, 0)::BIGINT AS io_seq, coalesce(io_rand, 0)::BIGINT AS io_rand
-        FROM point WHERE {_range_sql('ts', lo, hi)} ORDER BY node, pid, ts, ord""").to_arrow_table()
+        FROM point WHERE {range_sql('ts', lo, hi)} ORDER BY node, pid, ts, ord""").to_arrow_table()
     con.close()
     raw = {"node": _codes(t["node"]), "pid": numpy_ints(t["pid"]), "ts": numpy_ints(t["ts"]),
            "kind": _codes(t["kind"]), "info": _codes(t["info"])}
@@ -202,7 +202,7 @@ def slice_bounds(db: CaptureDB, chunk_points: int, lo: int | None = None,
     stretch from one window to the next was one slice."""
     cuts = set()
     for table, column, per in (("kernel_event", "ts_ns", 1.5), ("statement_clean", "start_ns", 2)):
-        n = db.sql(f"SELECT count(*) FROM {table} WHERE {_range_sql(column, lo, hi)}").fetchone()[0]
+        n = db.sql(f"SELECT count(*) FROM {table} WHERE {range_sql(column, lo, hi)}").fetchone()[0]
         bounds = _quantile_bounds(db, table, column, -(-int(n * per) // chunk_points), "approx_quantile", lo, hi)
         cuts |= {c for c, _ in bounds[1:]}
     cuts = sorted(cuts)
@@ -214,7 +214,7 @@ def statement_bounds(db: CaptureDB, chunk_statements: int, lo: int | None = None
     """Slices of [lo, hi) of the statements' slice keys (sql/slice_statement.sql) of about `chunk_statements`
     statements each, for the `slice: statement` modules; the cuts are statements' keys (exact quantiles:
     0.35 s for 13 M)."""
-    n = db.sql(f"SELECT count(*) FROM slice_statement WHERE {_range_sql('key_ns', lo, hi)}").fetchone()[0]
+    n = db.sql(f"SELECT count(*) FROM slice_statement WHERE {range_sql('key_ns', lo, hi)}").fetchone()[0]
     return _quantile_bounds(db, "slice_statement", "key_ns", -(-n // chunk_statements), "quantile_disc", lo, hi)
 
 
@@ -225,14 +225,17 @@ def _quantile_bounds(db: CaptureDB, table: str, column: str, slices: int, quanti
     if slices <= 1:
         return [(lo, hi)]
     cuts = db.sql(f"SELECT {quantile}({column}, " + "[" + ", ".join(
-        f"{k / slices:.6f}" for k in range(1, slices)) + f"]) FROM {table} WHERE {_range_sql(column, lo, hi)}"
+        f"{k / slices:.6f}" for k in range(1, slices)) + f"]) FROM {table} WHERE {range_sql(column, lo, hi)}"
                   ).fetchone()[0]
     cuts = sorted(set(int(c) for c in cuts if lo is None or c > lo))
     return list(zip([lo] + cuts, cuts + [hi]))
 
 
-def _range_sql(col: str, lo: int | None, hi: int | None) -> str:
-    conds = ([f"{col} >= {int(lo)}"] if lo is not None else []) + ([f"{col} < {int(hi)}"] if hi is not None else [])
+def range_sql(col: str, lo: int | None, hi: int | None) -> str:
+    """The condition that `col` (a column name of the code's) lies in [lo, hi) (None: open-ended), the
+    bounds through the one quoting helper (load.literal: parameters would import pandas)."""
+    conds = ([f"{col} >= {literal(int(lo))}"] if lo is not None else []) + \
+        ([f"{col} < {literal(int(hi))}"] if hi is not None else [])
     return " AND ".join(conds) or "true"
 
 

@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from mwinv import privfile
 from mwinv.capture.tables import Capture
+from mwinv.correlator.load import literal
 from mwinv.errors import MwinvError
 
 STATE_DIR = "correlation_state"
@@ -122,7 +123,7 @@ def check(db, parts: Parts) -> None:
 
 def statements_before(db, ts: int) -> int:
     return db.sql(f"SELECT count(*) FROM statement_clean WHERE coalesce(nesting_level, 0) = 0 "
-                  f"AND start_ns < {int(ts)}").fetchone()[0]
+                  f"AND start_ns < {literal(int(ts))}").fetchone()[0]
 
 
 def statement_cut(db, parts: Parts) -> int | None:
@@ -133,7 +134,7 @@ def statement_cut(db, parts: Parts) -> int | None:
     if parts.key_until is None:
         tail = parts.carry_out["ts"][~parts.carry_out["context"]] if parts.carry_out else np.zeros(0)
         first = int(tail.min()) if len(tail) else parts.until_ns
-        (cut,) = db.sql(f"SELECT min(key_ns) FROM slice_statement WHERE end_ns > {first}").fetchone()
+        (cut,) = db.sql(f"SELECT min(key_ns) FROM slice_statement WHERE end_ns > {literal(first)}").fetchone()
         parts.key_until = int(cut) if cut is not None else first + 1
     return parts.key_until
 
@@ -152,9 +153,9 @@ def seed(db, parts: Parts) -> dict[str, str]:
 
 def key_filter(parts: Parts | None) -> str:
     """The statements this part writes: its slice keys' range as SQL over slice_statement.key_ns."""
-    from mwinv.correlator.attribution import _range_sql
+    from mwinv.correlator.attribution import range_sql
 
-    return _range_sql("key_ns", parts.key_since, parts.key_until) if parts else "true"
+    return range_sql("key_ns", parts.key_since, parts.key_until) if parts else "true"
 
 
 def save(db, parts: Parts) -> None:
