@@ -191,3 +191,34 @@ def test_a_page_read_of_a_fuse_file_with_a_64_bit_inode(tmp_path):
     cap.write_part("kernel_event", [dict(e, node="n1", cpu=0) for e in events], node="n1")
     db = correlate(cap.path, write=False)
     assert db.sql("SELECT ino FROM page_read").fetchall() == [(2**64 - 5,)]
+
+
+def test_the_experiment_report_shows_the_storage_factor(tmp_path):
+    """The report of a recorded storage experiment (tests/golden/experiment_storage: 4 cells, one per back-end,
+    see SOURCES.md): the back-end is a factor of its own (a cell column, a sweep), not four cells that look alike
+    in every factor, and a section gives per query the remote wait split over the blocks and the bound."""
+    import shutil
+
+    from mwinv.experiment.report import render
+
+    out = tmp_path / "exp"
+    shutil.copytree(Path(__file__).parent / "golden" / "experiment_storage", out)
+    html, md = render(out)
+    text = md.read_text()
+    cells = [ln.split(" | ")[12] for ln in text.splitlines() if re.match(r"\| [0-9a-f]{10} \|", ln)]
+    assert sorted(cells) == ["glusterfs", "glusterfs:4", "local", "sshfs"], text
+    sweeps = [ln for ln in text.split("## One-factor sweeps")[1].split("##")[0].splitlines()
+              if ln.startswith("| ") and not ln.startswith("| factor |")]
+    # before: every fixed factor (node_cpu, link_mbit, ...) was a "sweep" over 4 alike levels
+    assert {ln.split(" | ")[0][2:] for ln in sweeps} == {"storage"}, sweeps
+    assert "| storage | all cells | Q1 | local | " in text
+    section = text.split("## Storage back-ends")[1]
+    assert "| sshfs | Q1 | 4,832 ms | 3,868 ms | 980 ms | 206 ms | 2,472 ms | 210 ms |" in section
+    assert "| local | Q1 | 4,669 ms | - |" in section
+    bounds = re.findall(r"^(\S+) \(cell [0-9a-f]+\): bound by \*\*(\w+)\*\* .* busiest block (disk of s\d)", section, re.M)
+    assert sorted(bounds) == [("glusterfs", "disk", "disk of s2"), ("glusterfs:4", "disk", "disk of s2"),
+                              ("sshfs", "disk", "disk of s1")], section
+    page = html.read_text()
+    assert "<h2" in page and ">Storage back-ends</h2>" in page
+    assert re.search(r'<svg class="bar"[^>]*aria-label="Q1 sshfs: 4,832\.5 ms"><rect[^>]*fill="#59a14f"><title>link: ',
+                     page)

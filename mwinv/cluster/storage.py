@@ -783,29 +783,41 @@ def kind_busy(bl: list[dict], storage_nodes: set[str]) -> dict:
     return out
 
 
-def summary(out: Path) -> str:
-    """An experiment's storage cells as markdown: per back-end and query the wall time, the data nodes'
-    waits on remote storage and their split, and per back-end the blocks and the one that bounds."""
+SPLIT_KINDS = ("link", "daemons", "disk", "client")
+
+
+def cells(out: Path) -> dict:
+    """An experiment's storage cells: per result (back-end, query, repetition) its wall time, the data
+    nodes' waits on remote storage and their split over SPLIT_KINDS; per remote back-end's cell its blocks
+    and the kind that bounds the stream. Empty when no cell ran a remote back-end."""
     import pyarrow.parquet as pq
 
+    attr = {p.stem: a for p in sorted((out / "storage").glob("*.json")) if (a := json.loads(p.read_text()))}
+    if not attr:
+        return {}
     rows = [r for p in sorted((out / "results").glob("*.parquet")) for r in pq.read_table(p).to_pylist()]
-    attr = {p.stem: json.loads(p.read_text()) for p in sorted((out / "storage").glob("*.json"))}
-    if not rows:
-        raise MwinvError(f"{out}: no results (mwinv experiment run PLAN -o {out})")
+    queries = []
+    for r in sorted(rows, key=lambda r: ((r.get("storage") or LOCAL) != LOCAL, r.get("storage") or "", r["query"],
+                                         r["repetition"])):
+        st = (attr.get(r["cell"]) or {}).get("statements", {}).get(str(r["statement_id"]))
+        queries.append({"storage": r.get("storage") or LOCAL, "query": r["query"], "cell": r["cell"],
+                        "wall_ns": r["wall_ns"], "remote_ns": st["remote_ns"] if st else None,
+                        "split_ns": st["split_ns"] if st else {}})
+    return {"queries": queries, "backends": [{"cell": c, **a} for c, a in attr.items()]}
+
+
+def markdown(s: dict) -> list[str]:
+    """cells() as markdown lines: the per-query table, then per back-end its bound and its blocks."""
     lines = ["| storage | query | wall | remote wait (data nodes) | link | daemons | disk | FUSE client |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     ms = lambda ns: f"{ns / 1e6:,.0f} ms" if ns is not None else "-"   # noqa: E731
-    for r in sorted(rows, key=lambda r: (r.get("storage") or LOCAL, r["query"], r["repetition"])):
-        st = (attr.get(r["cell"]) or {}).get("statements", {}).get(str(r["statement_id"]), {})
-        split = st.get("split_ns", {})
-        lines.append(f"| {r.get('storage') or LOCAL} | Q{r['query']} | {ms(r['wall_ns'])} | "
-                     f"{ms(st.get('remote_ns')) if st else '-'} | " +
-                     " | ".join(ms(split.get(k)) if st else "-" for k in ("link", "daemons", "disk", "client")) + " |")
-    for cell, a in attr.items():
-        if not a:
-            continue
+    for r in s["queries"]:
+        lines.append(f"| {r['storage']} | Q{r['query']} | {ms(r['wall_ns'])} | {ms(r['remote_ns'])} | " +
+                     " | ".join(ms(r["split_ns"].get(k)) if r["remote_ns"] is not None else "-" for k in SPLIT_KINDS)
+                     + " |")
+    for a in s["backends"]:
         k = a["kinds"][a["bound"]]
-        lines += ["", f"{a['backend']} (cell {cell}): bound by **{a['bound']}** ({ms(k['busy_ns'])} busy; its "
+        lines += ["", f"{a['backend']} (cell {a['cell']}): bound by **{a['bound']}** ({ms(k['busy_ns'])} busy; its "
                       f"busiest block {k['busiest']}, {ms(k['busiest_ns'])})", "",
                   "| block | work | capacity | busy |", "|---|---:|---:|---:|"]
         for b in a["blocks"]:
@@ -813,7 +825,17 @@ def summary(out: Path) -> str:
             cap = (f"{b['capacity'] / 1e6:,.1f} MB/s" if b["unit"] == "bytes" else f"{b['capacity']:g} CPU") \
                 if b["capacity"] else "-"
             lines.append(f"| {b['block']} | {work} | {cap} ({b['basis']}) | {ms(b['busy_ns'])} |")
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def summary(out: Path) -> str:
+    """cells() as markdown text."""
+    s = cells(out)
+    if not s:
+        if not list((out / "results").glob("*.parquet")):
+            raise MwinvError(f"{out}: no results (mwinv experiment run PLAN -o {out})")
+        raise MwinvError(f"{out}: no cell ran a remote storage back-end (plan factor storage)")
+    return "\n".join(markdown(s)) + "\n"
 
 
 def main() -> None:

@@ -12,6 +12,8 @@ COMPONENT_COLORS = {
     "cpu_user": "#4e79a7", "cpu_sys": "#a0cbe8", "disk_seq": "#f28e2b", "disk_random": "#ffbe7d",
     "network": "#59a14f", "lock_wait": "#e15759", "run_queue": "#b07aa1", "other_wait": "#9c755f",
     "client_wait": "#f1ce63", "remote_wait": "#8cd17d", "not_allocated": "#bab0ac",
+    # a remote storage wait's blocks (mwinv/cluster/storage.py), the rest of the query's time
+    "link": "#59a14f", "daemons": "#a0cbe8", "disk": "#f28e2b", "client": "#b07aa1", "rest": "#bab0ac",
 }
 SERIES_COLORS = ["#4e79a7", "#e15759", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2"]
 

@@ -17,6 +17,7 @@ import duckdb
 
 from mwinv import kernel_knobs, privfile
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
+from mwinv.cluster import storage
 from mwinv.cluster.distribute import resolve_scheme
 from mwinv.correlator import svg
 from mwinv.correlator.load import connect, duck_type, literal, read_parquet
@@ -296,7 +297,7 @@ def summarize(out: str | Path) -> dict:
         return {
             "plan": json.loads((Path(out) / "plan.json").read_text()) if (Path(out) / "plan.json").exists() else {},
             "cells": _rows(con, "SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, "
-                                "link_latency_ms, parallel_workers, streams, cold, kernel, count(*) AS queries, "
+                                "link_latency_ms, parallel_workers, streams, cold, kernel, storage, count(*) AS queries, "
                                 "count(*) FILTER (WHERE timed_out) AS timeouts, count(*) FILTER (WHERE failed) AS failures "
                                 "FROM cell_query GROUP BY ALL ORDER BY scheme, nodes, cell"),
             "speedup": [{**r, "grp": _label(r["grp"], varied)} for r in _rows(con, "SELECT * FROM speedup")],
@@ -307,6 +308,7 @@ def summarize(out: str | Path) -> dict:
             "model": model,
             "scheme_advice": scheme_advice(con, plan_schemes(Path(out)), [p for p in preds if p.rule == "scheme"]),
             "kernel_checks": kernel_checks(con),
+            "storage": storage.cells(Path(out)),
         }
     finally:
         con.close()
@@ -348,11 +350,11 @@ def _label(others: str, varied: set[str]) -> str:
 def _cells_md(s: dict, md: list[str], html: list[str]) -> None:
     """One row per cell with its factor levels and counts."""
     md += ["## Cells", "", "| cell | nodes | scheme | cpu | memory MB | read MB/s | link Mbit | link ms | workers | "
-           "streams | cold | kernel | queries | timeouts | failures |", "|" + "---|" * 15]
+           "streams | cold | kernel | storage | queries | timeouts | failures |", "|" + "---|" * 16]
     for c in s["cells"]:
         md.append("| " + " | ".join(str(c[k] if c[k] is not None else "-") for k in (
             "cell", "nodes", "scheme", "node_cpu", "node_memory_mb", "node_read_mbps", "link_mbit", "link_latency_ms",
-            "parallel_workers", "streams", "cold", "kernel", "queries", "timeouts", "failures")) + " |")
+            "parallel_workers", "streams", "cold", "kernel", "storage", "queries", "timeouts", "failures")) + " |")
     md.append("")
 
 
@@ -474,6 +476,26 @@ def _kernel_md(s: dict, md: list[str], html: list[str]) -> None:
     md.append("")
 
 
+def _storage_md(s: dict, md: list[str], html: list[str]) -> None:
+    """The storage back-ends' cells (mwinv/cluster/storage.py): per query its time on each, the data nodes'
+    wait on remote storage split over the stream's blocks, and per back-end the block that bounds it."""
+    if not s["storage"]:
+        return
+    md += ["## Storage back-ends", "", "Per query its time on each back-end; on a remote one the data nodes' wait on it, "
+           "split over the link, the serving daemons, the remote disk and the FUSE client in proportion to their busy "
+           "time over the cell's passes; then each back-end's blocks and the kind that bounds the stream "
+           "(docs/storage.md).", ""]
+    md += storage.markdown(s["storage"]) + [""]
+    rows = s["storage"]["queries"]
+    peak = max((r["wall_ns"] or 0 for r in rows), default=0)
+    for r in rows:
+        if r["wall_ns"]:
+            parts = [(k, r["split_ns"].get(k, 0)) for k in storage.SPLIT_KINDS]
+            html.append(svg.stacked_bar(parts + [("rest", r["wall_ns"] - sum(v for _, v in parts))], r["wall_ns"], peak,
+                                        label=f"Q{r['query']} {r['storage']}: {ms(r['wall_ns'])} ms"))
+    html.append(svg.legend([*storage.SPLIT_KINDS, "rest"]))
+
+
 def _predictions_sections(s: dict, md: list[str], html: list[str]) -> None:
     """Every cell predicted from the others: the rule's errors, then each prediction against its run."""
     m = s["model"]
@@ -523,7 +545,8 @@ def render(out: str | Path) -> tuple[Path, Path]:
     privfile.write(rep / "summary.json", json.dumps(s, indent=1, default=str))
     md, charts = [f"# Experiment {s['plan'].get('name', out.name)}", ""], []
     # each section appends its markdown lines and its charts (none when the plan gives it nothing)
-    for section in (_cells_md, _speedup_md, _shares_md, _scheme_md, _sweeps_md, _kernel_md, _predictions_sections):
+    for section in (_cells_md, _speedup_md, _shares_md, _scheme_md, _sweeps_md, _kernel_md, _storage_md,
+                    _predictions_sections):
         html: list[str] = []
         section(s, md, html)
         charts += [(len(md), h) for h in html]   # at the end of the section just written

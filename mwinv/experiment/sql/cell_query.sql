@@ -4,7 +4,7 @@
 -- (then its time is not a measurement).
 --
 -- inputs:  results (RESULT_SCHEMA, every cell's part), results_node (NODE_SCHEMA)
--- columns: the factor levels, cell, query, runs, wall_ns, timed_out, failed, error, estimated_ns,
+-- columns: the factor levels (kernel and storage: their defaults for an older runner's NULL), cell, query, runs, wall_ns, timed_out, failed, error, estimated_ns,
 --          net_bytes, limit, kernel_advice (JSON: the kernel-level advice
 --          on the coordinator statement, rule and expected gain), c_<component> (the
 --          coordinator's, mean ns), node_work_ns, node_sum_ns (the data nodes' summed execution, median),
@@ -23,7 +23,8 @@ node_comp AS (
     GROUP BY ALL),
 q AS (
 SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, link_latency_ms, parallel_workers,
-       streams, cold, coalesce(kernel, 'default') AS kernel, query, count(*) AS runs,
+       streams, cold, coalesce(kernel, 'default') AS kernel, coalesce(storage, 'local') AS storage, query,
+       count(*) AS runs,
        CAST(median(wall_ns) FILTER (WHERE error IS NULL) AS BIGINT) AS wall_ns,
        bool_or(timed_out) AS timed_out, bool_or(error IS NOT NULL AND NOT timed_out) AS failed,
        any_value(error) AS error,
@@ -34,7 +35,7 @@ SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit,
        CAST(avg(COLUMNS('^c_(.*)')) AS BIGINT) AS "c_\1"
 FROM results
 GROUP BY cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, link_latency_ms, parallel_workers,
-         streams, cold, coalesce(kernel, 'default'), query)
+         streams, cold, coalesce(kernel, 'default'), coalesce(storage, 'local'), query)
 SELECT q.*, w.node_work_ns, w.node_sum_ns, n.* EXCLUDE (cell, query)
 FROM q LEFT JOIN node_work w USING (cell, query) LEFT JOIN node_comp n USING (cell, query);
 
@@ -47,10 +48,10 @@ UNPIVOT (
            coalesce(CAST(link_mbit AS VARCHAR), '-') AS link_mbit,
            coalesce(CAST(link_latency_ms AS VARCHAR), '-') AS link_latency_ms,
            coalesce(CAST(parallel_workers AS VARCHAR), '-') AS parallel_workers, CAST(streams AS VARCHAR) AS streams,
-           CAST(cold AS VARCHAR) AS cold, kernel
+           CAST(cold AS VARCHAR) AS cold, kernel, storage
     FROM cell_query)
 ON nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, link_latency_ms, parallel_workers, streams,
-   cold, kernel
+   cold, kernel, storage
 INTO NAME factor VALUE level;
 
 -- cell_others: for each cell and factor, the cell's levels of all the other factors (cells with equal
