@@ -400,3 +400,40 @@ def test_the_page_cache_is_the_pass_s():
     assert tables == {"lineitem": 878 * mb, "orders": 203 * mb}
     assert _on_nodes(tables, SCHEMES["1-part"].describe(), 2) == 439 * mb
     assert _on_nodes(tables, SCHEMES["2-part"].describe(), 2) == 540.5 * mb
+
+
+def _run(root, nodes, scheme, wall_ms):
+    from mwinv.experiment.predict import Run
+
+    return Run("c", 21, nodes, scheme, (), 0.5, 512, 2, int(wall_ms * 1e6), int(wall_ms * 1e6) // 2, 0, 0, 0, 0, 0,
+               0, 0, 0, int(wall_ms * 1e6), root, {})
+
+
+def test_lookups_on_the_partition_key_are_pruned_to_one_partition():
+    """SF 1, 2-part on 1 node (results_op): Q21 looks orders and lineitem up per outer row on their
+    partition key (13,859 and 6,923 loops); on 4 nodes run-time pruning sent each to one partition (3,403-3,524
+    and 1,677-1,770 loops a partition, the same sums): no round trips are added. Q17 looks lineitem up on
+    l_partkey, which every partition is asked for: 6,088 loops on each of 4 nodes, 3 x 6,088 more."""
+    from mwinv.cluster.distribute import SCHEMES
+    from mwinv.experiment.predict import change, plan_tree
+
+    schemes = {n: SCHEMES[n].describe() for n in ("1-part", "2-part")}
+
+    def lookup(op, parent, rows, loops, table, sql):
+        return {**_op(op, parent, "Foreign Scan", rows, 1.0, [table], loops=loops), "parameterized": True,
+                "remote_sql": sql}
+    q21 = plan_tree([_op(0, -1, "Nested Loop", 4141), _op(1, 0, "Nested Loop", 6923),
+                     _op(2, 1, "Foreign Scan", 13859, 2000.0, ["lineitem"]),
+                     lookup(3, 1, 0, 13859, "orders",
+                            "SELECT o_orderkey FROM public.orders WHERE ((o_orderstatus = 'F')) AND "
+                            "(($1::integer = o_orderkey))"),
+                     lookup(4, 0, 6923, 6923, "lineitem",
+                            "SELECT l_orderkey, l_suppkey FROM public.lineitem WHERE (($1::integer = l_orderkey))")])
+    # only the whole scan of lineitem, one statement a partition, adds round trips
+    assert change(_run(q21, 1, "2-part", 16966), 4, "2-part", schemes).trips == 3
+    # under 1-part orders is local: its lookups leave with their round trips; lineitem's stay pruned
+    assert change(_run(q21, 1, "2-part", 16966), 4, "1-part", schemes).trips == 3 - 13859
+    q17 = plan_tree([_op(0, -1, "Aggregate", 1), _op(1, 0, "Seq Scan", 6088, 30.0, ["part"]),
+                     lookup(2, 0, 6088, 6088, "lineitem",
+                            "SELECT l_quantity FROM public.lineitem WHERE ((l_partkey = $1::integer))")])
+    assert change(_run(q17, 1, "1-part", 9000), 4, "1-part", schemes).trips == 3 * 6088
