@@ -437,3 +437,22 @@ def test_lookups_on_the_partition_key_are_pruned_to_one_partition():
                      lookup(2, 0, 6088, 6088, "lineitem",
                             "SELECT l_quantity FROM public.lineitem WHERE ((l_partkey = $1::integer))")])
     assert change(_run(q17, 1, "1-part", 9000), 4, "1-part", schemes).trips == 3 * 6088
+
+
+def test_the_noise_floor_from_queries_the_nodes_take_no_part_in():
+    """SF 1 (out/sf1m): Q11 reads replicated tables only, on the coordinator alone: 162 ms in one cell and
+    299 in another, the host's other load (105 ms of the coordinator's wait for a CPU in the slower). Such
+    pairs are the noise under the model's errors, taken as the errors are: 137 / 299 and 137 / 162. A query
+    with a foreign scan in either run is no such pair."""
+    from mwinv.experiment.predict import noise, plan_tree
+
+    local = plan_tree([_op(0, -1, "Sort", 10), _op(1, 0, "Seq Scan", 800000, 100.0, ["partsupp"])])
+    remote = plan_tree([_op(0, -1, "Aggregate", 1), _op(1, 0, "Foreign Scan", 1, 1.0, ["lineitem"])])
+    runs = [_run(local, 2, "1-part", 162), _run(local, 3, "1-part", 299), _run(remote, 1, "1-part", 1800),
+            _run(remote, 2, "1-part", 2300)]
+    for r in runs[:2]:
+        r.query = 11
+    got = noise(runs)
+    assert got["queries"] == [11] and got["pairs"] == 2
+    assert got["median"] == pytest.approx((137 / 299 + 137 / 162) / 2)
+    assert noise(runs[2:]) is None

@@ -660,3 +660,20 @@ def winners(preds: list[CellPrediction], differ: float = 0.10) -> dict[str, int]
               and abs(p.measured_ns - p.from_ns) >= differ * max(p.measured_ns, p.from_ns)]
     hits = sum((p.predicted_ns < p.from_ns) == (p.measured_ns < p.from_ns) for p in pairs_)
     return {"pairs": len(pairs_), "hits": hits}
+
+
+def noise(runs: list[Run]) -> dict | None:
+    """The run-to-run noise no model of the cluster can predict: a query that ran on the coordinator alone in
+    two cells (no foreign scan: its tables in the same place, the data nodes idle) takes the same time in both
+    but for the host's other load and the plan its statistics' sample gave it; |a - b| / b over those pairs,
+    as a prediction's error is taken. A cell's time is already the median of its runs (repetitions), so a
+    plan with repetitions lowers it."""
+    by: dict[tuple, list[Run]] = {}
+    for r in runs:
+        if r.root is not None and r.wall_ns and not _foreign(r.root):
+            by.setdefault((r.others, r.query), []).append(r)
+    d = [abs(a.wall_ns - b.wall_ns) / b.wall_ns for g in by.values() for a, b in itertools.permutations(g, 2)]
+    if not d:
+        return None
+    return {"pairs": len(d), "queries": sorted({q for (_, q), g in by.items() if len(g) > 1}),
+            "median": statistics.median(d), "mean": statistics.fmean(d)}

@@ -256,7 +256,8 @@ def model_summary(con, out: Path) -> tuple[dict, list[CellPrediction]]:
     even (unseen) queries, how often the faster cell was foreseen, and the yardstick of predicting no
     change."""
     schemes = plan_schemes(out)
-    pairs = predict.pairs(predict.load_runs(con, schemes), schemes)
+    runs = predict.load_runs(con, schemes)
+    pairs = predict.pairs(runs, schemes)
     cal = out / "calibration.json"
     disk = json.loads(cal.read_text()).get("disk", {}).get("disk_rate_bps") if cal.exists() else None
     k = predict.fit(pairs, disk)
@@ -270,7 +271,7 @@ def model_summary(con, out: Path) -> tuple[dict, list[CellPrediction]]:
                 rules.append({"rule": rule, "queries": half, **predict.errors(made), **predict.winners(made),
                               "unchanged": predict.errors([replace(p, predicted_ns=p.from_ns) for p in made]),
                               "cannot": len(mine) - len(made)})
-    return ({"constants": asdict(k), "rules": rules, "predictions": [{**asdict(p), "error": p.error} for p in preds]},
+    return ({"constants": asdict(k), "rules": rules, "noise": predict.noise(runs), "predictions": [{**asdict(p), "error": p.error} for p in preds]},
             preds)
 
 
@@ -520,6 +521,12 @@ def _predictions_sections(s: dict, md: list[str], html: list[str]) -> None:
         md.append(f"| {r['rule']} | {r['queries']} | {r['n']} | {r['mean']:.0%} | {r['median']:.0%} | {r['within_10']} | "
                   f"{r['within_25']} | {r['hits']} of {r['pairs']} | {u['mean']:.0%} / {u['median']:.0%} | "
                   f"{r['cannot']} |")
+    if m.get("noise"):
+        n = m["noise"]
+        md += ["", f"Run-to-run noise, the floor under these errors: the queries that ran on the coordinator alone "
+               f"(Q{', Q'.join(map(str, n['queries']))}: their tables in the same place, the data nodes idle) differ "
+               f"between cells by a median of {n['median']:.0%}, a mean of {n['mean']:.0%} ({n['pairs']} pairs, "
+               "taken as the errors are); a cell's time is the median of its runs, so repetitions lower it."]
     md += ["", "| query | from | to | from ms | predicted ms | measured ms | error |", "|---|---|---|---|---|---|---|"]
     for p in m["predictions"]:
         got = (f"{ms(p['predicted_ns'])} | {ms(p['measured_ns'])} | {p['error']:+.0%}" if p["predicted_ns"] is not None
