@@ -456,3 +456,27 @@ def test_the_noise_floor_from_queries_the_nodes_take_no_part_in():
     assert got["queries"] == [11] and got["pairs"] == 2
     assert got["median"] == pytest.approx((137 / 299 + 137 / 162) / 2)
     assert noise(runs[2:]) is None
+
+
+def test_only_reads_in_place_wait_for_the_disk_when_the_cache_stops_fitting():
+    """SF 1, 2-part: on 2 nodes a node's pass (540 MB) does not fit its page cache; Q1 and Q6, sequential
+    scans, waited 53 and 52 ms on the disk (the kernel's read-ahead runs behind their CPU), Q14 and Q15, bitmap
+    heap scans, 736 and 1,158 ms. From 4 nodes (230 MB of lineitem a node: it fits) to 1 (920 MB), only the
+    bitmap heap scan's reads are added at the disk's rate."""
+    from mwinv.cluster.distribute import SCHEMES
+    from mwinv.experiment.predict import Constants, change, plan_tree, predict, random_share
+
+    schemes = {"1-part": SCHEMES["1-part"].describe()}
+    mb = 2**20
+
+    def q(scan):
+        return plan_tree([_op(0, -1, "Aggregate", 1), _op(1, 0, "Foreign Scan", 57000, 50.0, ["lineitem"]),
+                          {**_op(2, 1, scan, 57000, 200.0, ["lineitem"], side="d1"), "table_bytes": 230 * mb}])
+    for scan, waits in (("Seq Scan", False), ("Bitmap Heap Scan", True)):
+        run = _run(q(scan), 4, "1-part", 900)
+        run.pass_tables = {"lineitem": 920 * mb}
+        c = change(run, 1, "1-part", schemes)
+        assert c.pass0 < 0.9 * 512 * mb < c.pass1 and random_share(run.root) == (1.0 if waits else 0.0)
+        k = Constants(cache_share=0.9)
+        added = predict(run, 1, c, k, 1.33e9) - predict(run, 1, c, k, None)
+        assert added == pytest.approx(920 * mb / 1.33e9 * 1e9 if waits else 0, rel=0.01)

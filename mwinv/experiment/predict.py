@@ -16,7 +16,8 @@ A prediction rebuilds C and N under the target cell's levels:
   planning's remote estimates (one EXPLAIN per partition path) grow with them too; a node's share of the
   tables its whole pass reads (the page cache is shared by the queries of a pass) against its page cache
   (node memory x CACHE_SHARE): the source's disk time leaves when the share comes to fit, the query's
-  reads come from the disk at the calibrated rate when it stops fitting; CPU contention when the
+  reads in place (index and bitmap heap scans: random_share) come from the disk at the calibrated rate when
+  it stops fitting, a sequential scan's behind its CPU (read-ahead); CPU contention when the
   coordinator and the nodes ask for more than the host's cores (their measured CPU per wall) stretches
   the run by (demand / cores)^CONTENTION;
 - other scheme: the tables that become partitioned join on the nodes where they are co-partitioned
@@ -441,6 +442,7 @@ class Change:
     read1: float
     moves: bool             # a scheme change that places a table the query reads otherwise (or no scheme change)
     unseen: str             # why the source cannot predict the target (the plan it would run is not in the run)
+    waited: float = 1.0     # the share of the nodes' reads that wait for the disk (random_share)
     one_at_a_time: tuple[float, float] = (0.0, 0.0)   # the share of the nodes' work fetched one node after
     # another (one_at_a_time), in the source and the target
 
@@ -459,7 +461,27 @@ def change(src: Run, nodes: int, scheme: str, schemes: dict[str, dict]) -> Chang
                   _on_nodes(src.pass_tables, frm, src.nodes), _on_nodes(src.pass_tables, to, nodes),
                   _on_nodes(mine, frm, 1), _on_nodes(mine, to, 1),
                   scheme == src.scheme or bool(placed_otherwise(frm, to) & src.root.tabs()), moved.unseen,
+                  random_share(src.root),
                   (one_at_a_time(src.root, src.nodes), one_at_a_time(src.root, src.nodes, frm, to)))
+
+
+RANDOM = {"Bitmap Heap Scan", "Index Scan"}
+
+
+def random_share(root: Op) -> float:
+    """The share of the table bytes the nodes' scans read that they read in place, page by page (an index
+    or a bitmap heap scan), and so wait for when the page cache misses: a sequential scan's reads are the
+    kernel's read-ahead, behind its CPU (SF 1, 2-part, 2 nodes, whose pass does not fit: Q1 and Q6, sequential,
+    waited 53 and 52 ms on the disk; Q14 and Q15, bitmap heap scans, 736 and 1,158 ms)."""
+    size: dict[str, int] = {}
+    in_place: set[str] = set()
+    for o in root.walk():
+        if o.side != COORDINATOR and o.tables and o.table_bytes:
+            size[o.tables[0]] = max(o.table_bytes, size.get(o.tables[0], 0))
+            if o.node_type in RANDOM:
+                in_place.add(o.tables[0])
+    total = sum(size.values())
+    return sum(size[t] for t in in_place) / total if total else 1.0
 
 
 def pruned(op: Op, scheme: dict) -> bool:
@@ -513,7 +535,7 @@ def predict(src: Run, nodes: int, c: Change, k: Constants, disk_bps: float | Non
             rest = max(0.0, rest - src.node_disk_ns)
             cpu = max(0.0, cpu - src.node_sys_excess_ns)
         elif c.pass1 > cache >= c.pass0 and disk_bps:
-            rest += c.read1 / disk_bps * 1e9
+            rest += c.waited * c.read1 / disk_bps * 1e9
         elif c.pass1 > cache and c.read0:
             rest += src.node_disk_ns * (c.read1 / c.read0 - 1)
     skew = src.node_max_ns * n0 / src.node_sum_ns if src.node_sum_ns and n0 > 1 else 1.0
