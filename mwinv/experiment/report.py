@@ -271,8 +271,8 @@ def model_summary(con, out: Path) -> tuple[dict, list[CellPrediction]]:
                 rules.append({"rule": rule, "queries": half, **predict.errors(made), **predict.winners(made),
                               "unchanged": predict.errors([replace(p, predicted_ns=p.from_ns) for p in made]),
                               "cannot": len(mine) - len(made)})
-    return ({"constants": asdict(k), "rules": rules, "noise": predict.noise(runs), "predictions": [{**asdict(p), "error": p.error} for p in preds]},
-            preds)
+    return ({"constants": asdict(k), "rules": rules, "noise": predict.noise(runs),
+             "predictions": [{**asdict(p), "error": p.error} for p in preds]}, preds)
 
 
 def _trust(model: dict) -> str:
