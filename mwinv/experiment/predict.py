@@ -5,8 +5,9 @@ components), not from the planner's estimates.
 A run is a critical path, not a sum: the coordinator's own time C (its wall minus its wait for the data
 nodes) and the nodes' time N (the slowest node's execution, plus the others' for the share of the work the
 coordinator fetches one node after another: one_at_a_time) overlap by OVERLAP x (n - 1) / n of the shorter
-(one node and its coordinator take turns, a fetch being a request and its answer; with n nodes the others
-work while the coordinator takes one's rows); what the two miss (the links) is kept from the source run.
+for the share fetched at once (one node and its coordinator take turns, a fetch being a request and its
+answer, and so do nodes fetched in turn; fetched at once, the others work while the coordinator takes one's
+rows); what the two miss (the links) is kept from the source run.
 A prediction rebuilds C and N under the target cell's levels:
 
 - other node count: the nodes' summed execution divided over the target's nodes with the source's
@@ -550,12 +551,12 @@ def predict(src: Run, nodes: int, c: Change, k: Constants, disk_bps: float | Non
     fitted0 = nodes_path(src.node_cpu_ns, rest0, n0, seq0)
     node = nodes_path(cpu, rest, nodes, seq1) * (measured0 / fitted0 if fitted0 else 1.0)
 
-    def path(own_: float, node_: float, n: int) -> float:
-        # one node and its coordinator take turns (a fetch is a request and its answer); with more, the
-        # other nodes work while the coordinator takes one's rows
-        return own_ + node_ - k.overlap * (n - 1) / n * min(own_, node_)
-    rest_of_wall = src.wall_ns - path(src.own_ns, measured0, n0)   # the links, what the parts miss
-    t = max(0.0, path(own, node, nodes) + rest_of_wall)
+    def path(own_: float, node_: float, n: int, seq: float) -> float:
+        # one node and its coordinator take turns (a fetch is a request and its answer), and so do nodes
+        # fetched one after another; fetched at once, the other nodes work while the coordinator takes one's rows
+        return own_ + node_ - k.overlap * (n - 1) / n * (1 - seq) * min(own_, node_)
+    rest_of_wall = src.wall_ns - path(src.own_ns, measured0, n0, seq0)   # the links, what the parts miss
+    t = max(0.0, path(own, node, nodes, seq1) + rest_of_wall)
     # CPU contention: the coordinator's and the nodes' CPU per wall against the host's cores
     u_c = min(1.0, src.own_cpu_ns / src.wall_ns)
     u_n = min(quota or 1.0, src.node_cpu_ns / n0 / src.node_max_ns) if src.node_max_ns else 0.0
