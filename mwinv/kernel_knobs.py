@@ -160,6 +160,43 @@ NOT_MAPPED: tuple[tuple[re.Pattern, str], ...] = (
 )
 
 
+# A FUSE mount's page-cache reads (a node's tables on sshfs or GlusterFS: mwinv/cluster/storage.py) read
+# ahead on the mount's own bdi, which FUSE names after the mount's device (0:N), not on a disk's
+FUSE_READAHEAD = (
+    "the scan reads {node}'s tables through its {kind} FUSE mount ({mount}), whose readahead is the mount's own "
+    "bdi, not a disk's (the local disk's read_ahead_kb does not govern these reads): below 1 MiB raise "
+    "/sys/class/bdi/{bdi}/read_ahead_kb (echo 1024 > it; FUSE starts it at 128 KiB at most, lowered to what the "
+    "daemon's max_readahead allows)")
+FUSE_REQUESTS = {
+    "sshfs": "; each request is at most the mount's max_read, and sshfs reads over one SSH connection unless "
+             "-o max_conns=N",
+    "glusterfs": "; the GlusterFS client mounts with max_read=131072 (128 KiB requests) and reads ahead itself "
+                 "where the volume sets performance.read-ahead on (performance.read-ahead-page-count, 1-16)",
+}
+FUSE_EFFECT = ("a larger window keeps more FUSE read requests in flight, each served over the link by the file "
+               "system's daemons (on GlusterFS, the bricks of more shards at once), but wastes reads and cache on "
+               "random access")
+
+
+def fuse_node(storage: dict, nodes) -> tuple[str, dict] | None:
+    """The first of `nodes` whose tables the storage back-end's record puts on a FUSE mount, with its record."""
+    data = storage.get("data_nodes") or {}
+    return next(((n, data[n]) for n in sorted(n for n in nodes if n)
+                 if n in data and data[n].get("relations")), None)
+
+
+def fuse_readahead(storage: dict, node: str, rec: dict) -> tuple[str, str]:
+    """The readahead advice for a scan of a FUSE mount, and the knobs' values as recorded when it was set up."""
+    kind = storage.get("kind") or storage.get("backend", "FUSE")
+    bdi = rec.get("bdi") or "<the mount's device>"
+    advice = FUSE_READAHEAD.format(node=node, kind=kind, mount=rec.get("mount") or "?", bdi=bdi)
+    advice += FUSE_REQUESTS.get(kind, "")
+    value = rec.get("read_ahead_kb")
+    now = (f"/sys/class/bdi/{bdi}/read_ahead_kb = {value if value is not None else 'unknown (not recorded)'}"
+           + (f", mount options {rec['fuse_options']}" if rec.get("fuse_options") else "") + " (read at set-up)")
+    return advice, now
+
+
 def family_of(row: dict) -> Family | None:
     """The family of one statement_kernel_function row: the first in FAMILIES matching it."""
     frames = [row.get("function") or "", *(row.get("stack") or "").split(" <- ")]
@@ -248,9 +285,15 @@ def kernel_knob_rule(family: Family, root: str | os.PathLike = "/"):
         names = ", ".join(sorted({r["function"] for r in rows})[:4])
         parts = "; ".join(f"{duration(t)} in {n:,} {'sleeps' if src == WAIT_SOURCE else 'samples'} from "
                           f"{SOURCE_TEXT.get(src, src)}" for src, (t, n) in sorted(per_source.items()))
-        knobs = ", ".join(f"{path} = {value}" for path, value in knob_values(family, root))
+        fuse = fuse_node(e.storage, [top.get("node")]) if family.key == "readahead" else None
+        if fuse:
+            what, knobs = fuse_readahead(e.storage, *fuse)
+            effect = FUSE_EFFECT
+        else:
+            what, effect = family.advice, family.effect
+            knobs = ", ".join(f"{path} = {value}" for path, value in knob_values(family, root))
         return e.advice(
-            f"kernel.{family.key}", f"{family.advice}. Now: {knobs}. Effect: {family.effect}",
+            f"kernel.{family.key}", f"{what}. Now: {knobs}. Effect: {effect}",
             f"{names}: {pct(total / e.db_ns)} of {e.in_db()} ({parts}); stack: {top.get('stack') or '-'}",
             round(total), f"upper bound: all of the family's {pct(total / e.db_ns)} of the time in the database; "
                           "sampled stacks (no function tracer counts)")

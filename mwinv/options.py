@@ -136,10 +136,12 @@ class AdviceOptions:
 
     calibration: the model's platform factors (`mwinv calibrate`; None: no expected gains from the
     model); cpus: the CPUs the server may use (the parallel-query what-if; 2 where the capture did not
-    record them); settings: the server's settings the rules read (jit, ...)."""
+    record them); settings: the server's settings the rules read (jit, ...); storage: the cluster's storage
+    back-end (the manifest's record, mwinv/cluster/storage.py: which nodes' tables are on a FUSE mount)."""
     calibration: dict | None = None
     cpus: int = 2
     settings: dict = field(default_factory=dict)
+    storage: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.cpus, int) and self.cpus >= 1):
@@ -147,4 +149,5 @@ class AdviceOptions:
 
     @classmethod
     def from_manifest(cls, manifest: dict) -> "AdviceOptions":
-        return cls(manifest.get("calibration"), manifest.get("cpus") or cls.cpus, manifest.get("settings") or {})
+        return cls(manifest.get("calibration"), manifest.get("cpus") or cls.cpus, manifest.get("settings") or {},
+                   manifest.get("storage") or {})

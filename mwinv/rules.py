@@ -65,6 +65,7 @@ class Evidence:
     # the DBMS's own account where it keeps one (Oracle's 10046 trace): wait events with their objects,
     # calls, hard parses, literal variants, commits, fetch round trips; empty otherwise
     dbms: dict = field(default_factory=dict)
+    storage: dict = field(default_factory=dict)  # the storage back-end's record (AdviceOptions.storage)
 
     def advice(self, rule: str, advice: str, evidence: str, gain: int | None = None,
                basis: str = "no model estimate") -> Advice:

@@ -29,7 +29,8 @@ def main(capture: str, out: str, min_samples: int = 0) -> None:
     keep = ("statement_id IN (SELECT statement_id FROM statement_kernel_function GROUP BY statement_id, source "
             f"HAVING sum(samples) >= {int(min_samples)})")
     manifest = json.load(open(f"{capture}/manifest.json"))
-    data = {"manifest": {k: manifest[k] for k in ("cpus", "calibration", "settings") if k in manifest},
+    data = {"manifest": {k: manifest[k] for k in ("cpus", "calibration", "settings", "storage")
+                             if k in manifest},
             "tracer": {n: {"tracer": v.get("tracer"), "skipped": v.get("skipped")}
                        for n, v in manifest["nodes"].items()},
             "statement": rows(f"SELECT * FROM statement WHERE {keep} ORDER BY statement_id"),

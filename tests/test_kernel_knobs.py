@@ -147,3 +147,32 @@ def test_each_family_on_cpu(key, function, stack):
     assert a.rule == f"kernel.{key}" and a.expected_gain_ns == 150_000_000
     assert a.evidence.startswith(f"{function}: 15% of 1,000.0 ms in the database (150.0 ms in 30 samples from perf")
     assert rule(evidence(ns={"cpu_sys": 100_000_000}, kernel_functions=rows)) is None  # 3 % of the time in the database
+
+
+GLUSTER = golden("pg_glusterfs_cell.kernel.json")
+FUSE_READER = 1838815113967547398  # d1's scan: 5.3 ms of its 13.7 ms in page-cache reads of its GlusterFS mount
+
+
+def test_a_fuse_scan_is_advised_the_mounts_readahead_not_the_disks():
+    """A data node whose tables are on GlusterFS (the storage experiment's cell, see SOURCES.md): its page-cache
+    reads are FUSE requests, read ahead on the mount's own bdi; the local disk's read_ahead_kb does not
+    govern them."""
+    kernel = [a for a in golden_advice(GLUSTER) if a.rule == "kernel.readahead"]
+    assert [a.statement_id for a in kernel] == [FUSE_READER]
+    a = kernel[0]
+    mount = GLUSTER["manifest"]["storage"]["data_nodes"]["d1"]["mount"]
+    assert f"reads d1's tables through its glusterfs FUSE mount ({mount})" in a.advice, a.advice
+    assert "/sys/class/bdi/<the mount's device>/read_ahead_kb = unknown (not recorded)" in a.advice
+    assert "performance.read-ahead" in a.advice and "max_read=131072" in a.advice
+    assert "/sys/block" not in a.advice and "/queue/read_ahead_kb" not in a.advice
+    # a capture of now records the mount's bdi, its value and options when the back-end is set up
+    storage = dict(GLUSTER["manifest"]["storage"])
+    storage["data_nodes"] = {"d1": {**storage["data_nodes"]["d1"], "bdi": "0:61", "read_ahead_kb": 128,
+                                    "fuse_options": "rw,user_id=0,group_id=0,allow_other,max_read=131072"}}
+    got = golden_advice({**GLUSTER, "manifest": {**GLUSTER["manifest"], "storage": storage}})
+    a = next(a for a in got if a.rule == "kernel.readahead")
+    assert ("/sys/class/bdi/0:61/read_ahead_kb = 128, mount options rw,user_id=0,group_id=0,allow_other,"
+            "max_read=131072 (read at set-up)") in a.advice
+    # without the record (tables on the local disk) the disk's readahead, as before
+    local = {**GLUSTER, "manifest": {**GLUSTER["manifest"], "storage": {}}}
+    assert "/queue/read_ahead_kb = " in next(a for a in golden_advice(local) if a.rule == "kernel.readahead").advice

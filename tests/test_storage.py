@@ -80,6 +80,11 @@ def test_sshfs_end_to_end(tmp_path):
         s1 = cl.storage.nodes["s1"]
         assert rec["data_nodes"]["d1"]["served_by"] == ["s1"] and rec["data_nodes"]["d1"]["relations"] >= 16
         assert rec["storage_nodes"]["s1"]["caps"]["cpu"] == 0.5 and rec["storage_nodes"]["s1"]["link_mbit"] == 200
+        # what governs the mount's readahead (kernel.readahead's advice for a FUSE scan): its own bdi
+        dev = os.stat(cl.storage.mounts["d1"]).st_dev
+        bdi = rec["data_nodes"]["d1"]["bdi"]
+        assert bdi == f"{os.major(dev)}:{os.minor(dev)}" and "allow_other" in rec["data_nodes"]["d1"]["fuse_options"]
+        assert rec["data_nodes"]["d1"]["read_ahead_kb"] == int(Path(f"/sys/class/bdi/{bdi}/read_ahead_kb").read_text())
         # the tables' files are on the serving side, written by sftp-server as postgres
         files = [p for p in (s1.dir / "export").rglob("*") if p.is_file()]
         assert len(files) >= 16 and {p.stat().st_uid for p in files} == {storage._postgres()[0]}

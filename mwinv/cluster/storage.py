@@ -123,14 +123,19 @@ def _write(path: Path, text: str) -> None:
         f.write(text)
 
 
-def _mounts() -> list[tuple[str, str]]:
-    """(mount point, file-system type) of the host's mount namespace (this process's)."""
+def _mountinfo() -> list[tuple[str, str, str]]:
+    """(mount point, file-system type, its super options) of the host's mount namespace (this process's)."""
     out = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         left, right = line.split(" - ", 1)
         point = left.split()[4].encode().decode("unicode_escape")
-        out.append((point, right.split()[0]))
+        out.append((point, *right.split()[0:3:2]))
     return out
+
+
+def _mounts() -> list[tuple[str, str]]:
+    """(mount point, file-system type) of the host's mount namespace."""
+    return [(point, fstype) for point, fstype, _ in _mountinfo()]
 
 
 def _umount(point: Path) -> None:
@@ -487,7 +492,8 @@ class Storage:
         caps = self.cluster.node_caps
         return {"backend": self.level, "kind": self.kind, "tablespace": TABLESPACE,
                 "data_nodes": {d: {"served_by": self.served_by.get(d, []), "mount": str(self.mounts.get(d, "")),
-                                   "relations": self.moved.get(d, 0)} for d in self.cluster.data_nodes},
+                                   "relations": self.moved.get(d, 0), **fuse_readahead(self.mounts.get(d))}
+                               for d in self.cluster.data_nodes},
                 "storage_nodes": {n.name: {"address": n.address, "caps": n.cgroup.limits(), "link_mbit": caps.link_mbit}
                                   for n in self.nodes.values()}}
 
@@ -512,6 +518,21 @@ class Storage:
                     os.close(fd)
             out["data_nodes"][d] = {"client_cpu_ns": cpu, **_link_bytes(self.cluster.net.links[d].host_if)}
         return out
+
+
+def fuse_readahead(point: Path | None) -> dict:
+    """What governs the readahead of a FUSE mount (kernel_knobs.fuse_readahead): its bdi, which FUSE names
+    after the mount's device, that bdi's read_ahead_kb, and the mount's own options (max_read: the
+    largest read request); {} where nothing is mounted at point."""
+    if point is None:
+        return {}
+    opts = next((o for p, fstype, o in _mountinfo() if p == str(point) and fstype.startswith("fuse")), None)
+    if opts is None:
+        return {}
+    dev = os.stat(point).st_dev
+    bdi = f"{os.major(dev)}:{os.minor(dev)}"
+    ra = Path("/sys/class/bdi") / bdi / "read_ahead_kb"
+    return {"bdi": bdi, "read_ahead_kb": _int(ra) if ra.exists() else None, "fuse_options": opts}
 
 
 def _postgres() -> tuple[int, int]:

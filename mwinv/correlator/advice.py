@@ -69,7 +69,7 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
     blockers = _blockers(con, source, locked) if locked else {}
     if own_con:
         con.close()
-    ctx = _Context(texts, platform, blockers, options.cpus, options.settings)
+    ctx = _Context(texts, platform, blockers, options.cpus, options.settings, options.storage)
     out: list[Advice] = []
     for sid, st in inputs.items():
         row = srow[sid]
@@ -228,6 +228,7 @@ class _Context:
     blockers: dict[int, dict]  # statement_blocker's rows of the statements that waited for a lock
     cpus: int
     settings: dict
+    storage: dict
 
 
 def _too_thin(st: dict, row: dict) -> Advice:
@@ -266,7 +267,8 @@ def evidence_of(st: dict, cls: tuple[dict[str, float], str, float], row: dict, k
         link_rate_bps=platform.link_rate_bps if platform else None,
         idle_cpus=idle_cpus, blocker=blocker, is_select=text.lstrip().lower().startswith(("select", "with")),
         pid=row["pid"], rows=row.get("rows") or 0, write_bytes=row.get("write_bytes") or 0,
-        jit=str(ctx.settings.get("jit", "")).lower(), cpus=cpus, kernel_functions=kfuncs, parts=parts)
+        jit=str(ctx.settings.get("jit", "")).lower(), cpus=cpus, kernel_functions=kfuncs, parts=parts,
+        storage=ctx.storage)
 
 
 def _named(r: dict, texts: dict[int, str]) -> str:
