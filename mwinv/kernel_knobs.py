@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mwinv.fmt import duration, pct
+from mwinv.kernel_trace.functions import SOURCE_FUNCTION, SOURCE_GRAPH
 
 if TYPE_CHECKING:
     from mwinv.rules import Advice, Evidence
@@ -28,10 +29,15 @@ if TYPE_CHECKING:
 # A family must hold this share of the statement's wall time: at 5 % the best a knob can do is 5 %, the
 # noise of a rerun here (TPC-H Q1 at SF 0.1 varied by 4-6 % between warm runs)
 MIN_FAMILY_SHARE = 0.05
-WAIT_SOURCE = "sched-stack"  # the off-CPU source: its ns are time slept; the others sample on-CPU time
+WAIT_SOURCE = "sched-stack"  # the off-CPU source: its ns are time slept; perf samples on-CPU time
+# the function tracer's (mwinv/kernel_trace/functions.py): exact calls, and with the graph exact self times
+TRACER_SOURCES = frozenset({SOURCE_FUNCTION, SOURCE_GRAPH})
+MEASURED_NS = frozenset({WAIT_SOURCE, SOURCE_GRAPH})   # sources whose ns are the time itself, not a sample
 SOURCE_TEXT = {
     "perf-cpu-clock": "perf cpu-clock (sampled kernel stacks)",
     WAIT_SOURCE: "stacks at the switch that put it to sleep, weighted by the time slept",
+    SOURCE_GRAPH: "the function tracer's call graph (exact calls and self time)",
+    SOURCE_FUNCTION: "the function tracer (exact calls, untimed)",
 }
 
 
@@ -254,9 +260,11 @@ def knob_values(family: Family, root: str | os.PathLike = "/") -> list[tuple[str
 
 
 def row_ns(r: dict, sys_ns: float) -> float:
-    """A row's time: on-CPU sources as their share of the statement's exact sys time, the wait source as
-    the time slept."""
-    return (r.get("ns") or 0) if r["source"] == WAIT_SOURCE else (r.get("share") or 0) * sys_ns
+    """A row's time: the wait source's time slept and the function graph's self time as they are, perf's
+    samples as their share of the statement's exact sys time; the untimed function tracer: none."""
+    if r["source"] in MEASURED_NS:
+        return r.get("ns") or 0
+    return 0 if r["source"] == SOURCE_FUNCTION else (r.get("share") or 0) * sys_ns
 
 
 def family_time(e: Evidence, rows: list[dict]) -> dict[str, tuple[float, int]]:
@@ -283,8 +291,10 @@ def kernel_knob_rule(family: Family, root: str | os.PathLike = "/"):
             return None
         top = max(rows, key=lambda r: row_ns(r, e.ns.get("cpu_sys", 0)))  # its stack is the example
         names = ", ".join(sorted({r["function"] for r in rows})[:4])
-        parts = "; ".join(f"{duration(t)} in {n:,} {'sleeps' if src == WAIT_SOURCE else 'samples'} from "
-                          f"{SOURCE_TEXT.get(src, src)}" for src, (t, n) in sorted(per_source.items()))
+        unit = {WAIT_SOURCE: "sleeps", SOURCE_GRAPH: "calls", SOURCE_FUNCTION: "calls"}
+        parts = "; ".join(f"{duration(t)} in {n:,} {unit.get(src, 'samples')} from {SOURCE_TEXT.get(src, src)}"
+                          for src, (t, n) in sorted(per_source.items()))
+        exact = TRACER_SOURCES & per_source.keys()
         fuse = fuse_node(e.storage, [top.get("node")]) if family.key == "readahead" else None
         if fuse:
             what, knobs = fuse_readahead(e.storage, *fuse)
@@ -296,7 +306,8 @@ def kernel_knob_rule(family: Family, root: str | os.PathLike = "/"):
             f"kernel.{family.key}", f"{what}. Now: {knobs}. Effect: {effect}",
             f"{names}: {pct(total / e.db_ns)} of {e.in_db()} ({parts}); stack: {top.get('stack') or '-'}",
             round(total), f"upper bound: all of the family's {pct(total / e.db_ns)} of the time in the database; "
-                          "sampled stacks (no function tracer counts)")
+                          + ("exact calls and times from the function tracer" if exact
+                             else "sampled stacks (no function tracer counts)"))
     rule.__name__ = f"kernel_{family.key}"
     return rule
 

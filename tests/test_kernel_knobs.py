@@ -3,6 +3,7 @@ a TPC-H demo capture (tests/golden/pg_tpch_demo.kernel.json, see SOURCES.md), th
 path; knob values read from a directory laid out as the host's /proc and /sys. No root, no server."""
 
 import json
+import lzma
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -11,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from mwinv import kernel_knobs as kk
+from mwinv.kernel_trace import functions as fn
 from mwinv.capture.tables import SCHEMAS
 from mwinv.correlator.advice import advise
 from mwinv.options import AdviceOptions
@@ -176,3 +178,67 @@ def test_a_fuse_scan_is_advised_the_mounts_readahead_not_the_disks():
     # without the record (tables on the local disk) the disk's readahead, as before
     local = {**GLUSTER, "manifest": {**GLUSTER["manifest"], "storage": {}}}
     assert "/queue/read_ahead_kb = " in next(a for a in golden_advice(local) if a.rule == "kernel.readahead").advice
+
+
+def _perf_tools_section(name: str, command: str) -> list[str]:
+    """One run's output in a perf-tools example file (tests/golden/ftrace_function, see SOURCES.md): the lines
+    from its command to its ^C."""
+    path = Path(__file__).parent / "golden" / "ftrace_function" / name
+    text = (lzma.open(path, "rt") if name.endswith(".xz") else open(path)).read().splitlines()
+    start = text.index(command)
+    return text[start:text.index("^C", start)]
+
+
+def test_function_graph_entries_give_exact_calls_and_times():
+    """A real function_graph trace (funcgraph -Htp 5363 vfs_read: a bash shell reading "hello" from its tty,
+    Linux 3.x on Xen): 4 reads traced whole, and one whose opening line came before the trace (its 19 s
+    sleep between commands), which counts with its inclusive time and no self time."""
+    lines = _perf_tools_section("perf-tools_funcgraph_example.txt.xz", "# ./funcgraph -Htp 5363 vfs_read")
+    got = fn.graph_times(lines)
+    vfs = got["vfs_read"]
+    assert (vfs.calls, vfs.unmatched) == (5, 1)
+    # 19,354,058 us for the read before the trace began, 100-200 ms for each keystroke after it
+    assert vfs.incl_ns == 19_985_170_300 and 19_354_058_000 < vfs.incl_ns - 4 * 100_000_000
+    # a close whose opening line is missing ("} /* ldsem_down_read */" under tty_ldisc_ref_wait) is its
+    # caller's child: 0.637 us - 0.080 us of the caller's own
+    first = fn.graph_times(lines[:lines.index(next(ln for ln in lines if "tty_ldisc_ref_wait() {" in ln)) + 3])
+    assert first["ldsem_down_read"].unmatched == 1 and first["tty_ldisc_ref_wait"].self_ns == 557
+    # select_task_rq_fair's first call, by hand: 2.060 us less its 5 leaves' 0.308 us
+    at = lines.index(next(ln for ln in lines if "select_task_rq_fair() {" in ln))
+    one = fn.graph_times(lines[at:at + 7])
+    assert (one["select_task_rq_fair"].calls, one["select_task_rq_fair"].self_ns) == (1, 1752)
+    assert (one["idle_cpu"].calls, one["idle_cpu"].incl_ns) == (2, 143)
+    assert got["select_task_rq_fair"].callers == {"try_to_wake_up": 5}
+
+
+def test_function_tracer_entries_give_exact_calls_per_caller():
+    """The function tracer's lines (functrace, Linux 3.2 and 3.16 formats, with and without the flags
+    column): calls per function and caller; the example's funccount tables and prose are not entries."""
+    path = Path(__file__).parent / "golden" / "ftrace_function" / "perf-tools_functrace_example.txt"
+    got = fn.function_counts(path.read_text().splitlines())
+    assert {f: (s.calls, dict(s.callers)) for f, s in got.items()} == {
+        "do_nanosleep": (15, {"hrtimer_nanosleep": 15}), "ext3_release_file": (3, {"__fput": 3}),
+        "ext3_discard_reservation": (2, {"ext3_release_file": 2}), "ext3_ioctl": (2, {"file_ioctl": 2}),
+        "ext4_create": (15, {"vfs_create": 15})}
+    rows = fn.kernel_function_rows(got, fn.SOURCE_FUNCTION)
+    assert {(r["function"], r["samples"], r["ns"]) for r in rows if r["function"] == "ext4_create"} == \
+        {("ext4_create", 15, None)}
+
+
+def test_function_graph_rows_feed_the_kernel_knob_rules():
+    """The on-CPU graph (funcgraph -Ctp 25285 vfs_read): the scheduler's wake-up placement (select_task_rq_fair
+    and the idle/load checks under it) is the sched_migration_cost family, its time the exact self time of
+    its 16 calls, 4.4 us of the 190 us traced: below the bar there, advised in a statement of 60 us."""
+    lines = _perf_tools_section("perf-tools_funcgraph_example.txt.xz", "# ./funcgraph -Ctp 25285 vfs_read")
+    rows = [dict(r, node="n1", statement_id=7) for r in fn.kernel_function_rows(fn.graph_times(lines), fn.SOURCE_GRAPH)]
+    fam = [r for r in rows if kk.family_of(r) is FAMILY["sched_migration_cost"]]
+    assert sorted((r["function"], r["samples"], r["ns"]) for r in fam) == [
+        ("cpus_share_cache", 2, 117), ("idle_cpu", 8, 588), ("select_task_rq_fair", 2, 3508),
+        ("source_load", 2, 111), ("target_load", 2, 118)]
+    traced = sum(r["ns"] for r in rows)
+    rule = kk.kernel_knob_rule(FAMILY["sched_migration_cost"])
+    assert traced == 189_957 and rule(evidence(db_ns=traced, kernel_functions=rows)) is None
+    a = rule(evidence(db_ns=60_000, kernel_functions=rows))
+    assert a.expected_gain_ns == 4442 and a.basis.endswith("exact calls and times from the function tracer")
+    assert "4.4 µs in 16 calls from the function tracer's call graph (exact calls and self time)" in a.evidence, \
+        a.evidence
