@@ -543,3 +543,30 @@ def test_page_cache_churn_is_system_cpu_beyond_its_cached_share():
         k = Constants(row_ns=500, rt_ns=400_000, contention=0.0, cache_share=0.9, overlap=1.0, sys_share=share)
         return predict(run, 3, c, k, 1.33e9) / ms
     assert abs(got(0.25) / 1658 - 1) < 0.2 < got(1.0) / 1658 - 1
+
+
+def test_rows_that_stop_coming_take_their_fetch_and_links_with_them():
+    """SF 1, Q22 under 2-part on 2 nodes (results_op, cell_query): the coordinator merged 1.5 M rows of
+    orders from the nodes (their foreign scans 229 and 242 ms instrumented), 360 ms of its own and 596 in
+    all; under 1-part orders is local and nothing is shipped: 72 ms. At 500 ns a row the rows' cost (750
+    ms) is more than the coordinator's time: it saves no more than its foreign scans took, and with nothing
+    left to ship the links' part of the wait (596 − 360 − the nodes' 100 ms) leaves too."""
+    from mwinv.cluster.distribute import SCHEMES
+    from mwinv.experiment.predict import Constants, Run, change, plan_tree, predict
+
+    schemes = {n: SCHEMES[n].describe() for n in ("1-part", "2-part")}
+    ms = 1_000_000
+    sql = "SELECT o_custkey FROM public.orders ORDER BY o_custkey ASC NULLS LAST"
+    root = plan_tree([_op(0, -1, "Aggregate", 7), _op(1, 0, "Seq Scan", 38121, 66.6, ["customer"], loops=3),
+                      _op(2, 0, "Merge Join", 6384, 46.4), _op(3, 2, "Index Scan", 18999, 53.8, ["customer"]),
+                      _op(4, 2, "Merge Append", 1499954, 83.1),
+                      {**_op(5, 4, "Foreign Scan", 749033, 228.7, ["orders"]), "remote_sql": sql},
+                      {**_op(6, 4, "Foreign Scan", 750922, 242.1, ["orders"]), "remote_sql": sql},
+                      _op(7, 5, "Index Only Scan", 749049, 30.2, ["orders"], side="d1"),
+                      _op(8, 6, "Index Only Scan", 750951, 30.1, ["orders"], side="d2")])
+    run = Run("c", 22, 2, "2-part", (), 0.5, 512, 2, 596 * ms, 360 * ms, 296 * ms, 53 * ms, 100 * ms, 97 * ms,
+              4 * ms, 3 * ms, 1 * ms, 2 * ms, 645 * ms, root, {})
+    c = change(run, 2, "1-part", schemes)
+    assert c.moved.rows == -1499955
+    got = predict(run, 2, c, Constants(row_ns=500, rt_ns=400_000, contention=0.0, overlap=1.0), None)
+    assert 0 < got < (596 - 360 - 100) * ms
