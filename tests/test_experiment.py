@@ -570,3 +570,19 @@ def test_rows_that_stop_coming_take_their_fetch_and_links_with_them():
     assert c.moved.rows == -1499955
     got = predict(run, 2, c, Constants(row_ns=500, rt_ns=400_000, contention=0.0, overlap=1.0), None)
     assert 0 < got < (596 - 360 - 100) * ms
+
+
+def test_no_guess_where_the_row_counts_were_not_measured():
+    """SF 1, Q5 under 1-part on 1 node, measured before the tables' row counts were: orders looked up per
+    customer (30,183 loops) meets lineitem on the nodes under 2-part, and what orders filtered alone keeps
+    there comes from its rows per customer. Without the counts the model took all of lineitem's 6 M rows
+    for the join's (2,823 ms measured under 2-part, 5,652 predicted): no prediction, with the reason."""
+    from mwinv.cluster.distribute import SCHEMES
+    from mwinv.experiment.predict import plan_tree, scheme_change
+
+    q5 = plan_tree([_op(0, -1, "Hash Join", 184082, 444.3), _op(1, 0, "Foreign Scan", 6001215, 4009.5, ["lineitem"]),
+                    _op(2, 0, "Hash", 46008, 17.3), _op(3, 2, "Nested Loop", 46008, 2.5),
+                    _op(4, 3, "Seq Scan", 30183, 15.4, ["customer"]),
+                    _op(5, 3, "Index Scan", 60366, 1116.8, ["orders"], loops=30183)])
+    m = scheme_change(q5, SCHEMES["1-part"].describe(), SCHEMES["2-part"].describe(), 0.5)
+    assert "row counts were not measured" in m.unseen

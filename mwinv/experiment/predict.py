@@ -35,7 +35,8 @@ A prediction rebuilds C and N under the target cell's levels:
 - no prediction (`unseen`, the reason counted in the report) where the source run cannot show the
   target's plan: a table read per outer row whose placement changes, a pushed join whose rows the
   coordinator sorts (the nodes' cursor is planned for a fast start), a remote plan measured with parallel
-  workers (a cursor never runs in parallel: not the plan that ran).
+  workers (a cursor never runs in parallel: not the plan that ran), the tables' row counts a rule needs not
+  measured (results older than that).
 
 The constants are fitted on the odd-numbered queries (fit()); the report gives the errors of the
 even-numbered ones apart."""
@@ -355,6 +356,9 @@ def scheme_change(root: Op, frm: dict, to: dict, node_cpu: float) -> Moved:
                         outer = max((o.table_rows for o in c.walk() if o.tables and not set(o.tables) & g),
                                     default=0)
                         fan = s.table_rows / outer if s.table_rows and outer else 0
+                        if not fan:
+                            m.unseen = ("the tables' row counts were not measured (results older than that): "
+                                        f"what {s.tables[0]} filtered alone keeps on the nodes is not known")
                         rows = int(other.rows * min(1.0, s.rows / (s.loops * fan))) if fan else other.rows
                         m.node_ns += int(scan_ns_per_byte * sum(o.table_bytes for s in pure for o in s.walk()
                                                                 if o.tables))
