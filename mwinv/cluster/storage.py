@@ -701,15 +701,16 @@ def remove_tagged(ours) -> list[str]:
 
 
 # ---- attribution: remote storage's waits split over the stream's blocks ([Rauch]'s stream model)
-def blocks(manifest: dict) -> list[dict]:
-    """Each block on the remote data path with the work it did over the measured passes (the counters
-    in the manifest) and its capacity (the cap it ran under, else the calibrated rate; a daemon without
-    a quota: one CPU, sftp-server and each connection's sshd being single-threaded): busy_ns is the time
-    that work takes it alone. All blocks carry the same stream, so the busiest bounds it."""
+def blocks(manifest: dict, start: dict | None = None, end: dict | None = None) -> list[dict]:
+    """Each block on the remote data path with the work it did between two readings of the counters
+    (Storage.counters; by default the manifest's over the measured passes) and its capacity (the cap it
+    ran under, else the calibrated rate; a daemon without a quota: one CPU, sftp-server and each
+    connection's sshd being single-threaded): busy_ns is the time that work takes it alone. All blocks
+    carry the same stream, so the busiest bounds it."""
     rec, counters = manifest.get("storage") or {}, manifest.get("storage_counters")
     if not counters or rec.get("backend", LOCAL) == LOCAL:
         return []
-    start, end = counters["start"], counters["end"]
+    start, end = start or counters["start"], end or counters["end"]
     cal = manifest.get("calibration") or {}
     link_cal = max((v.get("rate_bps") or 0 for v in (cal.get("links") or {}).values()), default=0) or None
     disk_cal = (cal.get("disk") or {}).get("disk_rate_bps")
@@ -746,12 +747,25 @@ def blocks(manifest: dict) -> list[dict]:
     return out
 
 
+def statement_window(marks: list[dict], start_ns: int, end_ns: int) -> tuple[dict, dict] | None:
+    """The readings of the counters around one statement (the runner reads them after each query of a
+    one-stream pass: `storage_counters.marks`): the last before it began and the first after it ended,
+    when no other reading falls inside it; else None."""
+    before = [m for m in marks if m["at_ns"] <= start_ns]
+    after = [m for m in marks if m["at_ns"] >= end_ns]
+    if not before or not after or any(start_ns < m["at_ns"] < end_ns for m in marks):
+        return None
+    return before[-1], after[0]
+
+
 def attribute(db, statement_ids: list) -> dict:
     """The remote storage of a cell's statements: per coordinator statement the time its data nodes'
     statements slept on their FUSE tablespace (statement_remote_storage: FUSE's own waits, and the page
     cache's read waits on a node whose tables the manifest puts on FUSE), split over the blocks' kinds
-    (link, serving daemons, remote disk, FUSE client) in proportion to the busy time of each kind's
-    busiest block over the measured passes; and the block that bounds the stream (the busiest)."""
+    (link, serving daemons, remote disk, FUSE client) in proportion to the busy time of each kind over
+    that statement's own run (`split_basis` "statement": the counters read before and after it), else
+    over the measured passes ("pass": streams run side by side, or a capture without those readings);
+    and the kind of block that bounds the stream (the busiest), over the passes and per statement."""
     manifest = db.capture.manifest()
     bl = blocks(manifest)
     if not bl:
@@ -774,10 +788,21 @@ def attribute(db, statement_ids: list) -> dict:
         st["local_page_wait_ns"] += 0 if node in remote else page_ns
         if ns:
             st["by_node"][node] = st["by_node"].get(node, 0) + ns
-    kinds = kind_busy(bl, set(manifest["storage"].get("storage_nodes", {})))
-    total = sum(k["busy_ns"] for k in kinds.values()) or 1
-    for st in per.values():
-        st["split_ns"] = {k: int(st["remote_ns"] * v["busy_ns"] / total) for k, v in kinds.items()}
+    served = set(manifest["storage"].get("storage_nodes", {}))
+    kinds = kind_busy(bl, served)
+    marks = manifest["storage_counters"].get("marks") or []
+    windows = {sid: (s, e) for sid, s, e in db.sql(
+        "SELECT statement_id, start_ns, end_ns FROM statement_clean WHERE list_contains($1, statement_id)",
+        [list(per)]).fetchall()} if marks else {}
+    for sid, st in per.items():
+        around = statement_window(marks, *windows[sid]) if sid in windows else None
+        own = kind_busy(blocks(manifest, *around), served) if around else {}
+        use = own if sum(v["busy_ns"] for v in own.values()) else kinds
+        total = sum(v["busy_ns"] for v in use.values()) or 1
+        st["split_basis"] = "statement" if use is own else "pass"
+        st["split_ns"] = {k: int(st["remote_ns"] * v["busy_ns"] / total) for k, v in use.items()}
+        st["bound"] = max(use, key=lambda k: use[k]["busy_ns"], default=None)
+        st["busy_ns"] = {k: v["busy_ns"] for k, v in use.items()}
     bound = max(kinds, key=lambda k: kinds[k]["busy_ns"], default=None)
     return {"backend": manifest["storage"]["backend"], "blocks": bl, "kinds": kinds, "bound": bound,
             "statements": {str(k): v for k, v in per.items()}}
@@ -823,19 +848,23 @@ def cells(out: Path) -> dict:
         st = (attr.get(r["cell"]) or {}).get("statements", {}).get(str(r["statement_id"]))
         queries.append({"storage": r.get("storage") or LOCAL, "query": r["query"], "cell": r["cell"],
                         "wall_ns": r["wall_ns"], "remote_ns": st["remote_ns"] if st else None,
-                        "split_ns": st["split_ns"] if st else {}})
+                        "split_ns": st["split_ns"] if st else {},
+                        # an older attribution split every statement over the pass
+                        "split_over": (st.get("split_basis") or "pass") + (f" (bound: {st['bound']})"
+                                                                           if st.get("bound") else "")
+                        if st else "-"})
     return {"queries": queries, "backends": [{"cell": c, **a} for c, a in attr.items()]}
 
 
 def markdown(s: dict) -> list[str]:
     """cells() as markdown lines: the per-query table, then per back-end its bound and its blocks."""
-    lines = ["| storage | query | wall | remote wait (data nodes) | link | daemons | disk | FUSE client |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| storage | query | wall | remote wait (data nodes) | link | daemons | disk | FUSE client | split over |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     ms = lambda ns: f"{ns / 1e6:,.0f} ms" if ns is not None else "-"   # noqa: E731
     for r in s["queries"]:
         lines.append(f"| {r['storage']} | Q{r['query']} | {ms(r['wall_ns'])} | {ms(r['remote_ns'])} | " +
                      " | ".join(ms(r["split_ns"].get(k)) if r["remote_ns"] is not None else "-" for k in SPLIT_KINDS)
-                     + " |")
+                     + f" | {r['split_over']} |")
     for a in s["backends"]:
         k = a["kinds"][a["bound"]]
         lines += ["", f"{a['backend']} (cell {a['cell']}): bound by **{a['bound']}** ({ms(k['busy_ns'])} busy; its "

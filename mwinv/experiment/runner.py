@@ -210,15 +210,19 @@ def run_cell(plan: Plan, cell: Cell, cluster, out: Path, say,
     runs = []
     # kernel stacks where the plan varies kernel settings: the kernel-level advice the report checks needs
     # them (every cell alike: they cost 7 % under OLTP, docs/overhead.md)
-    # the remote storage's blocks counted over the measured passes (storage.attribute)
+    # the remote storage's blocks counted over the measured passes, and after each query of one stream
+    # (each statement's own split: storage.attribute)
     counters = cluster.storage.counters() if cluster.storage else None
+    marks = [counters] if counters else []
+    mark = (lambda _run: marks.append(cluster.storage.counters())) if counters and lv["streams"] == 1 else None
     with ClusterCapture(cluster, capture_dir, stacks=bool({"kernel", "storage"} & set(plan.factors)),
                         progress=say) as cap:
         for rep in range(plan.repetitions):
-            for r in run_queries(cluster.coordinator, plan.queries, **kw):
+            for r in run_queries(cluster.coordinator, plan.queries, on_done=mark, **kw):
                 runs.append((rep, r))
         if counters:
-            cap.capture.update_manifest(storage_counters={"start": counters, "end": cluster.storage.counters()})
+            cap.capture.update_manifest(storage_counters={"start": counters, "end": cluster.storage.counters(),
+                                                          "marks": marks})
     say("measured plans (EXPLAIN ANALYZE, untimed)")
     t0 = time.monotonic()
     op_rows, measured = measure_plans(cluster, cell.id, plan.queries, plan.timeout_s)
