@@ -2,17 +2,19 @@
 addresses, and from struct tcp_info the round-trip times the kernel measured (the minimum over the
 connection's life, handshake included; the smoothed one) and the bytes and segments moved.
 
-    sockets()              {inode: TcpSocket} of this network namespace (connected and listening)
+    sockets(net_pid)       {inode: TcpSocket} of this network namespace, or net_pid's (connected and listening)
     socket_inodes(pid)     the inodes of pid's sockets (/proc/pid/fd)
     socket_fds(pid)        {fd: inode} of pid's sockets
 """
 
 from __future__ import annotations
 
+import ctypes
 import ipaddress
 import os
 import socket
 import struct
+import threading
 from dataclasses import dataclass
 
 NETLINK_SOCK_DIAG = 4
@@ -20,6 +22,7 @@ SOCK_DIAG_BY_FAMILY = 20
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 INET_DIAG_INFO = 2
+CLONE_NEWNET = 0x40000000
 TCP_ESTABLISHED, TCP_CLOSE_WAIT, TCP_LISTEN = 1, 8, 10
 
 NLMSGHDR = struct.Struct("=IHHII")
@@ -105,9 +108,33 @@ def _dump(family: int) -> list[tuple[int, TcpSocket]]:
                 return out
 
 
-def sockets() -> dict[int, TcpSocket]:
-    """Every established, closing (the peer left) or listening TCP socket of this network namespace, by inode."""
-    return dict(_dump(socket.AF_INET) + _dump(socket.AF_INET6))
+def sockets(net_pid: int | None = None) -> dict[int, TcpSocket]:
+    """Every established, closing (the peer left) or listening TCP socket of this network namespace, by
+    inode; with net_pid, of that process's namespace (a netlink socket reports its own namespace's: the
+    dump runs in a thread that joined net_pid's, which setns moves alone)."""
+    if net_pid is None:
+        return dict(_dump(socket.AF_INET) + _dump(socket.AF_INET6))
+    got: dict = {}
+
+    def dump() -> None:
+        try:
+            fd = os.open(f"/proc/{net_pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"setns into the network namespace of pid {net_pid}: {os.strerror(err)}")
+            finally:
+                os.close(fd)
+            got["socks"] = sockets()
+        except OSError as exc:
+            got["error"] = exc
+
+    t = threading.Thread(target=dump, name="mwinv-netns-sockets")
+    t.start()
+    t.join()
+    if "error" in got:
+        raise got["error"]
+    return got["socks"]
 
 
 def socket_fds(pid: int) -> dict[int, int]:
