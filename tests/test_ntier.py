@@ -1,7 +1,9 @@
 """The n-tier scenario end to end on real parts (docs/ntier.md): a primary, two streaming replicas and
-pgpool-II, the bulletin board's browse mix by pgbench over two short load levels; the distributions,
-links, tiers, the rare heavy search found with its plan and the advised index checked; the report in
-headless Chromium; a pgpool that does not start, a replica killed mid-run and a run killed with -9."""
+pgpool-II, each in a network namespace of its own, the bulletin board's browse mix by pgbench over two
+short load levels; the distributions, links, tiers, the rare heavy search found with its plan and the
+advised index checked; the report in headless Chromium; a plan with link and disk caps and weights per
+replica count; a pgpool that does not start, a replica killed mid-run, a run ended by SIGTERM and one
+killed with -9."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import psycopg
 import pytest
 
 from mwinv import serverdir
+from mwinv.cluster.net import leftovers
 from mwinv.errors import MwinvError
 from mwinv.kernel_trace.tracefs import pid_alive
 from mwinv.ntier.pgpool import PGPOOL, PgPool
@@ -34,6 +37,12 @@ def _records_of(pid: int) -> list[Path]:
 
 def _pgpool_pids() -> set[int]:
     return {int(p) for p in os.listdir("/proc") if p.isdigit() and _exe(p) == PGPOOL}
+
+
+def _netns_and_links(tag: str) -> tuple[list[str], list[str]]:
+    """What of a run's network is left: its namespaces and links, and its state file."""
+    spaces, links = leftovers({tag})
+    return spaces + links + [str(f) for f in serverdir.clusters_dir().glob(f"{tag}.json")], links
 
 
 def _exe(pid: str) -> str | None:
@@ -58,6 +67,11 @@ def run(tmp_path_factory):
 def test_scale_out_end_to_end(run):
     out, stdout, stderr, pid, before = run
     assert not _records_of(pid) and _pgpool_pids() <= before, "servers or pgpool left behind"
+    record = json.loads((out / "ntier.json").read_text())
+    assert not _netns_and_links(record["tag"])[0], "namespaces, links or the state file left behind"
+    # each tier in a namespace of its own on the bridge: its own address, its veth's end
+    links = record["links"]
+    assert set(links) == {"primary", "r1", "r2", "pgpool"} and len({v["address"] for v in links.values()}) == 4
     d = json.loads((out / "distributions.json").read_text())
     assert [lv["clients"] for lv in d["levels"]] == [2, 4]
     for page, levels in d["pages"].items():
@@ -86,8 +100,8 @@ def test_scale_out_end_to_end(run):
         assert 0.3 <= k["own_of_run"] and k["own_ns"] <= k["run_ns"] + k["runqueue_ns"], b["check"]
     assert "## Time in pgpool, per statement" in stdout
     assert set(d["tiers"]) == {"primary", "r1", "r2", "pgpool"}
-    for lv in d["levels"]:   # links: the replicas that served the level moved the answers
-        for node in lv["db_busy_by_node"]:
+    for lv in d["levels"]:   # links (their veths): pgpool and the replicas that served the level moved the answers
+        for node in [*lv["db_busy_by_node"], "pgpool"]:
             u = d["tiers"][node]["levels"][str(lv["clients"])]
             assert u["net_mb_s"] > 0 and u["disk_read_mb_s"] >= 0 and u["disk_write_mb_s"] >= 0, (node, u)
     heavy = d["rare_heavy"]
@@ -114,6 +128,7 @@ def test_bad_input_is_one_line(tmp_path):
     for argv, said in ((["run", "--clients", "0"], "--clients 0: load levels of 1 to 64 clients"),
                        (["run", "--weights", "1"], "weights 1: one per replica (2)"),
                        (["run", "--replicas", "4"], "--replicas 4: 1 to 3"),
+                       (["run", "--link-mbit", "0"], "--link-mbit 0: 0.1 to 100000 Mbit/s"),
                        (["report", str(tmp_path)], "no ntier.json"),
                        (["plan", str(bad), "--out", str(tmp_path / "o")],
                         "bad.toml: cell replicas=4: --replicas 4: 1 to 3")):
@@ -122,22 +137,36 @@ def test_bad_input_is_one_line(tmp_path):
 
 
 def test_a_plan_of_replicas_through_experiment_run(tmp_path):
-    """Replicas as a factor of an `mwinv experiment` plan (kind = "ntier"): a run per cell, the results
-    table per cell and load level; run again, the cells done are analysed, not run."""
+    """Replicas as a factor of an `mwinv experiment` plan (kind = "ntier") with every tier's link capped: a run per cell, the results table per cell and load level, the
+    bottleneck map naming pgpool's link (its veth carries both hops) saturated against its capacity and
+    the replicas' disk read cap in their cgroups; run again, the cells done are analysed, not run."""
     plan, out = tmp_path / "plan.toml", tmp_path / "out"
     size = dict(zip(SMALL[::2], SMALL[1::2]))
     plan.write_text('kind = "ntier"\nname = "two"\nclients = [2]\n[scenario]\nrun_s = 2\nramp_up_s = 0\n'
                     f'ramp_down_s = 0\nusers = {size["--users"]}\nstories = {size["--stories"]}\n'
-                    f'comments = {size["--comments"]}\n[factors]\nreplicas = [1, 2]\n')
+                    f'comments = {size["--comments"]}\nlink_mbit = 1\nreplica_read_mbps = 50\n'
+                    '[factors]\nreplicas = [1, 2]\n')
     r = subprocess.run([MWINV, "experiment", "run", str(plan), "-o", str(out)], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     cells = json.loads((out / "results.json").read_text())["cells"]
-    assert set(cells) == {"replicas=1", "replicas=2"} and not any(c["error"] for c in cells.values()), cells
-    assert all(c["2"]["pages_per_s"] > 0 and c["2"]["bottleneck"]["tiers"] for c in cells.values()), cells
-    tiers = {json.loads(d.joinpath("ntier.json").read_text())["config"]["replicas"]:
-             set(json.loads(d.joinpath("distributions.json").read_text())["tiers"]) for d in out.glob("cell-*")}
-    assert tiers == {1: {"primary", "r1", "pgpool"}, 2: {"primary", "r1", "r2", "pgpool"}}, tiers
+    labels = {"replicas=1", "replicas=2"}
+    assert set(cells) == labels and not any(c["error"] for c in cells.values()), cells
+    for c in cells.values():
+        b = c["2"]["bottleneck"]
+        assert c["2"]["pages_per_s"] > 0 and b["saturated"] and "link" in b["resources"]["pgpool"], b
+    runs = {json.loads(d.joinpath("ntier.json").read_text())["config"]["replicas"]:
+            (json.loads(d.joinpath("ntier.json").read_text()), json.loads(d.joinpath("distributions.json").read_text()))
+            for d in out.glob("cell-*")}
+    assert {r: set(d["tiers"]) for r, (_, d) in runs.items()} == {1: {"primary", "r1", "pgpool"},
+                                                                  2: {"primary", "r1", "r2", "pgpool"}}
+    for rec, d in runs.values():
+        pgpool = d["tiers"]["pgpool"]
+        assert pgpool["capacity_mb_s"]["link"] == 0.125 and pgpool["levels"]["2"]["link"]["saturated"], pgpool
+        assert 0 < pgpool["levels"]["2"]["net_mb_s"] <= 2 * 0.125 * 1.2, pgpool   # both ways under the cap
+        assert all(v["read_bps"] == {k: 50_000_000 for k in v["read_bps"]} and v["read_bps"]
+                   for n, v in rec["caps"].items() if n.startswith("r")) and "r1" in rec["caps"], rec["caps"]
+        assert d["tiers"]["r1"]["capacity_mb_s"]["disk"] == 50 and d["tiers"]["r1"]["levels"]["2"]["disk"]["samples"]
     again = subprocess.run([MWINV, "experiment", "run", str(plan), "-o", str(out)], capture_output=True, text=True,
                            timeout=120)
     assert again.returncode == 0 and again.stderr.count("done before, analysed again") == 2, again.stderr[-2000:]
@@ -172,7 +201,8 @@ def _mid_run(out: Path, options: list[str], act) -> tuple[subprocess.Popen, list
 
 
 def _servers(proc) -> dict[str, Path]:
-    return {b.name.split("-")[2]: b for b in _records_of(proc.pid) if b.name.startswith("pg-nt-")}
+    """A run's servers by node (server directories pg-cl-<tag>-<node>-<id>)."""
+    return {b.name.split("-")[3]: b for b in _records_of(proc.pid) if b.name.startswith("pg-cl-")}
 
 
 def test_a_replica_that_dies_mid_run(tmp_path):
@@ -221,15 +251,52 @@ def test_a_replica_that_falls_behind(tmp_path):
     assert (out / "capture" / "manifest.json").exists() and not _records_of(proc.pid)
 
 
-def test_a_run_killed_with_9_is_cleaned(tmp_path):
-    """pgpool outlives a SIGKILLed mwinv; `mwinv clean` finds it by its pid file (which ends in a NUL)."""
+def _tag_of(pid: int) -> str:
+    """The tag of the network a running `mwinv ntier run` made (its cluster state file names its pid)."""
+    return next(json.loads(f.read_text())["tag"] for f in serverdir.clusters_dir().glob("*.json")
+                if json.loads(f.read_text()).get("pid") == pid)
+
+
+def _cgroups(tag: str) -> list[Path]:
+    return list(Path("/sys/fs/cgroup").glob(f"*/mwinv/cl-{tag}-*"))
+
+
+def _started(options: list[str]) -> tuple[subprocess.Popen, str]:
+    """`mwinv ntier run` of 1 replica, capped, at 1 client, once its level started: it and its tag."""
     proc = subprocess.Popen([MWINV, "ntier", "run", "--replicas", "1", "--clients", "1", "--run", "30", *SMALL,
-                             "--out", str(tmp_path / "out")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+                             "--replica-cpu", "0.5", "--link-mbit", "100", *options], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
     try:
         for line in proc.stderr:
             if "1 clients: ramp-up" in line:
                 break
+        tag = _tag_of(proc.pid)
+        assert _netns_and_links(tag)[1] and _cgroups(tag), "no links or cgroups while running"
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, tag
+
+
+def test_sigterm_removes_namespaces_links_and_servers(tmp_path):
+    """SIGTERM mid-run: the servers, pgpool, cgroups, namespaces, links, bridge and state file all go, and
+    what was measured is kept."""
+    before = _pgpool_pids()
+    proc, tag = _started(["--out", str(tmp_path / "out")])
+    proc.terminate()
+    rest = proc.stderr.read()
+    proc.wait(timeout=60)
+    assert proc.returncode != 0 and "Traceback" not in rest, rest[-3000:]
+    assert not _netns_and_links(tag)[0] and not _cgroups(tag) and not _records_of(proc.pid)
+    assert _pgpool_pids() <= before and (tmp_path / "out" / "capture" / "manifest.json").exists()
+
+
+def test_a_run_killed_with_9_is_cleaned(tmp_path):
+    """pgpool outlives a SIGKILLed mwinv; `mwinv clean` finds it by its pid file (which ends in a NUL), and
+    the run's namespaces, links and cgroups by its tag."""
+    proc, tag = _started(["--out", str(tmp_path / "out")])
+    try:
         pool = next(b for b in _records_of(proc.pid) if b.name.startswith("pool-"))
         pid = int((pool / "run" / "pgpool.pid").read_bytes().rstrip(b"\0"))
     finally:
@@ -237,8 +304,9 @@ def test_a_run_killed_with_9_is_cleaned(tmp_path):
         proc.wait()
     assert pid_alive(pid)
     r = subprocess.run([MWINV, "clean"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and f"server {pool}" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and f"server {pool}" in r.stdout and f"cluster {tag}" in r.stdout, r.stdout + r.stderr
     deadline = time.monotonic() + 10
     while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not pid_alive(pid) and not pool.exists() and not _records_of(proc.pid)
+    assert not _netns_and_links(tag)[0] and not _cgroups(tag)

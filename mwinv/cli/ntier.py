@@ -45,6 +45,10 @@ def ntier_cli() -> None:
 @click.option("--comments", default=100_000, show_default=True, help="comments (the heavy search scans them).")
 @click.option("--replica-cpu", type=float, default=None, help="CPUs per replica (cgroup quota), e.g. 0.5.")
 @click.option("--pool-cpu", type=float, default=None, help="CPUs for pgpool (cgroup quota).")
+@click.option("--replica-read-mbps", type=float, default=None,
+              help="disk read rate per replica (blkio throttle), MB/s: the disk's capacity in the bottleneck map.")
+@click.option("--link-mbit", type=float, default=None,
+              help="every tier's link, each way (tbf on its veth), Mbit/s: the link's capacity in the bottleneck map.")
 @click.option("--trace/--no-trace", default=False, show_default=True,
               help="kernel-trace every tier too (and measure the time in pgpool per statement).")
 @click.option("--max-lag", default=5.0, show_default=True,
@@ -54,7 +58,7 @@ def ntier_cli() -> None:
 @click.option("--out", default="out/ntier", show_default=True, help="where the capture, logs and report go.")
 @group_option
 def run_cmd(replicas, clients, policy, weights, think_ms, ramp_up, run_s, ramp_down, users, stories, comments,
-            replica_cpu, pool_cpu, trace, max_lag, check_advice, out) -> None:
+            replica_cpu, pool_cpu, replica_read_mbps, link_mbit, trace, max_lag, check_advice, out) -> None:
     """Set up the scenario, run every load level under one capture, report, and remove it all (with
     several replica counts: once for each, and the throughput surface over replicas x clients).
 
@@ -65,6 +69,7 @@ def run_cmd(replicas, clients, policy, weights, think_ms, ramp_up, run_s, ramp_d
       mwinv ntier run --replicas 2 --policy statement --weights 2,1 --out out/ntier-stmt
       mwinv ntier run --replicas 2 --clients 8 --trace --max-lag 2 --out out/ntier-traced
       mwinv ntier run --replicas 1,2,3 --clients 4,16,32 --replica-cpu 0.25 --out out/ntier-surface
+      mwinv ntier run --replicas 1,2 --clients 8,32 --link-mbit 20 --replica-read-mbps 5 --out out/ntier-caps
     """
     from mwinv.ntier import bboard
     from mwinv.ntier.scenario import NTierConfig, check_clients
@@ -75,7 +80,8 @@ def run_cmd(replicas, clients, policy, weights, think_ms, ramp_up, run_s, ramp_d
     configs = {r: NTierConfig(replicas=r, policy=policy, weights=_numbers(float, weights, "--weights") if weights else None,
                               size=bboard.Size(users, stories, comments), think_ms=think_ms, ramp_up_s=ramp_up,
                               run_s=run_s, ramp_down_s=ramp_down, replica_cpu=replica_cpu, pool_cpu=pool_cpu,
-                              trace=trace, max_lag_s=max_lag) for r in counts}   # each checked before anything starts
+                              replica_read_mbps=replica_read_mbps, link_mbit=link_mbit, trace=trace,
+                              max_lag_s=max_lag) for r in counts}   # each checked before anything starts
     if not configs:
         raise MwinvError(f"--replicas {replicas!r}: at least one replica count")
     console = progress_console()

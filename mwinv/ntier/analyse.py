@@ -2,8 +2,9 @@
 from every execution the replicas' and the primary's captures hold, and per page from pgbench's log of
 every transaction (its latency less the think time), over the measured period of each load level and
 over all of them: count, p50, p90, p99, max and a histogram in quarter-decade bins. Per tier (each
-server, pgpool) the density of its CPU utilisation samples per level, saturated when most of them sit
-near its capacity. Then the rare heavy statements: orders of magnitude above their peers, rare, and a
+server, pgpool) and resource with a capacity (CPU; with their caps, a replica's disk reads and each
+tier's link) the density of its utilisation samples per level, saturated when most of them sit near
+that capacity. Then the rare heavy statements: orders of magnitude above their peers, rare, and a
 large share of the time in the database.
 
     result = analyse("out/ntier")       # also out/ntier/distributions.json and .csv"""
@@ -29,13 +30,14 @@ from mwinv.ntier import bboard
 from mwinv.ntier.balancer import balancer_time
 
 BINS_PER_DECADE = 4
-SATURATED_UTIL = 0.9      # a sample at or above 90 % of the tier's CPUs counts as saturated
+SATURATED_UTIL = 0.9      # a sample at or above 90 % of the tier's capacity counts as saturated
 SATURATED_SHARE = 0.5     # a tier is saturated at a level when most of its samples are
 HEAVY_RATIO = 10.0        # p50 at least this many times its peers' median p50
 HEAVY_MAX_FREQ = 0.05     # at most this share of the executions
 HEAVY_MIN_SHARE = 0.10    # at least this share of the time in the database
 PERCENTILES = ("p50", "p90", "p99")
 EVIDENCE = "evidence.json"
+RESOURCE_NAMES = {"cpu": "CPU", "disk": "disk", "link": "link"}
 
 
 def _summaries(con, rel: str) -> dict:
@@ -92,6 +94,40 @@ def _capacity(record: dict, node: str) -> float:
     cfg = record["config"]
     cap = cfg["pool_cpu"] if node == "pgpool" else cfg["replica_cpu"] if node.startswith("r") else None
     return float(cap or os.cpu_count())
+
+
+def capacities(record: dict, node: str) -> dict[str, float]:
+    """A tier's resources with a capacity: CPU (CPUs; a node uncapped has the host's), with their caps a
+    replica's disk reads and every tier's link, each way (bytes/s)."""
+    cfg = record["config"]
+    out = {"cpu": _capacity(record, node)}
+    if cfg.get("replica_read_mbps") and node.startswith("r"):
+        out["disk"] = cfg["replica_read_mbps"] * 1e6
+    if cfg.get("link_mbit") and node in record.get("links", {}):
+        out["link"] = cfg["link_mbit"] * 1e6 / 8
+    return out
+
+
+def _usage(con, record: dict, cap: Capture) -> None:
+    """usage(node, resource, ts_ns, interval_ns, used, capacity): per sample each tier's CPUs on a CPU,
+    bytes/s its processes read from the disk, and bytes/s its link moved the busier way (its veth's
+    counters in its namespace, node_sample; tbf caps each way alone), beside the capacity."""
+    caps = [(n, r, c) for n in {*record["servers"], "pgpool"} for r, c in capacities(record, n).items()]
+    con.register("caps", pa.table({"node": [c[0] for c in caps], "resource": [c[1] for c in caps],
+                                   "capacity": [float(c[2]) for c in caps]}))
+    links = record.get("links", {})
+    con.register("iface", pa.table({"node": list(links), "iface": [v["iface"] for v in links.values()]}))
+    net = """UNION ALL SELECT n.node, 'link', n.ts_ns, n.interval_ns,
+                    greatest(n.net_rx_bytes, n.net_tx_bytes) * 1e9 / n.interval_ns
+             FROM nsample n JOIN iface i ON n.node = i.node AND n.net_iface = i.iface WHERE n.interval_ns > 0"""
+    if cap.has("node_sample"):
+        con.register("nsample", cap.read("node_sample"))
+    con.execute(f"""CREATE VIEW usage AS SELECT u.*, c.capacity FROM (
+          SELECT node, 'cpu' AS resource, ts_ns, any_value(interval_ns) AS interval_ns,
+                 sum(run_ns) / any_value(interval_ns) AS used FROM psample WHERE interval_ns > 0 GROUP BY ALL
+          UNION ALL SELECT node, 'disk', ts_ns, any_value(interval_ns), sum(read_bytes) * 1e9 / any_value(interval_ns)
+          FROM psample WHERE interval_ns > 0 GROUP BY ALL
+          {net if cap.has("node_sample") else ""}) u JOIN caps c USING (node, resource)""")
 
 
 def analyse(out: str | Path) -> dict:
@@ -160,11 +196,12 @@ def analyse(out: str | Path) -> dict:
         # backend's start lumped into one 100 ms window read 689 % of a 0.1-CPU replica
         con.execute("CREATE VIEW psample AS SELECT * FROM psample_raw "
                     "QUALIFY ts_ns > min(ts_ns) OVER (PARTITION BY node, pid)")
+        _usage(con, record, cap)
         result["tiers"] = _tiers(con, record)
         _io(con, record, cap, result["tiers"])
         from mwinv.ntier.windows import saturation   # it reads this module's thresholds
 
-        result["saturation"] = saturation(con, record, lambda node: _capacity(record, node))
+        result["saturation"] = saturation(con, record)
         result["node_cpu_ns"] = dict(con.execute(
             "SELECT p.node, sum(p.run_ns)::bigint FROM psample p JOIN levels l "
             "ON p.ts_ns > l.lo AND p.ts_ns <= l.hi GROUP BY 1").fetchall())
@@ -217,52 +254,57 @@ def _round_trips(con, record: dict) -> None:
 
 
 def _tiers(con, record: dict) -> dict:
-    """Per node and level, its CPU utilisation samples (all its processes' time on a CPU over the
-    interval, of its capacity: schedstat's ns, not utime's 10 ms ticks, which made a 100 ms window of a
-    0.1-CPU replica read 0 %, 100 % or 400 %): p50, p90, max, the share at or above SATURATED_UTIL and a 10-bin density."""
+    """Per node, resource with a capacity and level, its utilisation samples (usage): p50, p90, max, the
+    share at or above SATURATED_UTIL and a 10-bin density. CPU: all its processes' time on a CPU over the
+    interval, schedstat's ns, not utime's 10 ms ticks, which made a 100 ms window of a 0.1-CPU replica
+    read 0 %, 100 % or 400 %. A level's CPU figures sit at its top, those of its disk and link under
+    "disk" and "link"."""
     rows = con.execute("""
-        SELECT l.clients, p.node, p.ts_ns, sum(p.run_ns) / any_value(p.interval_ns) AS cpus
-        FROM psample p JOIN levels l ON p.ts_ns > l.lo AND p.ts_ns <= l.hi
-        WHERE p.interval_ns > 0 GROUP BY ALL ORDER BY 1, 2, 3""").fetchall()
+        SELECT l.clients, u.node, u.resource, u.used / u.capacity
+        FROM usage u JOIN levels l ON u.ts_ns > l.lo AND u.ts_ns <= l.hi ORDER BY 1, 2, 3, u.ts_ns""").fetchall()
     by: dict = {}
-    for clients, node, _, cpus in rows:
-        by.setdefault(node, {}).setdefault(clients, []).append(cpus / _capacity(record, node))
+    for clients, node, resource, util in rows:
+        by.setdefault(node, {}).setdefault(str(clients), {}).setdefault(resource, []).append(util)
     out: dict = {}
     for node, levels in by.items():
-        out[node] = {"capacity_cpus": _capacity(record, node), "levels": {}}
-        for clients, util in levels.items():
-            util.sort()
-            density = [0] * 10
-            for u in util:
-                density[min(9, int(u * 10))] += 1
-            hot = sum(u >= SATURATED_UTIL for u in util) / len(util)
-            out[node]["levels"][str(clients)] = {
-                "samples": len(util), "p50": round(util[len(util) // 2], 3),
-                "p90": round(util[min(len(util) - 1, int(len(util) * 0.9))], 3), "max": round(util[-1], 3),
-                "saturated_share": round(hot, 3), "saturated": hot >= SATURATED_SHARE, "density": density}
+        caps = capacities(record, node)
+        out[node] = {"capacity_cpus": caps["cpu"], "levels": {},
+                     "capacity_mb_s": {r: round(c / 1e6, 3) for r, c in caps.items() if r != "cpu"}}
+        for clients, resources in levels.items():
+            out[node]["levels"][clients] = {**_spread(resources.get("cpu", [])),
+                                            **{r: _spread(u) for r, u in resources.items() if r != "cpu"}}
     return out
 
 
+def _spread(util: list[float]) -> dict:
+    if not util:
+        return {"samples": 0, "p50": 0.0, "p90": 0.0, "max": 0.0, "saturated_share": 0.0, "saturated": False,
+                "density": [0] * 10}
+    util = sorted(util)
+    density = [0] * 10
+    for u in util:
+        density[min(9, int(u * 10))] += 1
+    hot = sum(u >= SATURATED_UTIL for u in util) / len(util)
+    return {"samples": len(util), "p50": round(util[len(util) // 2], 3),
+            "p90": round(util[min(len(util) - 1, int(len(util) * 0.9))], 3), "max": round(util[-1], 3),
+            "saturated_share": round(hot, 3), "saturated": hot >= SATURATED_SHARE, "density": density}
+
+
 def _io(con, record: dict, cap: Capture, tiers: dict) -> None:
-    """Each tier's disk and links per level, beside its CPU: its processes' reads and writes at the block
-    layer (/proc/<pid>/io), and for the servers the bytes their TCP connections sent and received (the
-    kernel's counts, tcp_sample); MB/s over the measured period. Neither has a capacity here (an
-    unthrottled disk, the loopback): throughput, not utilisation. pgpool's links are left out: the
-    sampler re-reads a pid's sockets every 10 s and a pgpool child takes a new client's within that."""
+    """Each tier's disk and link per level, beside its CPU: its processes' reads and writes at the block
+    layer (/proc/<pid>/io), and the bytes its link moved both ways (its veth's counters); MB/s over the
+    measured period, whether the resource has a capacity or not."""
     run_s = record["config"]["run_s"]
     rows = con.execute("""
         SELECT l.clients, p.node, 'disk_read_mb_s', sum(p.read_bytes) FROM psample p
         JOIN levels l ON p.ts_ns > l.lo AND p.ts_ns <= l.hi GROUP BY ALL
         UNION ALL SELECT l.clients, p.node, 'disk_write_mb_s', sum(p.write_bytes) FROM psample p
         JOIN levels l ON p.ts_ns > l.lo AND p.ts_ns <= l.hi GROUP BY ALL""").fetchall()
-    if cap.has("tcp_sample"):
-        con.register("tcp", cap.read("tcp_sample"))
+    if cap.has("node_sample"):
         rows += con.execute("""
-            SELECT clients, node, 'net_mb_s', sum(moved) FROM (   -- the counts are cumulative per connection
-                SELECT l.clients, t.node, max(t.bytes_acked) - min(t.bytes_acked)
-                       + max(t.bytes_received) - min(t.bytes_received) AS moved
-                FROM tcp t JOIN levels l ON t.ts_ns > l.lo AND t.ts_ns <= l.hi
-                WHERE t.node <> 'pgpool' GROUP BY l.clients, t.node, t.pid, t.local, t.peer) GROUP BY ALL""").fetchall()
+            SELECT l.clients, n.node, 'net_mb_s', sum(n.net_rx_bytes + n.net_tx_bytes)
+            FROM nsample n JOIN iface i ON n.node = i.node AND n.net_iface = i.iface
+            JOIN levels l ON n.ts_ns > l.lo AND n.ts_ns <= l.hi GROUP BY ALL""").fetchall()
     for clients, node, what, n in rows:
         if node in tiers and str(clients) in tiers[node]["levels"]:
             tiers[node]["levels"][str(clients)][what] = round((n or 0) / run_s / 1e6, 3)

@@ -21,7 +21,9 @@ def snapshot(pool_pid: int, pool_port: int, servers: dict[str, tuple[int, int]])
     """One look at the connections now: a row per pgpool-to-backend connection, with the client whose
     session the pgpool child serves (None: a child between sessions keeps its backend connections, its
     connection cache). servers: node -> (postmaster pid, port)."""
-    socks = sockets()
+    socks = {}   # each node's namespace's (the inodes are the host's, unique across namespaces)
+    for pid in {pool_pid, *(postmaster for postmaster, _ in servers.values())}:
+        socks.update(sockets(net_pid=pid))
     backend_of = {}   # pgpool's end "addr:port" -> (node, backend pid)
     for node, (postmaster, port) in servers.items():
         for pid, _, s in _held(descendants(postmaster), socks):

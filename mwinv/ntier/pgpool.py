@@ -32,14 +32,17 @@ def check_weights(weights: list[float] | None, replicas: int) -> None:
                          "negative, not all 0")
 
 
+
 @dataclass(eq=False)
 class PgPool(ThrowawayServer):
-    primary: object = None                        # PgServer (listening on 127.0.0.1)
+    primary: object = None                        # PgServer (listening on its listen_addresses)
     replicas: list = field(default_factory=list)  # PgServer standbys
     policy: str = "session"
     weights: list[float] | None = None            # per replica (the primary gets no reads)
     max_clients: int = 32                         # num_init_children: the sessions it serves at once
     cgroup: object = None
+    address: str = "127.0.0.1"                    # where it listens
+    netns: str | None = None                      # the network namespace it runs in
     base_dir: Path | None = None
 
     def __post_init__(self) -> None:
@@ -58,12 +61,12 @@ class PgPool(ThrowawayServer):
         return self.base_dir / "pgpool.log"
 
     def conninfo(self, dbname: str = "postgres") -> str:
-        return f"host=127.0.0.1 port={self.port} dbname={dbname} user=postgres"
+        return f"host={self.address} port={self.port} dbname={dbname} user=postgres"
 
     def _config(self, sock: Path, pcp_port: int) -> str:
         conf = {
             "backend_clustering_mode": "'streaming_replication'",
-            "listen_addresses": "'127.0.0.1'", "port": self.port, "unix_socket_directories": f"'{sock}'",
+            "listen_addresses": f"'{self.address}'", "port": self.port, "unix_socket_directories": f"'{sock}'",
             "pcp_listen_addresses": "''", "pcp_port": pcp_port, "pcp_socket_dir": f"'{sock}'",
             "pid_file_name": f"'{self.data_dir / 'pgpool.pid'}'", "logdir": f"'{self.data_dir}'",
             "load_balance_mode": "on",
@@ -80,7 +83,7 @@ class PgPool(ThrowawayServer):
         for i, (server, weight, flag) in enumerate([(self.primary, 0.0, "ALWAYS_PRIMARY|DISALLOW_TO_FAILOVER"),
                                                     *((r, w, "DISALLOW_TO_FAILOVER")
                                                       for r, w in zip(self.replicas, weights))]):
-            conf.update({f"backend_hostname{i}": "'127.0.0.1'", f"backend_port{i}": server.port,
+            conf.update({f"backend_hostname{i}": f"'{server.listen_addresses}'", f"backend_port{i}": server.port,
                          f"backend_weight{i}": weight, f"backend_flag{i}": f"'{flag}'",
                          f"backend_application_name{i}": f"'{server.name}'"})
         return "".join(f"{k} = {v}\n" for k, v in conf.items())
@@ -106,8 +109,10 @@ class PgPool(ThrowawayServer):
             fd = os.open(self.log_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             argv = [PGPOOL, "-n", "-D", "-f", str(self.base_dir / "pgpool.conf"), "-F", str(self.base_dir / "pcp.conf"),
                     "-a", str(self.base_dir / "pool_hba.conf")]
-            # setpriv and the cgroup's prefix exec: the pid started is pgpool's main process
+            # setpriv, `ip netns exec` and the cgroup's prefix exec: the pid started is pgpool's main process
             argv = ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--clear-groups", "--", *argv]
+            if self.netns:
+                argv = ["ip", "netns", "exec", self.netns, *argv]
             if self.cgroup is not None:
                 argv = self.cgroup.exec_prefix() + argv
             with os.fdopen(fd, "w") as log:

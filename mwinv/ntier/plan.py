@@ -19,6 +19,7 @@ measured on its own). A cell that fails is a failed cell, the others go on; a ce
     replicas = [1, 2]
     policy = ["session", "statement"]
     replica_cpu = [0.5]
+    link_mbit = [20]                  # every tier's link (tbf); replica_read_mbps: their disks (blkio)
     weights = [[1, 1], [2, 1]]        # per replica: a cell's weights must match its replicas
 
 Outputs: out/cell-<id>/ each cell's run and report, out/results.json, .md, .html: pages/s, the story
@@ -40,10 +41,10 @@ from mwinv.ntier.scenario import NTierConfig, check_clients
 from mwinv.ntier.surface import cell_row, run_scenario, write_table
 
 KIND = "ntier"
-FACTORS = ("replicas", "policy", "weights", "replica_cpu", "pool_cpu", "think_ms")
+FACTORS = ("replicas", "policy", "weights", "replica_cpu", "pool_cpu", "replica_read_mbps", "link_mbit", "think_ms")
 SIZE = tuple(f.name for f in fields(bboard.Size))
-SCENARIO = ("ramp_up_s", "run_s", "ramp_down_s", "think_ms", "replica_cpu", "pool_cpu", "trace", "max_lag_s",
-            "sample_interval_s") + SIZE
+SCENARIO = ("ramp_up_s", "run_s", "ramp_down_s", "think_ms", "replica_cpu", "pool_cpu", "replica_read_mbps",
+            "link_mbit", "trace", "max_lag_s", "sample_interval_s") + SIZE
 MARKER = "ntier-plan.json"
 
 

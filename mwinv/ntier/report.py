@@ -11,6 +11,7 @@ from mwinv import privfile
 from mwinv.correlator import svg
 from mwinv.experiment.html import page
 from mwinv.fmt import duration, pct
+from mwinv.ntier import analyse
 
 TOP_STATEMENTS = 8
 CHARTED = 4
@@ -37,7 +38,10 @@ def markdown(result: dict) -> tuple[list[str], list[tuple[int, str]]]:
           "", f"Clients {', '.join(map(str, cfg['clients']))}; each level ramped up over {cfg['ramp_up_s']:g} s, "
           f"measured over {cfg['run_s']:g} s, ramped down over {cfg['ramp_down_s']:g} s; think time "
           f"{cfg['think_ms']:g} ms; replicas capped at {cfg['replica_cpu'] or 'no'} CPU, pgpool at "
-          f"{cfg['pool_cpu'] or 'no'} CPU."]
+          f"{cfg['pool_cpu'] or 'no'} CPU, replicas' disk reads at "
+          + (f"{cfg['replica_read_mbps']:g} MB/s" if cfg.get("replica_read_mbps") else "no cap")
+          + ", every tier's link at " + (f"{cfg['link_mbit']:g} Mbit/s" if cfg.get("link_mbit") else "no cap")
+          + "; each tier in a network namespace of its own."]
     if result.get("error"):
         md += ["", f"**The run stopped early:** {result['error']}. The levels before are reported."]
     charts: list[tuple[int, str]] = []
@@ -100,21 +104,26 @@ def markdown(result: dict) -> tuple[list[str], list[tuple[int, str]]]:
             charts.append((len(md), svg.histogram([tuple(b) for b in levels["all"]["histogram"]],
                                                   f"query id {q}: executions by duration")))
 
-    md += ["", "## Tiers: CPU, disk and links per load level", "", "Each node's processes' CPU over every sample "
-           "interval, as a share of its capacity; saturated when most samples sit at 90 % or more. Disk: their "
-           "reads and writes at the block layer; links: the bytes the servers' TCP connections moved both ways "
-           "(MB/s; no capacity here, an unthrottled disk and the loopback).", "",
+    md += ["", "## Tiers: CPU, disk and links per load level", "", "Each tier is a namespace of its own. CPU: its "
+           "processes' time on a CPU over every sample interval, as a share of its capacity; saturated when most "
+           "samples sit at 90 % or more. Disk: their reads and writes at the block layer; link: the bytes its veth "
+           "moved both ways (MB/s). With a disk read cap (replicas) or a link cap, their p90 utilisation of it and "
+           "the share of samples at 90 % or more (the busier direction of the link; ! saturated).", "",
            "| tier | CPUs | clients | samples | p50 | p90 | max | samples ≥ 90 % | saturated | "
-           "disk read / write MB/s | links MB/s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "disk read / write MB/s | link MB/s | disk cap: p90, ≥ 90 % | link cap: p90, ≥ 90 % |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for node, t in sorted(result["tiers"].items()):
         for c, u in t["levels"].items():
             net = f"{u['net_mb_s']:.2f}" if "net_mb_s" in u else "-"
+            capped = [f"{pct(u[r]['p90'])} of {t['capacity_mb_s'][r]:g} MB/s, {pct(u[r]['saturated_share'])}"
+                      + (" !" if u[r]["saturated"] else "") if r in u else "-" for r in ("disk", "link")]
             md.append(f"| {node} | {t['capacity_cpus']:g} | {c} | {u['samples']} | {pct(u['p50'])} | {pct(u['p90'])} | "
                       f"{pct(u['max'])} | {pct(u['saturated_share'])} | {'yes' if u['saturated'] else 'no'} | "
-                      f"{u.get('disk_read_mb_s', 0):.2f} / {u.get('disk_write_mb_s', 0):.2f} | {net} |")
+                      f"{u.get('disk_read_mb_s', 0):.2f} / {u.get('disk_write_mb_s', 0):.2f} | {net} | "
+                      + " | ".join(capped) + " |")
 
     md += ["", "## Saturation in short windows", "", "Each replica in windows of the sampler's interval: saturated "
-           "at 90 % of its CPUs or more; a saturated window is single (one replica), concurrent (several) or "
+           "at 90 % or more of its CPUs (or, with their caps, of its disk read rate or link); a saturated window is single (one replica), concurrent (several) or "
            "oscillating (another replica than in the saturated window just before).", "",
            "| clients | window | windows | saturated | single | concurrent | oscillating | mean utilisation |",
            "|---|---|---|---|---|---|---|---|"]
@@ -130,7 +139,7 @@ def markdown(result: dict) -> tuple[list[str], list[tuple[int, str]]]:
                                                        f"{c} clients: saturated windows per replica")))
     for c, w in result.get("saturation", {}).items():
         for e in w["episodes"][:5]:
-            said = "; ".join(f"{n} CPU {pct(r['util'])}, run queue {r['runqueue']:.2f}, disk reads "
+            said = "; ".join(f"{n} {analyse.RESOURCE_NAMES[r.get('resource', 'cpu')]} {pct(r['util'])}, run queue {r['runqueue']:.2f}, disk reads "
                              f"{r.get('disk_read_mb_s', 0):g} MB/s, {r['in_flight']:.1f} in flight, "
                              f"{r['completed']} done, running " + ", ".join(f"{q} {ms:g} ms" for q, ms in r["statements"])
                              for n, r in e["replicas"].items())
@@ -157,9 +166,12 @@ def markdown(result: dict) -> tuple[list[str], list[tuple[int, str]]]:
     if not result.get("balancer"):
         md.append("- pgpool's own share of a round trip apart from the network's and pgbench's: the round trips "
                   "above hold all three (`--trace` measures it from pgpool's kernel trace).")
-    md += [
-           "- Saturation of disks or links: their throughput is above, but with no capacity (an unthrottled disk, the "
-           "loopback) the windows and bottlenecks weigh CPU only."]
+    cfg = result["config"]
+    for what, cap, option in (("the replicas' disk reads", "replica_read_mbps", "--replica-read-mbps"),
+                              ("the links", "link_mbit", "--link-mbit")):
+        if not cfg.get(cap):
+            md.append(f"- Saturation of {what}: their throughput is above, but without a cap ({option}) they have "
+                      "no capacity, and the windows and bottlenecks leave them out.")
     return md, charts
 
 

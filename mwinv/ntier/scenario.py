@@ -1,15 +1,22 @@
 """Read-only scale-out on this host: a PostgreSQL primary with 1..3 streaming replicas (pg_basebackup,
-hot standby), each a throw-away server optionally capped by its own cgroup, pgpool-II load balancing
-the reads over the replicas, the bulletin board (mwinv/ntier/bboard.py) loaded, and its browse mix run
-by pgbench at each load level with a client ramp: groups of clients start one after the other
-(ramp-up), all run (the measured period), then stop one after the other (ramp-down).
+hot standby) and pgpool-II load balancing the reads over the replicas, each tier a machine of its own:
+its own network namespace joined by a veth to a bridge (the cluster harness's, mwinv/cluster/net.py),
+optionally capped (cgroup CPU quota, disk read rate, link rate with tbf). The bulletin board
+(mwinv/ntier/bboard.py) is loaded and its browse mix run by pgbench from the host at each load level
+with a client ramp: groups of clients start one after the other (ramp-up), all run (the measured
+period), then stop one after the other (ramp-down).
 
     with NTier(NTierConfig(replicas=2)) as nt:      # up; down on exit, Ctrl-C, SIGTERM, failure
         nt.run("out/ntier", clients=[4, 8])
 
 Everything runs as one capture (mwinv/node_capture.py): the primary and each replica a node with its
-statements, pgpool a node of its own (its processes sampled, no statements). out/ntier.json records
-the levels' measured windows, pgbench's logs are out/pgbench/c<clients>/."""
+statements, pgpool a node of its own (its processes sampled, no statements); each node's link bytes are
+its namespace's veth counters. out/ntier.json records the levels' measured windows and each node's
+interface, pgbench's logs are out/pgbench/c<clients>/.
+
+The namespaces, links and bridge carry a tag recorded in a cluster state file (clusters/<tag>.json), the
+servers' and cgroups' names too (cl-<tag>-<node>): a run killed with -9 is removed by `mwinv clean` as a
+cluster is (mwinv/cluster/harness.py)."""
 
 from __future__ import annotations
 
@@ -18,11 +25,13 @@ import os
 import select
 import subprocess
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from mwinv import privfile
-from mwinv.cgroup import Cgroup
+from mwinv import privfile, serverdir
+from mwinv.cgroup import Cgroup, block_device_of
+from mwinv.cluster.net import ClusterNet
 from mwinv.engines.postgresql.server import PgServer, pg_bindir
 from mwinv.errors import MwinvError
 from mwinv.node_capture import NodeCapture
@@ -53,6 +62,8 @@ class NTierConfig:
     ramp_down_s: float = 1.0
     replica_cpu: float | None = None        # CPUs per replica (cgroup quota); None: uncapped
     pool_cpu: float | None = None
+    replica_read_mbps: float | None = None  # disk read rate per replica (blkio throttle), MB/s
+    link_mbit: float | None = None          # every tier's link, each way (tbf), once the load is in
     trace: bool | str = False               # kernel tracing of every node (NodeCapture's trace)
     max_lag_s: float = 5.0                  # a replica further behind the primary ends the run (lag.py)
     sample_interval_s: float = 0.1
@@ -70,6 +81,10 @@ class NTierConfig:
         for what, cap in (("--replica-cpu", self.replica_cpu), ("--pool-cpu", self.pool_cpu)):
             if cap is not None and not 0.01 <= cap <= 64:
                 raise MwinvError(f"{what} {cap:g}: 0.01 to 64 CPUs")
+        for what, cap, unit in (("--replica-read-mbps", self.replica_read_mbps, "MB/s"),
+                                ("--link-mbit", self.link_mbit, "Mbit/s")):
+            if cap is not None and not 0.1 <= cap <= 100_000:
+                raise MwinvError(f"{what} {cap:g}: 0.1 to 100000 {unit}")
 
 
 def check_clients(levels: list[int]) -> list[int]:
@@ -97,33 +112,81 @@ class NTier:
         self.primary: PgServer | None = None
         self.replicas: list[PgServer] = []
         self.pool: PgPool | None = None
+        self.tag = uuid.uuid4().hex[:6]
+        self.net = ClusterNet(self.tag)
+        self.state_file = serverdir.clusters_dir() / f"{self.tag}.json"
+        self._state = {"tag": self.tag, "pid": os.getpid(), "owner": serverdir.owner_stamp(), "kind": "ntier",
+                       "scheme": "ntier", "nodes": config.replicas, "netns": [], "links": [], "bridge": None,
+                       "servers": {}}
 
     @property
     def servers(self) -> dict[str, PgServer]:
         return {"primary": self.primary, **{f"r{i}": r for i, r in enumerate(self.replicas, 1)}}
 
+    @property
+    def nodes(self) -> list[str]:
+        return ["primary", *(f"r{i}" for i in range(1, self.config.replicas + 1)), "pgpool"]
+
+    def _cgroup(self, node: str, cpu: float | None, read_mbps: float | None = None) -> Cgroup | None:
+        if not (cpu or read_mbps):
+            return None
+        dev = block_device_of(serverdir.servers_dir()) if read_mbps else None
+        return Cgroup(f"cl-{self.tag}-{node}", cpu_fraction=cpu, read_bps={dev: int(read_mbps * 1e6)} if dev else None)
+
+    def _server(self, cls, node: str, **kw) -> PgServer:
+        link = self.net.links[node]
+        server = cls(name=f"cl-{self.tag}-{node}", listen_addresses=link.address, netns=link.netns,
+                     shared_preload_libraries=["mwinv"], gucs=dict(SERVER_GUCS), **kw)
+        self._state["servers"][node] = {"address": link.address, "netns": link.netns}
+        serverdir.write_record(self.state_file, self._state)
+        return server
+
+    def _net_up(self) -> None:
+        """The bridge and a namespace per node, each written down as soon as it exists."""
+        if os.geteuid() != 0:
+            raise MwinvError("the n-tier scenario needs root (network namespaces, cgroups)")
+        serverdir.write_record(self.state_file, self._state)
+        self.net.create_bridge()
+        self._state["bridge"] = self.net.bridge
+        serverdir.write_record(self.state_file, self._state)
+        for i, node in enumerate(self.nodes):
+            self.net.add_node(node, i, on_created=self._link_created)
+
+    def _link_created(self, link) -> None:
+        self._state["netns"].append(link.netns)
+        self._state["links"].append(link.host_if)
+        serverdir.write_record(self.state_file, self._state)
+
     def up(self) -> "NTier":
         cfg = self.config
         try:
+            self.progress(f"network: bridge and a namespace for each of {', '.join(self.nodes)}")
+            self._net_up()
             self.progress("primary")
-            self.primary = PgServer(name="nt-primary", listen_addresses="127.0.0.1", shared_preload_libraries=["mwinv"],
-                                    gucs=dict(SERVER_GUCS)).start()
+            self.primary = self._server(PgServer, "primary").start()
+            with open(self.primary.data_dir / "pg_hba.conf", "a") as f:   # the replicas' base backups, streaming
+                f.write(f"host replication all {self.net.subnet} trust\n")
+            self.primary.psql("SELECT pg_reload_conf()")
             self.primary.psql("CREATE EXTENSION mwinv")
             self.progress(f"bulletin board: {cfg.size.users:,} users, {cfg.size.stories:,} stories, "
                           f"{cfg.size.comments:,} comments")
             bboard.load(self.primary, cfg.size)
             for i in range(1, cfg.replicas + 1):
                 self.progress(f"replica r{i}: base backup, streaming")
-                cgroup = Cgroup(f"nt-r{i}", cpu_fraction=cfg.replica_cpu) if cfg.replica_cpu else None
-                replica = Standby(self.primary, name=f"nt-r{i}", listen_addresses="127.0.0.1", cgroup=cgroup,
-                                  shared_preload_libraries=["mwinv"], gucs=dict(SERVER_GUCS))
+                replica = self._server(Standby, f"r{i}", primary=self.primary,
+                                       cgroup=self._cgroup(f"r{i}", cfg.replica_cpu, cfg.replica_read_mbps))
                 self.replicas.append(replica)
                 replica.start()
             self.wait_replay()
             self.progress(f"pgpool: load balancing per {cfg.policy} over {cfg.replicas} replicas")
+            link = self.net.links["pgpool"]
             self.pool = PgPool(primary=self.primary, replicas=self.replicas, policy=cfg.policy, weights=cfg.weights,
-                               max_clients=MAX_CLIENTS,
-                               cgroup=Cgroup("nt-pgpool", cpu_fraction=cfg.pool_cpu) if cfg.pool_cpu else None).start()
+                               max_clients=MAX_CLIENTS, address=link.address, netns=link.netns,
+                               cgroup=self._cgroup("pgpool", cfg.pool_cpu)).start()
+            if cfg.link_mbit:   # after the load and the base backups: the cap is for the browsing
+                self.progress(f"links: {cfg.link_mbit:g} Mbit/s each way, every tier")
+                for node in self.nodes:
+                    self.net.shape(node, cfg.link_mbit)
         except BaseException:
             self.down()
             raise
@@ -142,10 +205,14 @@ class NTier:
                 time.sleep(0.1)
 
     def down(self) -> None:
+        """Stop pgpool and the servers (their cgroups go with them), remove the links, bridge and
+        namespaces and the state file (Ctrl-C and SIGTERM wait until all are gone)."""
         with held():
             for part in ([self.pool] if self.pool else []) + self.replicas[::-1] + ([self.primary] if self.primary
                                                                                    else []):
                 part.stop()
+            self.net.remove()
+            self.state_file.unlink(missing_ok=True)
 
     def __enter__(self) -> "NTier":
         return self.up()
@@ -166,7 +233,12 @@ class NTier:
         scripts = bboard.write_scripts(out / "scripts", cfg.think_ms)
         record = {"config": {**asdict(cfg), "clients": clients}, "levels": [], "pgpool_nodes": {}, "error": None,
                   "servers": {n: {"port": s.port, "postmaster_pid": s.postmaster_pid()}
-                              for n, s in self.servers.items()}}
+                              for n, s in self.servers.items()},
+                  # the caps as the kernel holds them (cgroups), beside the config's
+                  "caps": {n: p.cgroup.limits() for n, p in {**self.servers, "pgpool": self.pool}.items() if p.cgroup},
+                  # each node's end of its veth: the sampler reads its namespace's counters (node_sample)
+                  "links": {n: {"iface": link.node_if, "address": link.address} for n, link in self.net.links.items()},
+                  "tag": self.tag}
         captures = self._start_captures(out / "capture")
         watch = None
         try:
@@ -229,7 +301,7 @@ class NTier:
 
     def _pgbench(self, log_prefix: Path, clients: int, seconds: int, scripts) -> list[str]:
         size = self.config.size
-        argv = [str(pg_bindir() / "pgbench"), "-n", "-h", "127.0.0.1", "-p", str(self.pool.port), "-U", "postgres",
+        argv = [str(pg_bindir() / "pgbench"), "-n", "-h", self.pool.address, "-p", str(self.pool.port), "-U", "postgres",
                 "-c", str(clients), "-j", "1", "-T", str(seconds), "-l", f"--log-prefix={log_prefix}",
                 "-D", f"stories={size.stories}", "-D", f"users={size.users}"]
         for _, f, weight in scripts:

@@ -1,7 +1,8 @@
 """A run of the scenario with its analysis and report (`mwinv ntier run`), and the throughput surface
 over replicas x clients: one run per replica count into out/r<n>/, then per cell the pages/s, the
-story page's p99 and the bottleneck, the tier whose CPU utilisation is highest at that level (named
-saturated when most of its samples sit at 90 % or more), and how it moves as replicas are added."""
+story page's p99 and the bottleneck, the tier and resource (CPU; with their caps, disk reads and link) whose
+utilisation of its capacity is highest at that level (named saturated when most of its samples sit at
+90 % or more), and how it moves as replicas are added."""
 
 from __future__ import annotations
 
@@ -43,17 +44,25 @@ def run_scenario(cfg: NTierConfig, levels: list[int], out: str | Path, check_adv
 
 
 def bottleneck(result: dict, clients: int) -> dict:
-    """The saturated tiers at this level, most saturated first; none saturated: the tier with the
-    highest p90 CPU utilisation."""
-    tiers = [(t["levels"][str(clients)], node) for node, t in result["tiers"].items() if str(clients) in t["levels"]]
-    if not tiers:
+    """The saturated tiers at this level, most saturated first, with the resource that saturated first
+    among them (the most saturated tier's, of CPU, disk and link against their capacities); none
+    saturated: the tier and resource with the highest p90 utilisation. "resources": per saturated tier
+    its saturated resources."""
+    cells = []   # (utilisation spread, tier, resource)
+    for node, t in result["tiers"].items():
+        u = t["levels"].get(str(clients))
+        if u:
+            cells += [(u, node, "cpu")] + [(u[r], node, r) for r in ("disk", "link") if r in u]
+    if not cells:
         return {"tiers": []}
-    hot = sorted((x for x in tiers if x[0]["saturated"]), key=lambda x: -x[0]["saturated_share"])
+    hot = sorted((x for x in cells if x[0]["saturated"]), key=lambda x: -x[0]["saturated_share"])
     if hot:
-        return {"tiers": [n for _, n in hot], "resource": "CPU", "saturated": True,
-                "p90": max(u["p90"] for u, _ in hot)}
-    u, node = max(tiers, key=lambda x: x[0]["p90"])
-    return {"tiers": [node], "resource": "CPU", "saturated": False, "p90": u["p90"]}
+        tiers = list(dict.fromkeys(n for _, n, _ in hot))
+        return {"tiers": tiers, "resource": analyse.RESOURCE_NAMES[hot[0][2]], "saturated": True,
+                "p90": max(u["p90"] for u, _, _ in hot),
+                "resources": {n: [analyse.RESOURCE_NAMES[r] for _, m, r in hot if m == n] for n in tiers}}
+    u, node, r = max(cells, key=lambda x: x[0]["p90"])
+    return {"tiers": [node], "resource": analyse.RESOURCE_NAMES[r], "saturated": False, "p90": u["p90"]}
 
 
 def cell_row(result: dict, failed: str | None) -> dict:
@@ -118,8 +127,9 @@ def markdown(surf: dict) -> tuple[list[str], list[tuple[int, str]]]:
     md = [f"# mwinv ntier: {surf.get('title', 'throughput surface over replicas x clients')}", "",
           "## Pages/s and the bottleneck", "",
           "Each cell: pages/s in the measured period, the story page's p99, and the bottleneck: the **saturated** "
-          "tiers (most of their CPU samples at 90 % or more), most saturated first, else the tier with the "
-          "highest p90 utilisation; with `--trace` pgpool's own time per statement (p50).", "",
+          "tiers and resources (most of their samples at 90 % or more of the capacity: CPU, and with "
+          "their caps disk reads and link), most saturated first, else the tier and resource with the highest p90 "
+          "utilisation; with `--trace` pgpool's own time per statement (p50).", "",
           f"| {rows} | " + " | ".join(f"{c} clients" for c in levels) + " |", "|---|" + "---|" * len(levels)]
     series = {}
     for r, row in surf["cells"].items():
@@ -133,7 +143,8 @@ def markdown(surf: dict) -> tuple[list[str], list[tuple[int, str]]]:
                 cells.append("-")
                 continue
             b = cell["bottleneck"]
-            where = (f"**{' '.join(b['tiers'])} {b['resource']}**" if b.get("saturated") else
+            where = ("**" + " ".join(f"{n} {'+'.join(b['resources'][n])}" for n in b["tiers"]) + "**"
+                     if b.get("saturated") else
                      f"{b['tiers'][0]} {b['resource']} p90 {pct(b['p90'])}") if b.get("tiers") else "-"
             own = f", pgpool {duration(cell['pgpool_own_p50_ns'])}" if cell.get("pgpool_own_p50_ns") else ""
             cells.append(f"{cell['pages_per_s']:,.0f}/s, p99 {duration(cell['story_p99_ns'])}, {where}{own}")
