@@ -125,19 +125,25 @@ def test_report_charts_render_in_chromium(run):
 def test_bad_input_is_one_line(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('kind = "ntier"\n[factors]\nreplicas = [1, 4]\n')
+    unweighted = tmp_path / "unweighted.toml"
+    unweighted.write_text('kind = "ntier"\n[factors]\nreplicas = [1, 3]\nweights = [{1 = [1], 2 = [1, 3]}]\n')
     for argv, said in ((["run", "--clients", "0"], "--clients 0: load levels of 1 to 64 clients"),
                        (["run", "--weights", "1"], "weights 1: one per replica (2)"),
                        (["run", "--replicas", "4"], "--replicas 4: 1 to 3"),
+                       (["run", "--replicas", "1,3", "--weights", "2,1"], "weights 2,1: one per replica (3)"),
                        (["run", "--link-mbit", "0"], "--link-mbit 0: 0.1 to 100000 Mbit/s"),
                        (["report", str(tmp_path)], "no ntier.json"),
                        (["plan", str(bad), "--out", str(tmp_path / "o")],
-                        "bad.toml: cell replicas=4: --replicas 4: 1 to 3")):
+                        "bad.toml: cell replicas=4: --replicas 4: 1 to 3"),
+                       (["plan", str(unweighted), "--out", str(tmp_path / "o")],
+                        "cell replicas=3 weights=1:1;2:1,3: weights {1 = ..., 2 = ...}: no list for 3 replicas")):
         r = subprocess.run([MWINV, "ntier", *argv], capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and said in r.stderr, r.stderr
 
 
 def test_a_plan_of_replicas_through_experiment_run(tmp_path):
-    """Replicas as a factor of an `mwinv experiment` plan (kind = "ntier") with every tier's link capped: a run per cell, the results table per cell and load level, the
+    """Replicas as a factor of an `mwinv experiment` plan (kind = "ntier") with weights per replica count
+    and every tier's link capped: a run per cell, the results table per cell and load level, the
     bottleneck map naming pgpool's link (its veth carries both hops) saturated against its capacity and
     the replicas' disk read cap in their cgroups; run again, the cells done are analysed, not run."""
     plan, out = tmp_path / "plan.toml", tmp_path / "out"
@@ -145,12 +151,12 @@ def test_a_plan_of_replicas_through_experiment_run(tmp_path):
     plan.write_text('kind = "ntier"\nname = "two"\nclients = [2]\n[scenario]\nrun_s = 2\nramp_up_s = 0\n'
                     f'ramp_down_s = 0\nusers = {size["--users"]}\nstories = {size["--stories"]}\n'
                     f'comments = {size["--comments"]}\nlink_mbit = 1\nreplica_read_mbps = 50\n'
-                    '[factors]\nreplicas = [1, 2]\n')
+                    '[factors]\nreplicas = [1, 2]\nweights = [{1 = [1], 2 = [1, 3]}]\n')
     r = subprocess.run([MWINV, "experiment", "run", str(plan), "-o", str(out)], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     cells = json.loads((out / "results.json").read_text())["cells"]
-    labels = {"replicas=1", "replicas=2"}
+    labels = {"replicas=1 weights=1:1;2:1,3", "replicas=2 weights=1:1;2:1,3"}
     assert set(cells) == labels and not any(c["error"] for c in cells.values()), cells
     for c in cells.values():
         b = c["2"]["bottleneck"]
@@ -160,6 +166,9 @@ def test_a_plan_of_replicas_through_experiment_run(tmp_path):
             for d in out.glob("cell-*")}
     assert {r: set(d["tiers"]) for r, (_, d) in runs.items()} == {1: {"primary", "r1", "pgpool"},
                                                                   2: {"primary", "r1", "r2", "pgpool"}}
+    # each count its own weights, as pgpool held them (SHOW pool_nodes: the primary 0, then 1:3)
+    assert [rec["config"]["weights"] for rec, _ in (runs[1], runs[2])] == [[1], [1, 3]]
+    assert [float(n["lb_weight"]) for n in runs[2][0]["levels"][0]["pgpool_nodes"]] == [0, 0.25, 0.75]
     for rec, d in runs.values():
         pgpool = d["tiers"]["pgpool"]
         assert pgpool["capacity_mb_s"]["link"] == 0.125 and pgpool["levels"]["2"]["link"]["saturated"], pgpool

@@ -35,7 +35,8 @@ def ntier_cli() -> None:
 @click.option("--clients", default="4,8", show_default=True, help="load levels: clients, comma separated.")
 @click.option("--policy", type=click.Choice(["session", "statement"]), default="session", show_default=True,
               help="pgpool's load balancing: a replica per session, or per statement.")
-@click.option("--weights", default=None, help="pgpool's weight per replica, e.g. 2,1 (default: equal).")
+@click.option("--weights", default=None, help="pgpool's weight per replica, e.g. 2,1 (default: equal); with "
+              "several replica counts, one per replica of the largest, a smaller count taking the first.")
 @click.option("--think-ms", default=5.0, show_default=True, help="think time after each page.")
 @click.option("--ramp-up", default=2.0, show_default=True, help="seconds over which the clients start.")
 @click.option("--run", "run_s", default=6.0, show_default=True, help="seconds measured, all clients running.")
@@ -69,15 +70,18 @@ def run_cmd(replicas, clients, policy, weights, think_ms, ramp_up, run_s, ramp_d
       mwinv ntier run --replicas 2 --policy statement --weights 2,1 --out out/ntier-stmt
       mwinv ntier run --replicas 2 --clients 8 --trace --max-lag 2 --out out/ntier-traced
       mwinv ntier run --replicas 1,2,3 --clients 4,16,32 --replica-cpu 0.25 --out out/ntier-surface
+      mwinv ntier run --replicas 2,3 --weights 2,1,1 --clients 8 --out out/ntier-weighted
       mwinv ntier run --replicas 1,2 --clients 8,32 --link-mbit 20 --replica-read-mbps 5 --out out/ntier-caps
     """
     from mwinv.ntier import bboard
+    from mwinv.ntier.pgpool import weights_for
     from mwinv.ntier.scenario import NTierConfig, check_clients
     from mwinv.ntier.surface import run_scenario, surface
 
     levels = check_clients(_numbers(int, clients, "--clients"))
     counts = _numbers(int, replicas, "--replicas")
-    configs = {r: NTierConfig(replicas=r, policy=policy, weights=_numbers(float, weights, "--weights") if weights else None,
+    given = _numbers(float, weights, "--weights") if weights else None
+    configs = {r: NTierConfig(replicas=r, policy=policy, weights=weights_for(given, r) if len(counts) > 1 else given,
                               size=bboard.Size(users, stories, comments), think_ms=think_ms, ramp_up_s=ramp_up,
                               run_s=run_s, ramp_down_s=ramp_down, replica_cpu=replica_cpu, pool_cpu=pool_cpu,
                               replica_read_mbps=replica_read_mbps, link_mbit=link_mbit, trace=trace,

@@ -32,6 +32,23 @@ def check_weights(weights: list[float] | None, replicas: int) -> None:
                          "negative, not all 0")
 
 
+def weights_for(weights: list[float] | dict | None, replicas: int) -> list[float] | None:
+    """The weights of a run of `replicas` replicas when the replica count varies (a plan's cells, a
+    surface): a list weighs replica ri by its i-th number whatever the count, so it needs one per replica
+    of the largest count and a smaller one takes the first ([2, 1, 1]: r1 double with 2 or 3 replicas);
+    a table by replica count ({2 = [1, 3], 3 = [1, 1, 2]}) gives each count its own list."""
+    if isinstance(weights, dict):
+        if str(replicas) not in weights:
+            raise MwinvError(f"weights {{{', '.join(f'{k} = ...' for k in weights)}}}: no list for {replicas} "
+                             "replicas")
+        weights = weights[str(replicas)]
+    if weights is not None and not (isinstance(weights, list) and all(
+            isinstance(w, (int, float)) and not isinstance(w, bool) for w in weights)):
+        raise MwinvError(f"weights {weights!r}: a list of numbers, one per replica")
+    weights = weights[:replicas] if weights else weights
+    check_weights(weights, replicas)
+    return weights
+
 
 @dataclass(eq=False)
 class PgPool(ThrowawayServer):

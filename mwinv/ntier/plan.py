@@ -20,7 +20,9 @@ measured on its own). A cell that fails is a failed cell, the others go on; a ce
     policy = ["session", "statement"]
     replica_cpu = [0.5]
     link_mbit = [20]                  # every tier's link (tbf); replica_read_mbps: their disks (blkio)
-    weights = [[1, 1], [2, 1]]        # per replica: a cell's weights must match its replicas
+    weights = [[1, 1, 1], [2, 1, 1], {2 = [1, 3], 3 = [1, 1, 2]}]
+                                      # per replica: a list's i-th number is ri's with any replica
+                                      # count; a table by replica count gives each its own list
 
 Outputs: out/cell-<id>/ each cell's run and report, out/results.json, .md, .html: pages/s, the story
 page's p99, the bottleneck and pgpool's own time per cell and load level."""
@@ -37,6 +39,7 @@ from mwinv import privfile
 from mwinv.cluster.distribute import read_toml
 from mwinv.errors import MwinvError
 from mwinv.ntier import analyse, bboard, report
+from mwinv.ntier.pgpool import weights_for
 from mwinv.ntier.scenario import NTierConfig, check_clients
 from mwinv.ntier.surface import cell_row, run_scenario, write_table
 
@@ -85,17 +88,25 @@ def load(path: str | Path) -> dict:
     cells = {}
     for combo in itertools.product(*(factors[n] for n in names)):
         levels = dict(zip(names, combo))
-        label = " ".join(f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in levels.items())
+        label = " ".join(f"{k}={_level(v)}" for k, v in levels.items())
         size = {k: scenario[k] for k in SIZE if k in scenario}
         try:
-            cfg = NTierConfig(**{k: v for k, v in scenario.items() if k not in SIZE}, **levels,
-                              size=bboard.Size(**size))
+            config = {**{k: v for k, v in scenario.items() if k not in SIZE}, **levels}
+            config["weights"] = weights_for(config.get("weights"), config.get("replicas", NTierConfig.replicas))
+            cfg = NTierConfig(**config, size=bboard.Size(**size))
         except (MwinvError, TypeError) as exc:
             raise MwinvError(f"{p}: cell {label or '(the only one)'}: {exc}") from None
         cell_id = hashlib.sha1(json.dumps(levels, sort_keys=True).encode()).hexdigest()[:10]
         cells[label or "scenario"] = (cell_id, cfg)
     return {"path": str(p), "name": data.get("name", p.stem), "clients": clients,
             "check_advice": bool(data.get("check_advice", False)), "cells": cells}
+
+
+def _level(v) -> str:
+    """A factor's level in a cell's label: 2,1 for a list, 2:1,3;3:1,1,2 for a table by replica count."""
+    if isinstance(v, dict):
+        return ";".join(f"{k}:{_level(x)}" for k, x in v.items())
+    return ",".join(map(str, v)) if isinstance(v, list) else str(v)
 
 
 def run(path: str | Path, out: str | Path, progress) -> dict:
