@@ -13,7 +13,7 @@ import pytest
 import pyarrow.compute as pc
 
 from mwinv.capture.tables import Capture
-from mwinv.correlator import attribution, incremental
+from mwinv.correlator import attribution, incremental, modules
 from mwinv.correlator.load import open_capture
 from mwinv.correlator.pipeline import PER_NODE_TABLES, correlate
 from mwinv.kernel_trace.parse import count_events
@@ -105,7 +105,9 @@ def test_a_parsed_trace_is_compressed_or_dropped_and_a_reparse_says_so(tmp_path,
 
 def test_statement_clean_fits_a_small_memory_limit_and_keeps_the_first_of_a_duplicated_id(tmp_path):
     """A million statements (the golden capture's, repeated under new ids) in DuckDB's 100 MB: the
-    first-row window over every row could not spill and ran out; a duplicated id keeps its earliest row."""
+    first-row window over every row could not spill and ran out, and so did a CTE of every statement
+    read twice (slice_statement's too); the session's tables are compressed in its own file (26 MB here), not held uncompressed
+    and paged out (196 MB in memory and spill); a duplicated id keeps its earliest row."""
     cap_dir = tmp_path / "cap"
     shutil.copytree(CAPTURE, cap_dir)
     cap = Capture(cap_dir)
@@ -121,6 +123,15 @@ def test_statement_clean_fits_a_small_memory_limit_and_keeps_the_first_of_a_dupl
         p.unlink()
     cap.write_part("statement", pa.concat_tables([rows, again]), node="all")
     db = open_capture(cap_dir, memory_limit="100MB")
+    db.build("traced_statement")
+    slicing = next(m for m in modules.modules() if m.name == "slice_statement").sql
+    assert "CTE" not in "".join(r[1] for r in db.sql("EXPLAIN " + slicing).fetchall())
+    db.build("slice_statement")
+    # the tables in the session's file, compressed: held in memory or paged out as such, 279 MB before
+    # (6.5 MB now: rows appended not yet written to the file)
+    assert db.sql("SELECT sum(memory_usage_bytes + temporary_storage_bytes) FROM duckdb_memory() "
+                  "WHERE tag = 'IN_MEMORY_TABLE'").fetchone()[0] < 32 << 20
+    assert 0 < db.sql("SELECT total_blocks * block_size FROM pragma_database_size()").fetchone()[0] < 60 << 20
     valid = pc.sum(pc.greater_equal(rows.column("end_ns"), rows.column("start_ns"))).as_py()
     assert db.sql("SELECT count(*), count(DISTINCT (node, statement_id)) FROM statement_clean").fetchone() \
         == (valid, valid)

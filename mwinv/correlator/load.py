@@ -109,10 +109,11 @@ def duck_type(t) -> str:
     return "VARCHAR"
 
 
-def connect(spill_in: Path | None = None, **config) -> duckdb.DuckDBPyConnection:
+def connect(spill_in: Path | None = None, stored: bool = False, **config) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection for the correlator: no progress bar (it wrote over the CLI's own progress
     and into piped output). spill_in: the directory its spill files go under (a capture's: the room a
-    long capture's operators spill into is where the capture is, not /tmp)."""
+    long capture's operators spill into is where the capture is, not /tmp). stored: its tables in a
+    database file in that directory, compressed, rather than in memory (a session's derived tables)."""
     # spill files in a directory of this connection's own (mkdtemp: 0700, made exclusively): by default
     # every connection spills into ./.tmp under the same file names, and two of them at once (two captures
     # opened in one process, or two analyses in one directory) read each other's pages
@@ -120,7 +121,11 @@ def connect(spill_in: Path | None = None, **config) -> duckdb.DuckDBPyConnection
         spill = tempfile.mkdtemp(prefix=".duckdb-spill-", dir=spill_in)
     except OSError:   # a capture this user may only read: the system's temporary directory
         spill = tempfile.mkdtemp(prefix="mwinv-duckdb-")
-    con = duckdb.connect(config={"temp_directory": spill, **config})
+    # an in-memory table is kept uncompressed and paged out whole past the memory limit (22 GB of spill
+    # for a 600 s capture's 60 M statements); a file's is compressed as it is written, and its pages
+    # are dropped, not spilled, past the limit. Closed with the session: no checkpoint is needed.
+    con = duckdb.connect(os.path.join(spill, "session.duckdb") if stored else ":memory:",
+                         config={"temp_directory": spill, **config})
     weakref.finalize(con, shutil.rmtree, spill, ignore_errors=True)
     con.execute("SET enable_progress_bar = false")   # a session option, refused in connect()'s config
     return con
@@ -141,7 +146,8 @@ def open_capture(path: str | Path, threads: int | None = None, memory_limit: str
         raise MwinvError(f"{cap.path}: not a capture directory (no manifest.json)")
     manifest = cap.manifest()
     # a capture shared read-only (a member of its --group) spills into a private directory of its own
-    con = connect(cap.path if os.access(cap.path, os.W_OK) else None, memory_limit=memory_limit or default_memory(),
+    con = connect(cap.path if os.access(cap.path, os.W_OK) else None, stored=True,
+                  memory_limit=memory_limit or default_memory(),
                   **({"threads": threads} if threads else {}))
     present = set()
     for table in SCHEMAS:
@@ -168,6 +174,7 @@ def open_capture(path: str | Path, threads: int | None = None, memory_limit: str
         _check(db, manifest)
         if db.has("statement"):
             _typed_statement(db)
+            _check_duplicates(db)
             db.build("statement_clean", "trace_range", "traced_statement")
             _check_coverage(db)
     return db
@@ -282,8 +289,12 @@ def _check(db: CaptureDB, manifest: dict) -> None:
         db.warnings.append(f"table statement: statement_id {sid} on {node} has end {e} < start {s}: excluded")
     if len(bad) > 5:
         db.warnings.append(f"table statement: {len(bad) - 5} more statements with end < start: excluded")
-    dups = db.sql("SELECT node, statement_id, count(*) FROM statement GROUP BY ALL HAVING count(*) > 1 "
-                  "ORDER BY 3 DESC").fetchall()
+
+
+def _check_duplicates(db: CaptureDB) -> None:
+    """Warnings for statement ids recorded more than once on a node (statement_dup; the first row is kept)."""
+    db.build("statement_dup")
+    dups = db.sql("SELECT node, statement_id, n FROM statement_dup ORDER BY n DESC, node, statement_id").fetchall()
     for node, sid, n in dups[:5]:
         db.warnings.append(f"table statement: statement_id {sid} on {node} appears {n} times: first kept")
     if len(dups) > 5:
