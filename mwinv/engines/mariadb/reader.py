@@ -269,13 +269,20 @@ class PerfSchemaReader:
         (total0, own0, _), (total1, own1, at) = self.counts_start, self.counts_end
         executed = (total1 - total0) - (own1 - own0)
         ended_before = sum(1 for r in self.rows if self.to_mono(r["TIMER_END"]) <= at)
-        windows = {(r["THREAD_ID"], r["EVENT_ID"]): (self.threads.get(r["THREAD_ID"], (None, None))[0],
-                                                     self.to_mono(r["TIMER_START"]), self.to_mono(r["TIMER_END"]))
-                   for r in self.rows if not r["NESTING_EVENT_LEVEL"]}
-        slack = max(c["error_ns"] for c in (self.clock_start, getattr(self, "clock_end", None)) if c)
-        narrowed, unbounded = bound(windows, slack) if bound is not None and self.thread_per_connection else ({}, {})
+        narrowed, unbounded = (bound(self.windows(), self.clock_slack())
+                               if bound is not None and self.thread_per_connection else ({}, {}))
         info = self._write(max(0, executed - ended_before), executed, narrowed)
         return {**info, "windows_not_bounded": unbounded}
+
+    def windows(self) -> dict:
+        """(THREAD_ID, EVENT_ID) -> (os pid, start, end) of each top-level statement, by the markers' mapping."""
+        return {(r["THREAD_ID"], r["EVENT_ID"]): (self.threads.get(r["THREAD_ID"], (None, None))[0],
+                                                 self.to_mono(r["TIMER_START"]), self.to_mono(r["TIMER_END"]))
+                for r in self.rows if not r["NESTING_EVENT_LEVEL"]}
+
+    def clock_slack(self) -> int:
+        """The markers' mapping error, ns."""
+        return max(c["error_ns"] for c in (self.clock_start, getattr(self, "clock_end", None)) if c)
 
     def _logged_texts(self, wall: int) -> dict[tuple[int, int], str]:
         """(THREAD_ID, EVENT_ID) -> the text the general log wrote for that Execute: per connection, its
