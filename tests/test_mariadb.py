@@ -407,6 +407,20 @@ def test_capture_a_running_server_from_the_command_line(mariadb_server, tmp_path
     assert srv.sql("SELECT @@global.general_log")[0][0] == 0
 
 
+def _point_selects(server, out):
+    """300 point selects on one connection under a capture with node "m"; the capture."""
+    from mwinv.engines.mariadb.capture import MariaDBCapture
+
+    conn = server.connect()
+    cur = conn.cursor()
+    with MariaDBCapture(server, out, node="m") as cap:
+        for i in range(300):
+            cur.execute(f"SELECT {i}")
+            cur.fetchall()
+    conn.close()
+    return cap
+
+
 def test_statement_windows_lie_in_their_command_cycles(mariadb_server, tmp_path):
     """performance_schema's timers mapped through a marker statement missed a point select's own command
     cycle by some µs (80 % began before the read that brought their command, 66 % ended after the thread
@@ -414,15 +428,7 @@ def test_statement_windows_lie_in_their_command_cycles(mariadb_server, tmp_path)
     the thread falls inside a statement's window."""
     import duckdb
 
-    from mwinv.engines.mariadb.capture import MariaDBCapture
-
-    conn = mariadb_server.connect()
-    cur = conn.cursor()
-    with MariaDBCapture(mariadb_server, tmp_path / "cap", node="m") as cap:
-        for i in range(300):
-            cur.execute(f"SELECT {i}")
-            cur.fetchall()
-    conn.close()
+    cap = _point_selects(mariadb_server, tmp_path / "cap")
     bounded = cap.summary["statements"]["windows_bounded_by_socket_calls"]
     why = cap.summary["statements"]["windows_not_bounded"]
     # the capture accounts for every window it left unbounded; on a loaded CI host 287 of 300 were
@@ -448,15 +454,8 @@ def test_statements_pair_with_their_commands_in_order(mariadb_server, tmp_path):
     import duckdb
 
     from mwinv.engines.mariadb.bounds import command_cycles, socket_bounds
-    from mwinv.engines.mariadb.capture import MariaDBCapture
 
-    conn = mariadb_server.connect()
-    cur = conn.cursor()
-    with MariaDBCapture(mariadb_server, tmp_path / "cap", node="m") as cap:
-        for i in range(300):
-            cur.execute(f"SELECT {i}")
-            cur.fetchall()
-    conn.close()
+    cap = _point_selects(mariadb_server, tmp_path / "cap")
     windows, slack = cap.reader.windows(), cap.reader.clock_slack()
     (pid,) = {p for p, _, _ in windows.values()}
     cycles = command_cycles(sorted(
