@@ -47,15 +47,18 @@ def _left(tag: str) -> dict:
 def test_levels_are_checked_when_the_plan_is_read(tmp_path):
     for bad, said in (('"nfs"', "'nfs' is not local, sshfs, glusterfs or glusterfs:K"),
                       ('"glusterfs:9"', "'glusterfs:9' is not local"), ('"sshfs:2"', "'sshfs:2' is not local"),
-                      ("1", "1 is not local")):
+                      ('"local,read_ahead_kb=512"', "'local,read_ahead_kb=512' is not local"),
+                      ('"sshfs,read_ahead_kb=0"', "'sshfs,read_ahead_kb=0' is not local"), ("1", "1 is not local")):
         plan = tmp_path / "p.toml"
         plan.write_text(f"scale = 0.01\nqueries = [6]\n[factors]\nstorage = [\"local\", {bad}]\n")
         with pytest.raises(MwinvError) as exc:
             load_plan(plan)
         assert str(exc.value).startswith(f"{plan}: [factors] storage: {said}"), exc.value
         assert "\n" not in str(exc.value)
-    plan.write_text('scale = 0.01\nqueries = [6]\n[factors]\nstorage = ["local", "sshfs", "glusterfs:3"]\n')
-    assert [c.levels["storage"] for c in load_plan(plan).cells()] == ["local", "sshfs", "glusterfs:3"]
+    levels = ["local", "sshfs", "glusterfs:3", "glusterfs:3,read_ahead_kb=4096"]
+    plan.write_text(f'scale = 0.01\nqueries = [6]\n[factors]\nstorage = {levels}\n'.replace("'", '"'))
+    assert [c.levels["storage"] for c in load_plan(plan).cells()] == levels
+    assert storage.read_ahead_kb(levels[3]) == 4096 and storage.read_ahead_kb(levels[2]) is None
     assert storage.parse("glusterfs") == ("glusterfs", 2) and storage.parse("sshfs") == ("sshfs", 1)
 
 
@@ -75,7 +78,7 @@ def test_sshfs_end_to_end(tmp_path):
     with Cluster(nodes=1, scale=0.01, node_caps=caps) as cl:
         d1 = cl.servers["d1"]
         local = _q6(cl.coordinator)
-        cl.set_storage("sshfs")
+        cl.set_storage("sshfs,read_ahead_kb=1024")   # the mount's own readahead, set on its bdi
         rec = cl.storage_in_force()
         s1 = cl.storage.nodes["s1"]
         assert rec["data_nodes"]["d1"]["served_by"] == ["s1"] and rec["data_nodes"]["d1"]["relations"] >= 16
@@ -84,7 +87,7 @@ def test_sshfs_end_to_end(tmp_path):
         dev = os.stat(cl.storage.mounts["d1"]).st_dev
         bdi = rec["data_nodes"]["d1"]["bdi"]
         assert bdi == f"{os.major(dev)}:{os.minor(dev)}" and "allow_other" in rec["data_nodes"]["d1"]["fuse_options"]
-        assert rec["data_nodes"]["d1"]["read_ahead_kb"] == int(Path(f"/sys/class/bdi/{bdi}/read_ahead_kb").read_text())
+        assert rec["data_nodes"]["d1"]["read_ahead_kb"] == 1024 == int(Path(f"/sys/class/bdi/{bdi}/read_ahead_kb").read_text())
         # the tables' files are on the serving side, written by sftp-server as postgres
         files = [p for p in (s1.dir / "export").rglob("*") if p.is_file()]
         assert len(files) >= 16 and {p.stat().st_uid for p in files} == {storage._postgres()[0]}
@@ -117,7 +120,7 @@ def test_sshfs_end_to_end(tmp_path):
         db.con.close()
         st, st11 = got["statements"][str(sid)], got["statements"][str(sid11)]
         assert st["by_node"]["d1"] > 0 and {"link", "daemons", "client"} <= set(st["split_ns"]), got
-        assert got["bound"] in got["kinds"] and got["backend"] == "sshfs"
+        assert got["bound"] in got["kinds"] and got["backend"] == "sshfs,read_ahead_kb=1024"
         # each statement split over its own blocks' work, read around it, not the pass's: Q6's link carried
         # lineitem, Q11's partsupp
         assert st["split_basis"] == st11["split_basis"] == "statement", got

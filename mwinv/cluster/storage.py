@@ -54,9 +54,12 @@ from mwinv.errors import MwinvError
 from mwinv.signals import held
 
 LOCAL = "local"
-LEVEL_RE = re.compile(r"(local|sshfs|glusterfs)(?::([1-4]))?")
+# a remote back-end may set its mounts' readahead (the FUSE bdi's read_ahead_kb: kernel.readahead's advice
+# for a FUSE scan); it goes with the mount
+LEVEL_RE = re.compile(r"(local|sshfs|glusterfs)(?::([1-4]))?(?:,read_ahead_kb=([1-9][0-9]{0,5}))?")
 DEFAULT_BRICKS = 2
 MAX_BRICKS = 4
+LEVEL_TEXT = f"local, sshfs, glusterfs or glusterfs:K (K 1-{MAX_BRICKS}), a remote one optionally ,read_ahead_kb=N"
 TABLESPACE = "mwinv_remote"
 SSH_PORT = 2222                   # on the storage node's own address, in its own namespace
 STORAGE_BASE_INDEX = 5            # storage nodes' addresses after the coordinator's and 4 data nodes'
@@ -74,13 +77,23 @@ CLIENT_EXES = {"sshfs", "ssh", "glusterfs", "glusterfsd"}   # glusterfs is a lin
 GLUSTER_HOST_DIRS = (Path("/var/lib/glusterd/geo-replication"), Path("/var/lib/glusterd/ss_brick"), GLUSTER_RUN / "snaps")
 
 
+def _match(level) -> re.Match:
+    m = LEVEL_RE.fullmatch(level) if isinstance(level, str) else None
+    if not m or (m.group(2) and m.group(1) != "glusterfs") or (m.group(3) and m.group(1) == LOCAL):
+        raise MwinvError(f"{level!r}: a storage back-end is {LEVEL_TEXT}")
+    return m
+
+
 def parse(level) -> tuple[str, int]:
     """A level's back-end and its storage nodes per volume: local 0, sshfs 1, glusterfs 2 (glusterfs:K: K)."""
-    m = LEVEL_RE.fullmatch(level) if isinstance(level, str) else None
-    if not m or (m.group(2) and m.group(1) != "glusterfs"):
-        raise MwinvError(f"{level!r}: a storage back-end is local, sshfs, glusterfs or glusterfs:K (K 1-{MAX_BRICKS})")
-    kind = m.group(1)
-    return kind, int(m.group(2) or DEFAULT_BRICKS) if kind == "glusterfs" else int(kind == "sshfs")
+    kind, width = _match(level).group(1, 2)
+    return kind, int(width or DEFAULT_BRICKS) if kind == "glusterfs" else int(kind == "sshfs")
+
+
+def read_ahead_kb(level: str) -> int | None:
+    """The readahead a level sets on its FUSE mounts' bdi (",read_ahead_kb=N"), None: FUSE's own."""
+    n = _match(level).group(3)
+    return int(n) if n else None
 
 
 def is_level(level) -> bool:
@@ -233,6 +246,7 @@ class Storage:
     def __init__(self, cluster, level: str):
         self.cluster, self.level = cluster, level
         self.kind, self.width = parse(level)
+        self.read_ahead_kb = read_ahead_kb(level)
         self.root: Path | None = None
         self.nodes: dict[str, StorageNode] = {}
         self.served_by: dict[str, list[str]] = {}     # data node -> its storage nodes
@@ -293,6 +307,7 @@ class Storage:
                         read_bps={dev: int(caps.read_mbps * 1e6)} if caps.read_mbps else None,
                         uncapped=("cpu", "memory", "blkio", "cpuacct"))
         node = StorageNode(name, link.netns, link.address, link.host_if, cgroup, self.root / name)
+        self._forget(link.address)
         self.nodes[name] = node
         cgroup.create()
         _mkdir(node.dir, 0o711)
@@ -309,12 +324,29 @@ class Storage:
             os.close(fd)
 
     def _wait_mount(self, d: str, fstype: str, client: subprocess.Popen, log: Path) -> None:
+        """Until d's mount is there; then the level's readahead on its bdi (gone with the mount)."""
         point = str(self.mounts[d])
         deadline = time.monotonic() + MOUNT_WAIT_S
         while (point, fstype) not in _mounts():
             if client.poll() is not None or time.monotonic() > deadline:
                 raise MwinvError(f"storage {self.level}: {d} could not mount ({_log_tail(log) or 'no message'})")
             time.sleep(0.1)
+        if self.read_ahead_kb is not None:
+            bdi = fuse_readahead(self.mounts[d]).get("bdi")
+            try:
+                fd = os.open(f"/sys/class/bdi/{bdi}/read_ahead_kb", os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                with os.fdopen(fd, "w") as f:
+                    f.write(f"{self.read_ahead_kb}\n")
+            except OSError as exc:
+                raise MwinvError(f"storage {self.level}: read_ahead_kb {self.read_ahead_kb} on {d}'s mount (bdi {bdi}): "
+                                 f"{exc.strerror}") from None
+
+    def _forget(self, address: str) -> None:
+        """The neighbour entries for a storage node's address dropped, on the host and in the cluster's
+        namespaces: the next cell's node gets the address with a new MAC, which a cached old one hides
+        (without this, a second sshfs cell in one cluster took 71 s to set up and a third failed)."""
+        for prefix in [[], *(["-n", link.netns] for link in self.cluster.net.links.values())]:
+            subprocess.run(["ip", *prefix, "neigh", "flush", "to", address], capture_output=True)
 
     # ---- sshfs: one remote disk
     def _sshfs(self, d: str, node: StorageNode) -> None:
@@ -478,6 +510,7 @@ class Storage:
                 subprocess.run(["ip", "link", "del", node.host_if], capture_output=True)
                 subprocess.run(["ip", "netns", "del", node.netns], capture_output=True)
                 self.cluster.net.links.pop(node.name, None)
+                self._forget(node.address)
             remove_sockets(self.sockets)
             for p in self.host_dirs:
                 remove_empty_dir(p)

@@ -109,7 +109,7 @@ LEVELS = {
     "streams": (lambda v: _integer(v) and 1 <= v <= 64, "an integer from 1 to 64"),
     "cold": (lambda v: isinstance(v, bool), "true or false"),
     "kernel": (lambda v: isinstance(v, dict), "a table of kernel settings ({} for none)"),
-    "storage": (storage.is_level, f"local, sshfs, glusterfs or glusterfs:K (K 1-{storage.MAX_BRICKS})"),
+    "storage": (storage.is_level, storage.LEVEL_TEXT),
 }
 
 
