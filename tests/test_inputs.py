@@ -252,14 +252,16 @@ def no_tmp(path: Path) -> list[Path]:
     return [p for p in path.rglob("*") if p.suffix == ".tmp" or p.name.endswith(".tmp")]
 
 
-def test_full_disk_during_a_correlation(tiny_fs):
+@pytest.mark.parametrize("leave", [8192, 0])
+def test_full_disk_during_a_correlation(tiny_fs, leave):
     """One line naming the file, no temporary file left, the capture's tables kept; the next correlation,
-    with room again, finishes (before: a chained OSError traceback)."""
+    with room again, finishes (before: a chained OSError traceback). With no room at all the session's own
+    DuckDB file is the one refused, which DuckDB names only in its text."""
     import subprocess
     import sys
 
     shutil.copytree(CAPTURE, tiny_fs / "cap")
-    filler = fill(tiny_fs, 8192)
+    filler = fill(tiny_fs, leave)
     correlate = [str(Path(sys.executable).parent / "mwinv-correlate"), str(tiny_fs / "cap")]
     r = subprocess.run(correlate, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr

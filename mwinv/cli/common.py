@@ -102,8 +102,11 @@ def run_main(command: click.Command, prog: str, memory_option: str | None = None
         # a full disk where no writer said it (a spool, a trace's pages; DuckDB's spill files), and
         # DuckDB's out-of-memory (its cap, not the machine's), without importing DuckDB in every command
         if is_disk_full(exc) or type(exc).__name__ == "IOException" and "No space left on device" in str(exc):
-            what = f"no space left on device writing {exc.filename}" if getattr(exc, "filename", None) else \
-                str(exc).splitlines()[0]
+            # DuckDB names the file only in its text: 'IO Error: Could not write file "…/session.duckdb": …'
+            named = getattr(exc, "filename", None)
+            if not named and (found := re.search(r'Could not write file "([^"]+)"', str(exc))):
+                named = found[1]
+            what = f"no space left on device writing {named}" if named else str(exc).splitlines()[0]
         elif type(exc).__name__ == "OutOfMemoryException":
             what = str(exc).splitlines()[0] + (f" (raise DuckDB's limit with {memory_option}, e.g. {memory_option} 4GB)"
                                                if memory_option else "")
