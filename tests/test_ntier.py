@@ -45,6 +45,10 @@ def _netns_and_links(tag: str) -> tuple[list[str], list[str]]:
     return spaces + links + [str(f) for f in serverdir.clusters_dir().glob(f"{tag}.json")], links
 
 
+def _cgroups(tag: str) -> list[Path]:
+    return list(Path("/sys/fs/cgroup").glob(f"*/mwinv/cl-{tag}-*"))
+
+
 def _exe(pid: str) -> str | None:
     try:
         return os.readlink(f"/proc/{pid}/exe")
@@ -223,12 +227,12 @@ def test_a_replica_that_dies_mid_run(tmp_path):
         os.close(fd)
 
     out = tmp_path / "out"
-    proc, lines = _mid_run(out, [], kill_r2)
+    proc, lines = _mid_run(out, ["--replica-cpu", "1"], kill_r2)
     assert re.fullmatch(r"mwinv: error: replica r2 \(postmaster \d+\) died [\d.]+ s into the 2-client level "
                         rf"\(what was measured is kept in {re.escape(str(out))}\)", lines[-1]), lines[-1]
     record = json.loads((out / "ntier.json").read_text())
     assert record["error"].startswith("replica r2") and (out / "capture" / "manifest.json").exists()
-    assert not _records_of(proc.pid)
+    assert not _records_of(proc.pid) and not _netns_and_links(record["tag"])[0] and not _cgroups(record["tag"])
 
 
 def _connect(base: Path):
@@ -264,10 +268,6 @@ def _tag_of(pid: int) -> str:
     """The tag of the network a running `mwinv ntier run` made (its cluster state file names its pid)."""
     return next(json.loads(f.read_text())["tag"] for f in serverdir.clusters_dir().glob("*.json")
                 if json.loads(f.read_text()).get("pid") == pid)
-
-
-def _cgroups(tag: str) -> list[Path]:
-    return list(Path("/sys/fs/cgroup").glob(f"*/mwinv/cl-{tag}-*"))
 
 
 def _started(options: list[str]) -> tuple[subprocess.Popen, str]:
