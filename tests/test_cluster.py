@@ -44,6 +44,14 @@ def test_answers_equal_the_official_ones(cluster):
     assert problems == []
 
 
+def test_cluster_list_names_each_run_and_its_kind(cluster):
+    """`mwinv cluster list`: this cluster's row, its kind and servers (an ntier run's row: test_ntier)."""
+    r = subprocess.run([str(Path(sys.executable).parent / "mwinv"), "cluster", "list"], capture_output=True,
+                       text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+    row = next(ln for ln in r.stdout.splitlines() if cluster.tag in ln)
+    assert r.returncode == 0 and "tpch" in row and "coord, d1, d2" in row and "0.01" in row, r.stdout
+
+
 def test_fact_tables_are_spread_and_dimensions_replicated(cluster):
     counts = cluster.row_counts
     for t in ("lineitem", "orders"):

@@ -281,6 +281,9 @@ def _started(options: list[str]) -> tuple[subprocess.Popen, str]:
                 break
         tag = _tag_of(proc.pid)
         assert _netns_and_links(tag)[1] and _cgroups(tag), "no links or cgroups while running"
+        listed = subprocess.run([MWINV, "cluster", "list"], capture_output=True, text=True, timeout=60,
+                                env={**os.environ, "COLUMNS": "200"}).stdout
+        assert any(tag in ln and "ntier" in ln and "primary, r1" in ln for ln in listed.splitlines()), listed
     except BaseException:
         proc.kill()
         proc.wait()

@@ -112,10 +112,12 @@ def list_cmd() -> None:
     """
     from mwinv.cluster.harness import clusters
 
-    table = Table("tag", "data nodes", "scale", "scheme", "owner")
+    table = Table("tag", "kind", "servers", "scale", "scheme", "owner")
     for c in clusters():
         owner = "detached" if c.get("detached") else f"pid {c.get('pid')}"
-        table.add_row(c["tag"], str(len(c.get("servers", {})) - 1), str(c.get("scale")), c.get("scheme"), owner)
+        # an ntier run (mwinv ntier) is torn down as a cluster is, but has no TPC-H scale or scheme
+        table.add_row(c["tag"], c.get("kind", "tpch"), ", ".join(c.get("servers", {})), str(c.get("scale") or "-"),
+                      c.get("scheme") or "-", owner)
     Console().print(table)
 
 
