@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from mwinv.capture.tables import Capture
 from mwinv.correlator import attribution, incremental, modules
-from mwinv.correlator.load import open_capture
+from mwinv.correlator.load import connect, literal, open_capture
 from mwinv.correlator.pipeline import PER_NODE_TABLES, correlate
 from mwinv.kernel_trace.parse import count_events
 from tests.test_golden_capture import CAPTURE, derived_tables
@@ -138,6 +138,19 @@ def test_statement_clean_fits_a_small_memory_limit_and_keeps_the_first_of_a_dupl
     kept = db.sql("SELECT statement_id, start_ns FROM statement_clean WHERE statement_id < 5 ORDER BY 1").fetchall()
     assert kept == [(r["statement_id"], r["start_ns"]) for r in rows.slice(0, 5).to_pylist()
                     if r["start_ns"] is not None and r["end_ns"] >= r["start_ns"]]
+
+
+def test_statement_dup_groups_a_million_statements_in_a_small_memory_limit(tmp_path):
+    """statement_dup over a million statements in DuckDB's 18 MB: one grouping of every statement by
+    node and id (the node's text in the key) ran out of it; an id recorded twice on a node is counted,
+    one recorded once on each of two nodes is not."""
+    con = connect(tmp_path, stored=True, memory_limit="18MB")
+    con.execute("COPY (SELECT 'all' AS node, range AS statement_id FROM range(1000000) UNION ALL "
+                "FROM (VALUES ('all', 5), ('all', 5), ('other', 7), ('other', 9), ('other', 9))) "
+                f"TO {literal(str(tmp_path / 'statement.parquet'))}")
+    con.execute(f"CREATE VIEW statement_typed AS SELECT * FROM read_parquet({literal(str(tmp_path / 'statement.parquet'))})")
+    con.execute(next(m for m in modules.modules() if m.name == "statement_dup").sql)
+    assert con.sql("SELECT * FROM statement_dup ORDER BY ALL").fetchall() == [("all", 5, 3), ("other", 9, 2)]
 
 
 # the golden capture's SELECT pg_sleep(0.2) and the later SELECT that waited for the table lock, on
