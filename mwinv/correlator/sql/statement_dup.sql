@@ -1,7 +1,7 @@
 -- statement_dup: the statement ids recorded more than once on a node, and how often (load.py warns of
 -- them; statement_clean keeps their first row). Built once, which both read. Grouped first by the id
 -- alone, then by node and id over the ids seen twice only: a grouping of every statement keyed by the
--- node's text as well could not spill (60 M statements ran out of 256 and, one run in two, of 512 MiB,
+-- node's text as well could not spill (60 M statements ran out of 256 and, 3 runs of 5, of 512 MiB,
 -- where the id alone fits in 256).
 --
 -- builds:  statement_dup
