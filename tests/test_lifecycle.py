@@ -85,6 +85,37 @@ def test_sigterm_during_a_long_correlation_is_an_interrupt(tmp_path):
     assert usage.ru_utime + usage.ru_stime - cpu_at_signal < 1, (usage, cpu_at_signal)
 
 
+SLOW_FINALIZER = """
+import sys, time, click
+from mwinv.cli.common import run_main
+
+class Slow:
+    def __del__(self):
+        print("in a finalizer", flush=True)
+        time.sleep(2)
+
+@click.command()
+def main():
+    Slow()          # dropped at once: the SIGTERM lands in its __del__, as it did in Popen.__del__ in CI
+    time.sleep(5)
+    print("went on to the end", flush=True)
+
+run_main(main, "slow")
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_in_a_finalizer_still_interrupts(sig):
+    """Python drops an exception raised in a finalizer: a SIGTERM that landed in subprocess.Popen.__del__
+    let an experiment run on to exit 0 once. The signal is sent again and the run is interrupted."""
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_FINALIZER], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline() == "in a finalizer\n"
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "went on" not in out and err.strip().endswith("slow: interrupted"), (out, err)
+
+
 def test_kill9_capture_is_finished_by_the_next_correlation(tpch_pg, tmp_path):
     """The statements come back from the spool, and the kernel events from the raw per-CPU pages: the
     statements' time is attributed, not all `not_allocated`."""

@@ -1,9 +1,11 @@
 """Shared plumbing of the click layers: one-line errors and clean exits on signals."""
 
 import contextlib
+import os
 import re
 import signal
 import sys
+import threading
 import time
 from typing import Callable, Iterator
 
@@ -44,9 +46,22 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
+def _unraisable(args) -> None:
+    # an interrupt raised inside a finalizer (a SIGTERM landing in subprocess.Popen.__del__ once in CI)
+    # is printed and dropped by Python, and the run went on to exit 0: the signal is sent again, from a
+    # thread, so that it lands once this hook has returned (sent here, it was raised in the hook, and dropped)
+    exc = args.exc_value
+    if isinstance(exc, KeyboardInterrupt):
+        sig = signal.SIGTERM if exc.args == ("SIGTERM",) else signal.SIGINT
+        threading.Timer(0.05, os.kill, (os.getpid(), sig)).start()
+        return
+    sys.__unraisablehook__(args)
+
+
 def install_signal_handlers() -> None:
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
         signal.signal(signal.SIGTERM, _raise_interrupt)
+    sys.unraisablehook = _unraisable
 
 
 def _interrupted(prog: str) -> None:
