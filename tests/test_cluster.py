@@ -19,6 +19,7 @@ from mwinv.cluster.net import leftovers
 from mwinv.errors import MwinvError
 from mwinv.workloads import tpch
 
+from tests.conftest import NOT_THE_SESSION
 
 
 def _traces_of(tag: str) -> dict:
@@ -240,7 +241,7 @@ def test_each_node_correlated_on_its_own_then_merged(cluster_capture, tmp_path, 
     out, _ = cluster_capture
     whole, parts = tmp_path / "whole", tmp_path / "parts"
     for d in (whole, parts):
-        shutil.copytree(out, d)
+        shutil.copytree(out, d, ignore=NOT_THE_SESSION)
         for table in DERIVED_TABLES:
             shutil.rmtree(Capture(d).table_dir(table), ignore_errors=True)
     correlate(whole).con.close()
@@ -255,7 +256,7 @@ def test_each_node_correlated_on_its_own_then_merged(cluster_capture, tmp_path, 
     shared = Path(tempfile.mkdtemp(prefix="mwinv-test-merge-"))
     try:
         shared.chmod(0o755)
-        shutil.copytree(parts, shared / "cap")
+        shutil.copytree(parts, shared / "cap", ignore=NOT_THE_SESSION)
         hostile.share(shared / "cap")
         before = {str(p): p.stat().st_mtime_ns for p in (shared / "cap").rglob("*")}
         member = hostile.correlate(str(shared / "cap"), "--merge", "--format", "json")
@@ -291,7 +292,7 @@ def test_a_shifted_node_clock_is_recovered(cluster_capture, tmp_path):
     out, _ = cluster_capture
     _, before = _links(out)
     shifted = tmp_path / "shifted"
-    shutil.copytree(out, shifted)
+    shutil.copytree(out, shifted, ignore=NOT_THE_SESSION)
     cap, shift = Capture(shifted), 7_000_000_000
     for table in ("statement", "kernel_event", "node_sample", "process_sample", "process", "session"):
         for part in cap.parts(table):

@@ -13,6 +13,9 @@ from mwinv.correlator.pipeline import correlate, top_statements
 from mwinv.errors import MwinvError
 from mwinv.engines.postgresql.server import PgServer
 
+from tests.conftest import NOT_THE_SESSION
+
+
 # a slow disk (bandwidth for the scan, access rate for the probes), so that disk waits dominate the
 # cold scans at this small scale
 READ_BPS = 8 * 2**20
@@ -216,7 +219,7 @@ def test_top_sql_does_not_import_pandas(capture, tmp_path):
     import sys
 
     dst = tmp_path / "copy"
-    shutil.copytree(capture[0].capture.path, dst)
+    shutil.copytree(capture[0].capture.path, dst, ignore=NOT_THE_SESSION)
     cli = Path(sys.executable).parent / "mwinv-correlate"
     out = subprocess.run([sys.executable, "-X", "importtime", str(cli), str(dst), "--top-sql", "3"],
                          capture_output=True, text=True, timeout=600)
@@ -323,7 +326,7 @@ def test_bad_input_duplicates_and_end_before_start(capture, tmp_path):
 
     src = capture[0].capture.path
     dst = tmp_path / "bad"
-    shutil.copytree(src, dst)
+    shutil.copytree(src, dst, ignore=NOT_THE_SESSION)
     cap = Capture(dst)
     stmts = cap.read("statement")
     first = stmts.slice(0, 1)

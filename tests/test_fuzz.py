@@ -24,6 +24,9 @@ import pytest
 from mwinv.capture.tables import SCHEMAS, Capture
 from mwinv.errors import MwinvError
 
+from tests.conftest import NOT_THE_SESSION
+
+
 ROOT = Path(__file__).parent.parent
 GOLDEN = ROOT / "tests" / "golden"
 CAPTURE = GOLDEN / "pg_small_capture"
@@ -168,7 +171,7 @@ def case_manifest(rng, tmp: Path):
     from mwinv.correlator.report import render_report
 
     d = tmp / "cap"
-    shutil.copytree(correlated(tmp.parent), d)
+    shutil.copytree(correlated(tmp.parent), d, ignore=NOT_THE_SESSION)
     m = json.loads((CAPTURE / "manifest.json").read_text())
     if rng.random() < 0.8:
         m, how = mutate_tree(rng, m, json_null=True)

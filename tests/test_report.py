@@ -26,6 +26,9 @@ from mwinv.correlator.report import render_report  # noqa: E402
 from mwinv.correlator.svg import COMPONENT_COLORS  # noqa: E402
 from mwinv.workloads import tpch  # noqa: E402
 
+from tests.conftest import NOT_THE_SESSION
+
+
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(os.environ.get("MWINV_TEST_ARTIFACTS", Path(__file__).parent.parent / "out" / "test-artifacts"))
 
@@ -203,7 +206,7 @@ def test_report_says_what_is_missing(captures, tmp_path):
     before, _ = captures
     # extension-only: no kernel events, no attribution, no statement_io, no calibration
     ext_only = tmp_path / "ext-only"
-    shutil.copytree(before.path, ext_only)
+    shutil.copytree(before.path, ext_only, ignore=NOT_THE_SESSION)
     for t in ("kernel_event", "statement_attribution", "statement_io"):
         shutil.rmtree(ext_only / t)
     cap = Capture(ext_only)
@@ -217,7 +220,7 @@ def test_report_says_what_is_missing(captures, tmp_path):
     assert "Not computed: no calibration" in text
     # kernel-only: no statement table
     kernel_only = tmp_path / "kernel-only"
-    shutil.copytree(before.path, kernel_only)
+    shutil.copytree(before.path, kernel_only, ignore=NOT_THE_SESSION)
     shutil.rmtree(kernel_only / "statement")
     html, md = render_report(kernel_only, tmp_path / "r2")
     text = md.read_text()
@@ -389,7 +392,7 @@ def test_derived_tables_are_written_once_and_only_read_after(captures, tmp_path,
 
     before, _ = captures
     cap_dir = tmp_path / "cap"
-    shutil.copytree(before.path, cap_dir)
+    shutil.copytree(before.path, cap_dir, ignore=NOT_THE_SESSION)
     cap = Capture(cap_dir)
     first = load(cap_dir)
     n = len(STATEMENTS)
