@@ -170,7 +170,9 @@ def test_over_the_budget_long_statements_keep_every_event(server, tmp_path):
         _pgbench(server, "-n", "-f", str(script), "-c", "2", "-j", "2", "-T", "3")
     rec = cap.summary["recorder"]
     (change,) = rec["duty_changes"]
-    assert change["duty"] == 1 and 100 <= change["statement_median_ms"] < 150, change
+    # the sleeps' median once the drainer has read some; before its first read, the time since the capture
+    # began (608.7 ms once on a loaded CI host): either way above the window's tenth
+    assert change["duty"] == 1 and change["statement_median_ms"] >= 100, change
     assert len(rec["windows"]) == 1 and not rec["off"]
     db = correlate(out, write=False)
     assert not db.duty_cycled
