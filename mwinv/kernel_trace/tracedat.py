@@ -121,6 +121,11 @@ def read_tracedat(path: str | os.PathLike) -> TraceDat:
                 raise TraceFormatError(path, pos, f"expected section {tag!r}")
             data = r.sized(8, tag).decode("utf-8", "replace")
             setattr(td, tag, data)
+            if tag == "header_page":   # a corrupt one lost its fields: a KeyError traceback at the first page
+                fields = parse_format("name: header_page\nID: 0\n" + data).fields
+                missing = [f for f in ("data", "commit") if f not in fields]
+                if missing:
+                    raise TraceFormatError(path, pos, f"header_page has no field {', '.join(missing)}")
         for _ in range(r.u32()):
             fmt = r.format(r.sized(8, "ftrace format"), "ftrace")
             td.formats[fmt.id] = fmt
