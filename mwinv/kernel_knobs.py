@@ -30,8 +30,6 @@ if TYPE_CHECKING:
 # noise of a rerun here (TPC-H Q1 at SF 0.1 varied by 4-6 % between warm runs)
 MIN_FAMILY_SHARE = 0.05
 WAIT_SOURCE = "sched-stack"  # the off-CPU source: its ns are time slept; perf samples on-CPU time
-# the function tracer's (mwinv/kernel_trace/functions.py): exact calls, and with the graph exact self times
-TRACER_SOURCES = frozenset({SOURCE_FUNCTION, SOURCE_GRAPH})
 MEASURED_NS = frozenset({WAIT_SOURCE, SOURCE_GRAPH})   # sources whose ns are the time itself, not a sample
 SOURCE_TEXT = {
     "perf-cpu-clock": "perf cpu-clock (sampled kernel stacks)",
@@ -278,6 +276,35 @@ def family_time(e: Evidence, rows: list[dict]) -> dict[str, tuple[float, int]]:
     return out
 
 
+def traced_functions() -> list[str]:
+    """The families' on-CPU functions as set_ftrace_filter globs: the function tracer counts these only (the
+    rest stays with perf's samples). A pattern matches anywhere in a name, as `*name*` does; `\\b` anchors
+    its start; a negative lookahead (balance_dirty_pages, not _ratelimited) ends the name there."""
+    out = []
+    for fam in FAMILIES:
+        for alt in fam.pattern.pattern.split("|"):
+            name, ends = re.subn(r"\(\?!.*?\)$", "", alt)
+            out.append((name[2:] if name.startswith(r"\b") else "*" + name) + ("" if ends else "*"))
+    return list(dict.fromkeys(out))
+
+
+def figures_basis(per_source: dict, tracer: dict[str, str], node: str | None) -> str:
+    """Where a family's figures come from: the function tracer's exact counts (and the graph's times) where
+    it ran, else the sampled stacks and why (tracer: per node, why the function tracer did not run, "" where
+    it ran; a capture that did not record it says nothing)."""
+    if SOURCE_GRAPH in per_source:
+        return "exact calls and times from the function tracer"
+    if SOURCE_FUNCTION in per_source:
+        return "exact calls from the function tracer, times from sampled stacks"
+    whys = {tracer[node]} if node in tracer else set(tracer.values())
+    why = whys.pop() if len(whys) == 1 else None
+    if why is None:
+        return "sampled stacks (no function tracer counts)"
+    if why == "":
+        return "sampled stacks (the function tracer ran and counted none of these functions)"
+    return f"sampled stacks (function tracer not allowed here: {why})"
+
+
 def kernel_knob_rule(family: Family, root: str | os.PathLike = "/"):
     """The rule for one family: it fires when the family's time holds MIN_FAMILY_SHARE of the statement's
     time in the database; its expected gain is that time, an upper bound (the knob removes at most all of it)."""
@@ -294,7 +321,6 @@ def kernel_knob_rule(family: Family, root: str | os.PathLike = "/"):
         unit = {WAIT_SOURCE: "sleeps", SOURCE_GRAPH: "calls", SOURCE_FUNCTION: "calls"}
         parts = "; ".join(f"{duration(t)} in {n:,} {unit.get(src, 'samples')} from {SOURCE_TEXT.get(src, src)}"
                           for src, (t, n) in sorted(per_source.items()))
-        exact = TRACER_SOURCES & per_source.keys()
         fuse = fuse_node(e.storage, [top.get("node")]) if family.key == "readahead" else None
         if fuse:
             what, knobs = fuse_readahead(e.storage, *fuse)
@@ -306,8 +332,7 @@ def kernel_knob_rule(family: Family, root: str | os.PathLike = "/"):
             f"kernel.{family.key}", f"{what}. Now: {knobs}. Effect: {effect}",
             f"{names}: {pct(total / e.db_ns)} of {e.in_db()} ({parts}); stack: {top.get('stack') or '-'}",
             round(total), f"upper bound: all of the family's {pct(total / e.db_ns)} of the time in the database; "
-                          + ("exact calls and times from the function tracer" if exact
-                             else "sampled stacks (no function tracer counts)"))
+                          + figures_basis(per_source, e.function_tracer, top.get("node")))
     rule.__name__ = f"kernel_{family.key}"
     return rule
 

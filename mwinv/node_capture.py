@@ -298,6 +298,7 @@ class NodeCapture:
         self._update_node({
             "end_ns": time.monotonic_ns(), "wall_minus_mono_end": wall_minus_mono(),
             "tracer": rec.get("tracer", "none"), "events": rec.get("events", []),
+            "function_tracer": rec.get("function_tracer"),
             "stacks": self.options.stacks, "perf_samples": self.summary.get("perf_samples", 0),
             "duty": rec.get("duty"), "event_budget": rec.get("event_budget"),
             "duty_changes": rec.get("duty_changes", []),

@@ -137,11 +137,15 @@ class AdviceOptions:
     calibration: the model's platform factors (`mwinv calibrate`; None: no expected gains from the
     model); cpus: the CPUs the server may use (the parallel-query what-if; 2 where the capture did not
     record them); settings: the server's settings the rules read (jit, ...); storage: the cluster's storage
-    back-end (the manifest's record, mwinv/cluster/storage.py: which nodes' tables are on a FUSE mount)."""
+    back-end (the manifest's record, mwinv/cluster/storage.py: which nodes' tables are on a FUSE mount);
+    function_tracer: per node, why the recorder's function tracer did not run ("" where it ran; the nodes'
+    `function_tracer` records, else what they skipped), said where the kernel-knob rules fall back on
+    sampled stacks."""
     calibration: dict | None = None
     cpus: int = 2
     settings: dict = field(default_factory=dict)
     storage: dict = field(default_factory=dict)
+    function_tracer: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.cpus, int) and self.cpus >= 1):
@@ -149,5 +153,11 @@ class AdviceOptions:
 
     @classmethod
     def from_manifest(cls, manifest: dict) -> "AdviceOptions":
+        tracer = {}
+        for node, info in (manifest.get("nodes") or {}).items():
+            if ft := info.get("function_tracer"):
+                tracer[node] = "" if ft["ran"] else ft["why_not"]
+            elif why := (info.get("skipped") or {}).get("tracer:function"):   # recorded before that record
+                tracer[node] = why
         return cls(manifest.get("calibration"), manifest.get("cpus") or cls.cpus, manifest.get("settings") or {},
-                   manifest.get("storage") or {})
+                   manifest.get("storage") or {}, tracer)

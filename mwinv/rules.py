@@ -66,6 +66,7 @@ class Evidence:
     # calls, hard parses, literal variants, commits, fetch round trips; empty otherwise
     dbms: dict = field(default_factory=dict)
     storage: dict = field(default_factory=dict)  # the storage back-end's record (AdviceOptions.storage)
+    function_tracer: dict = field(default_factory=dict)  # AdviceOptions.function_tracer
 
     def advice(self, rule: str, advice: str, evidence: str, gain: int | None = None,
                basis: str = "no model estimate") -> Advice:

@@ -39,6 +39,7 @@ ROOT_TESTS = {
     "test_kernel_record::test_sigterm_restores_state_and_keeps_the_capture": "tracefs",
     "test_kernel_record::test_kill9_leftovers_are_cleaned_by_the_next_run": "tracefs",
     "test_kernel_record::test_missing_pid_and_events_are_clear_errors": "tracefs",
+    "test_kernel_record::test_the_function_tracer_where_allowed_else_why_not": "tracefs",
     "test_lifecycle::test_kill9_capture_is_finished_by_the_next_correlation": "tracefs",
     "test_long_capture::test_a_parsed_trace_is_compressed_or_dropped_and_a_reparse_says_so": "tracefs",
     "test_lifecycle::test_an_interrupted_capture_leaves_its_parse_to_the_next_correlation": "tracefs",

@@ -61,6 +61,7 @@ def test_capture_of_tpch_queries(tpch_pg, tmp_path):
     c = Capture(tmp_path / "cap")
     m = c.manifest()["nodes"]["db1"]
     assert m["clock"] == "mono" and m["tracer"] in ("nop", "function") and "sched:sched_switch" in m["events"]
+    assert m["function_tracer"]["ran"] == (m["tracer"] == "function")   # and why not, recorded
     ev = c.read("kernel_event")
     ts = ev["ts_ns"].to_pylist()
     # the trace clock is the DBMS side's clock: every event lies inside the capture's monotonic span
@@ -189,6 +190,61 @@ def test_missing_pid_and_events_are_clear_errors(tmp_path):
         assert rec.skipped["uprobe:nosuch"].endswith("lib/nosuch.so: not installed") and rec.enabled
     finally:
         rec.stop()
+
+
+def _function_tracer_allowed(root: Path) -> bool:
+    """Whether this kernel lets an instance run the function tracer: the test's own instance, asked directly."""
+    from mwinv.kernel_trace.tracefs import Instance
+
+    inst = Instance.create(root)
+    try:
+        fd = os.open(inst.path / "current_tracer", os.O_WRONLY | os.O_TRUNC)
+        try:
+            os.write(fd, b"function")
+            return True
+        except PermissionError:
+            return False
+        finally:
+            os.close(fd)
+    finally:
+        inst.remove()
+
+
+def test_the_function_tracer_where_allowed_else_why_not(tmp_path):
+    """The recorder runs the function tracer in its own instance on the kernel-knob families' functions where
+    the kernel allows it; this kernel refuses it (EPERM, as `mwinv-trace check` says), which the recorder
+    records with the file that refused it, perf's samples standing alone; the kernel-knob advice on the
+    recorded TPC-H stacks (tests/golden/pg_tpch_demo.kernel.json) then says its figures are sampled stacks,
+    and why. The top level of tracefs is not touched."""
+    from mwinv import kernel_knobs as kk
+    from mwinv.kernel_trace.perf import perf_available
+    from mwinv.kernel_trace.recorder import KernelRecorder, RecorderConfig
+    from tests.test_kernel_knobs import GOLDEN, golden_advice
+
+    root = next(r for r in TRACEFS_CANDIDATES if (r / "instances").is_dir())
+    allowed = _function_tracer_allowed(root)
+    top, before = (root / "current_tracer").read_text(), our_instances()
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        rec = KernelRecorder(tmp_path / "k", [sleeper.pid], RecorderConfig(stacks=True)).start()
+        time.sleep(0.3)
+        summary = rec.stop()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert our_instances() == before and (root / "current_tracer").read_text() == top
+    ft = summary["function_tracer"]
+    assert summary["perf"] == perf_available()
+    if allowed:   # a kernel that allows it: the families' functions, traced
+        assert ft["ran"] and summary["tracer"] == "function" and set(ft["filter"]) <= set(kk.traced_functions())
+        return
+    assert ft == {"ran": False, "why_not": "EPERM (Operation not permitted, writing set_ftrace_filter)",
+                  "filter": kk.traced_functions()}
+    assert summary["tracer"] == "nop" and summary["skipped"]["tracer:function"] == f"function tracer refused: {ft['why_not']}"
+    data = dict(GOLDEN, manifest={**GOLDEN["manifest"], "nodes": {"demo": {"function_tracer": ft}}})
+    [advice] = [a for a in golden_advice(data) if a.rule.startswith("kernel.")]
+    assert advice.basis.endswith("; sampled stacks (function tracer not allowed here: EPERM (Operation not "
+                                 "permitted, writing set_ftrace_filter))"), advice.basis
 
 
 def test_sampler_cli(tmp_path):

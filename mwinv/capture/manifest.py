@@ -43,6 +43,9 @@ NODE = {
     "engine": ("str", False),
     "kernel_unparsed": (["null", "str"], False),
     "kernel_recovered": ("str", False),
+    # the recorder's function tracer (kernel_trace/recorder.py): whether it ran, and why not
+    "function_tracer": (["null", {"ran": ("bool", True), "why_not": (["null", "str"], True),
+                                  "filter": (["list", "str"], False)}], False),
 }
 CALIBRATION = {   # as `mwinv calibrate` writes it
     "disk": ({"disk_rate_bps": ("number", True), "rand_access_s": ("number", True),

@@ -69,7 +69,8 @@ def advise(statements: pa.Table, attribution: pa.Table, statement_io: pa.Table |
     blockers = _blockers(con, source, locked) if locked else {}
     if own_con:
         con.close()
-    ctx = _Context(texts, platform, blockers, options.cpus, options.settings, options.storage)
+    ctx = _Context(texts, platform, blockers, options.cpus, options.settings, options.storage,
+                   options.function_tracer)
     out: list[Advice] = []
     for sid, st in inputs.items():
         row = srow[sid]
@@ -229,6 +230,7 @@ class _Context:
     cpus: int
     settings: dict
     storage: dict
+    function_tracer: dict
 
 
 def _too_thin(st: dict, row: dict) -> Advice:
@@ -268,7 +270,7 @@ def evidence_of(st: dict, cls: tuple[dict[str, float], str, float], row: dict, k
         idle_cpus=idle_cpus, blocker=blocker, is_select=text.lstrip().lower().startswith(("select", "with")),
         pid=row["pid"], rows=row.get("rows") or 0, write_bytes=row.get("write_bytes") or 0,
         jit=str(ctx.settings.get("jit", "")).lower(), cpus=cpus, kernel_functions=kfuncs, parts=parts,
-        storage=ctx.storage)
+        storage=ctx.storage, function_tracer=ctx.function_tracer)
 
 
 def _named(r: dict, texts: dict[int, str]) -> str:

@@ -7,7 +7,8 @@ postmaster and its children, `options/event-fork`, re-read every second), the `m
 reader thread per CPU copying whole ring-buffer pages from `per_cpu/cpuN/trace_pipe_raw` into
 files; at the end the pages are assembled into a version-6 trace.dat (readable by `trace-cmd
 report` too). Kernel stacks come from the `stacktrace` trigger on the events that explain waits,
-and CPU hot spots from the function tracer where allowed, else from `perf record -g`."""
+and CPU hot spots from `perf record -g`, with exact calls of the kernel-knob families' functions from the
+function tracer where the kernel allows it in an instance (docs/kernel-advice.md)."""
 
 from __future__ import annotations
 
@@ -23,9 +24,10 @@ from pathlib import Path
 
 from mwinv import privfile
 from mwinv.errors import MwinvError
+from mwinv.kernel_knobs import traced_functions
 from mwinv.kernel_trace import perf as perf_mod
 from mwinv.kernel_trace.tracedat import write_tracedat
-from mwinv.kernel_trace.tracefs import Instance, add_uprobe, clean_stale, new_uprobe_group, remove_uprobe, tracefs_root
+from mwinv.kernel_trace.tracefs import Instance, TracefsError, add_uprobe, clean_stale, new_uprobe_group, remove_uprobe, tracefs_root
 from mwinv.kernel_trace.usdt import ProbeSet, string_fetcharg, uprobe_target, usdt_probes
 from mwinv.signals import held
 
@@ -169,6 +171,7 @@ class KernelRecorder:
         self.enabled: list[str] = []
         self.skipped: dict[str, str] = {}
         self.tracer = "nop"
+        self.function_tracer: dict | None = None   # whether it ran, why not (the manifest's record)
         self.perf = None
         self.procs: dict[int, dict] = {}
         self._gone: set[int] = set()
@@ -246,7 +249,7 @@ class KernelRecorder:
         f.start()
         self._threads.append(f)
         cycled = self.cfg.duty < 1 or bool(self.cfg.event_budget)   # events may be switched off
-        if self.tracer == "nop" and self.cfg.stacks and perf_mod.perf_available() and self.pids:
+        if self.cfg.stacks and perf_mod.perf_available() and self.pids:
             self.perf = perf_mod.start_perf(self.out / "perf.data", self.cfg.perf_freq_hz, control=cycled)
             if cycled:
                 # sampling before the first window opens: `perf record -a -g` took ~0.4 s to start on a
@@ -272,12 +275,40 @@ class KernelRecorder:
                 text = "stacktrace"                 # older kernels: no `&` in trigger filters
                 inst.write(trig, text)
             self.triggers[trig] = text
+        self._function_tracer(inst)
+
+    def _function_tracer(self, inst: Instance) -> None:
+        """The function tracer in our instance, on the kernel-knob families' functions only and the DBMS's
+        pids (and their children: function-fork), where the kernel allows it; else said why (EPERM here,
+        at the first file written) and perf's samples stand alone. Its entries go into trace.dat with the
+        events (kernel_function_call once parsed)."""
+        globs = traced_functions()
+        matched: list[str] = []
+        step = "set_ftrace_filter"
         try:
-            inst.write("set_ftrace_pid", " ".join(map(str, self.pids)))
-            inst.write("current_tracer", "function")
-            self.tracer = "function"
-        except MwinvError as exc:
-            self.skipped["tracer:function"] = str(exc).rsplit(": ", 1)[-1]  # EPERM here: perf instead
+            for g in globs:   # a glob no function of this kernel matches is refused (EINVAL): the others stay
+                try:
+                    inst.write(step, g + "\n", append=True)
+                    matched.append(g)
+                except TracefsError as exc:
+                    if exc.errno != errno.EINVAL:
+                        raise
+            if matched:
+                for step, value in (("set_ftrace_pid", " ".join(map(str, self.pids))),
+                                    ("options/function-fork", "1"), ("current_tracer", "function")):
+                    inst.write(step, value)
+        except TracefsError as exc:
+            why = f"{errno.errorcode.get(exc.errno, exc.errno)} ({os.strerror(exc.errno)}, writing {step})"
+            self.function_tracer = {"ran": False, "why_not": why, "filter": globs}
+            self.skipped["tracer:function"] = f"function tracer refused: {why}"
+            return
+        if not matched:
+            why = f"none of the {len(globs)} functions of the kernel-knob families is traceable here"
+            self.function_tracer = {"ran": False, "why_not": why, "filter": globs}
+            self.skipped["tracer:function"] = why
+            return
+        self.tracer = "function"
+        self.function_tracer = {"ran": True, "why_not": None, "filter": matched}
 
     def _dbms_binary(self) -> Path | None:
         """The executable of the traced pids (the DBMS's)."""
@@ -487,6 +518,8 @@ class KernelRecorder:
     def _add_event_pid(self, *pids: int) -> None:
         try:
             self.instance.write("set_event_pid", " ".join(map(str, pids)), append=True)
+            if self.tracer == "function":   # function-fork follows forks; this the rest, as for the events
+                self.instance.write("set_ftrace_pid", " ".join(map(str, pids)), append=True)
         except MwinvError as exc:
             if "No such process" not in str(exc):
                 raise
@@ -594,6 +627,7 @@ class KernelRecorder:
         privfile.write(self.out / "procs.json", json.dumps(self.procs))
         summary = {"trace": str(trace), "instance": self.instance.name if self.instance else None,
                    "events": self.enabled, "skipped": self.skipped, "tracer": self.tracer,
+                   "function_tracer": self.function_tracer,
                    "unfiltered": str(self.out / "unfiltered.dat") if self.unfiltered else None,
                    "stacks": self.cfg.stacks, "perf": self.perf is not None, "uprobes": self.uprobes,
                    "pids": sorted(self.procs), "errors": self._errors, "clock": "mono",

@@ -43,6 +43,14 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+class TracefsError(MwinvError):
+    """A tracefs file refused a write: the kernel's errno kept (EPERM, EINVAL tell different things)."""
+
+    def __init__(self, message: str, errno_: int):
+        super().__init__(message)
+        self.errno = errno_
+
+
 def write(path: Path, value: str, append: bool = False) -> None:
     """Write a tracefs file; the error names the file and the kernel's reason."""
     try:
@@ -52,7 +60,7 @@ def write(path: Path, value: str, append: bool = False) -> None:
         finally:
             os.close(fd)
     except OSError as exc:
-        raise MwinvError(f"{path}: cannot write {value.strip()!r}: {exc.strerror}") from None
+        raise TracefsError(f"{path}: cannot write {value.strip()!r}: {exc.strerror}", exc.errno) from None
 
 
 class Instance:
