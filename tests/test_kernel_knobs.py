@@ -242,3 +242,56 @@ def test_function_graph_rows_feed_the_kernel_knob_rules():
     assert a.expected_gain_ns == 4442 and a.basis.endswith("exact calls and times from the function tracer")
     assert "4.4 µs in 16 calls from the function tracer's call graph (exact calls and self time)" in a.evidence, \
         a.evidence
+
+
+def test_function_tracer_calls_are_counted_per_statement_and_feed_the_rules():
+    """The function tracer's entries (kernel_function_call, as the trace.dat decoder writes them where the
+    kernel allows the tracer) counted per statement by the SQL modules: a call counts for the top-level
+    statement running on its pid at the time, its most frequent caller is the example; through the
+    readahead rule beside the recorded stacks of a parallel scan (READER), its rows are exact calls, and the
+    basis says the time still comes from sampled stacks."""
+    import duckdb
+
+    from mwinv.correlator import modules
+    from mwinv.correlator.load import CaptureDB
+
+    con = duckdb.connect()
+    for t in ("kernel_function_call", "seg_off_stack", "stack_frame", "sample_statement"):
+        cols = {"kernel_function_call": "node VARCHAR, ts_ns BIGINT, cpu INT, pid INT, function VARCHAR, parent VARCHAR",
+                "seg_off_stack": "node VARCHAR, statement_id BIGINT, stack_id BIGINT, segments BIGINT, ns BIGINT",
+                "stack_frame": "node VARCHAR, stack_id BIGINT, frames VARCHAR[], useful VARCHAR[]",
+                "sample_statement": "node VARCHAR, pid INT, ts_ns BIGINT, stack_id BIGINT, statement_id BIGINT"}[t]
+        con.execute(f"CREATE TABLE {t} ({cols})")
+    con.execute("CREATE TABLE statement_clean (node VARCHAR, statement_id BIGINT, query_id BIGINT, pid INT, "
+                "start_ns BIGINT, end_ns BIGINT, nesting_level INT)")
+    con.execute("INSERT INTO statement_clean VALUES ('demo', 1, 42, 10, 1000, 2000, 0), "
+                "('demo', 2, 43, 10, 1500, 1800, 1), ('demo', 3, 44, 10, 3000, 4000, 0)")
+    # three calls from the sync path and one from the async one in statement 1 (one while a nested statement
+    # ran: the top-level one's), one after it, one of another pid, and one in statement 3
+    con.execute("INSERT INTO kernel_function_call VALUES "
+                "('demo', 1100, 0, 10, 'page_cache_ra_unbounded', 'page_cache_sync_ra'), "
+                "('demo', 1600, 0, 10, 'page_cache_ra_unbounded', 'page_cache_sync_ra'), "
+                "('demo', 1900, 1, 10, 'page_cache_ra_unbounded', 'page_cache_sync_ra'), "
+                "('demo', 1300, 0, 10, 'page_cache_ra_unbounded', 'page_cache_async_ra'), "
+                "('demo', 2500, 0, 10, 'page_cache_ra_unbounded', 'page_cache_sync_ra'), "
+                "('demo', 1200, 1, 11, 'page_cache_ra_unbounded', 'page_cache_sync_ra'), "
+                "('demo', 3500, 1, 10, 'select_task_rq_fair', 'try_to_wake_up')")
+    run = modules.Modules(CaptureDB(None, con, set()), {"kernel_function_call", "seg_off_stack", "stack_frame",
+                                                        "sample_statement", "statement_clean"},
+                          {"perf_period_ns": 10_101_010})
+    run.build("statement_kernel_function")
+    got = con.execute("SELECT statement_id, query_id, function, stack, samples, ns, share, source "
+                      "FROM statement_kernel_function ORDER BY ALL").fetchall()
+    assert got == [(1, 42, "page_cache_ra_unbounded", "page_cache_ra_unbounded <- page_cache_sync_ra", 4, None,
+                    None, fn.SOURCE_FUNCTION),
+                   (3, 44, "select_task_rq_fair", "select_task_rq_fair <- try_to_wake_up", 1, None, None,
+                    fn.SOURCE_FUNCTION)]
+    calls = [dict(zip(("statement_id", "query_id", "function", "stack", "samples", "ns", "share", "source"), got[0]),
+                  node="demo")]
+    reader = [r for r in GOLDEN["statement_kernel_function"] if r["statement_id"] == READER]
+    rule = kk.kernel_knob_rule(FAMILY["readahead"])
+    a = rule(evidence(db_ns=161e6, ns={"cpu_sys": 30_000_000}, kernel_functions=reader + calls))
+    assert "4 calls from the function tracer (exact calls, untimed)" in a.evidence, a.evidence
+    assert a.basis.endswith("; exact calls from the function tracer, times from sampled stacks"), a.basis
+    assert a.expected_gain_ns == rule(evidence(db_ns=161e6, ns={"cpu_sys": 30_000_000},
+                                               kernel_functions=reader)).expected_gain_ns   # untimed: no time added

@@ -93,6 +93,9 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("stack_id", i64), ("fields", s),  # fields: the remaining fields as text, for other events
     ]),
     "kernel_stack": pa.schema([("node", s), ("stack_id", i64), ("frames", pa.list_(s))]),
+    # the function tracer's entries (where the kernel allows it): a call of `function` from `parent`
+    "kernel_function_call": pa.schema([("node", s), ("ts_ns", i64), ("cpu", i32), ("pid", i32), ("function", s),
+                                       ("parent", s)]),
     # when the recorder had every event on (one window, or one per duty cycle: events off between)
     "trace_window": pa.schema([("node", s), ("lo", i64), ("hi", i64)]),
     # perf cpu-clock samples (kernel hot spots where the function tracer is not allowed)

@@ -2,7 +2,8 @@
 
 Each event type is decoded once per chunk: the field offsets come from the event's format, the
 values are gathered for all its records at once. Stack records (ftrace `kernel_stack`, written by
-options/stacktrace right after the event they belong to) become `stack_id`s of the event before."""
+options/stacktrace right after the event they belong to) become `stack_id`s of the event before; the
+function tracer's entries (ftrace `function`) become `kernel_function_call` rows, not events."""
 
 from __future__ import annotations
 
@@ -97,9 +98,12 @@ class DecodeState:
     events: int = 0
     lost: int = 0
     spec: np.ndarray | None = None      # ring_decode's field table, built on first use
+    calls: list[pa.Table] = field(default_factory=list)   # kernel_function_call parts not yet written
 
     def __post_init__(self):
         self.stack_type = next((i for i, f in self.formats.items() if f.name == "kernel_stack"), -1)
+        self.function_type = next((i for i, f in self.formats.items()
+                                   if f.system == "ftrace" and f.name == "function"), -1)
         sw = next((f for f in self.formats.values() if f.name == "sched_switch"), None)
         self.state_bits = state_bits(sw.print_fmt if sw else "")
 
@@ -255,7 +259,7 @@ def column_fields(fmt: EventFormat) -> dict[str, tuple[Field, int]]:
 
 # the fields decode_chunk reads besides column_fields' (processes' names, forks)
 _NOTED = {"sched_switch": ("prev_comm", "next_comm"), "sched_process_fork": ("child_comm", "parent_pid"),
-          "mm_filemap_add_to_page_cache": ("i_ino",)}
+          "mm_filemap_add_to_page_cache": ("i_ino",), "function": ("ip", "parent_ip")}
 
 
 def missing_field(fmt: EventFormat) -> str | None:
@@ -328,14 +332,34 @@ def decode_chunk(state: DecodeState, buf: np.ndarray, cpu: int, ts: np.ndarray, 
         if t == state.stack_type:
             continue
         sel = order[bounds[j]:bounds[j + 1]]
+        if t == state.function_type:
+            state.calls.append(_function_calls(state, state.formats[t], c, sel, cpu, d.pids))
+            continue
         event_idx[sel] = len(event_names)
         fmt = state.formats.get(t)
         event_names.append(f"unknown_{t}" if fmt is None else fmt.name)
         if fmt is not None:
             _decode_type(state, fmt, c, sel)
-    k = np.flatnonzero(d.types != state.stack_type)
+    k = np.flatnonzero((d.types != state.stack_type) & (d.types != state.function_type))
     state.events += len(k)
     return _event_batch(state, c, k, cpu, d.pids, stack_id, coded_strings(event_idx[k], event_names))
+
+
+def _function_calls(state: DecodeState, fmt: EventFormat, c: _Chunk, sel: np.ndarray, cpu: int,
+                    pids: np.ndarray) -> pa.Table:
+    """The function tracer's entries `sel` (ftrace `function`: ip, the traced function's address, and
+    parent_ip, the return address in its caller) as kernel_function_call rows, each address resolved through
+    the trace's own kallsyms (hex where the trace has none), each distinct one once."""
+    names = []
+    for f in (fmt.fields["ip"], fmt.fields["parent_ip"]):
+        uniq, inv = np.unique(_gather(c.buf, c.off[sel], f), return_inverse=True)
+        addrs = uniq.tolist()
+        names.append(coded_strings(inv.ravel().astype(np.int32),
+                                   state.kallsyms.names(addrs) if state.kallsyms else [f"0x{a:x}" for a in addrs]))
+    n = len(sel)
+    return pa.Table.from_arrays([coded_strings(np.zeros(n, np.int32), [state.node]), int_array(c.ts[sel]),
+                                 int_array(np.full(n, cpu, np.int32)), int_array(pids[sel].astype(np.int32)), *names],
+                                names=SCHEMAS["kernel_function_call"].names)
 
 
 def _stack_ids(state: DecodeState, buf: np.ndarray, d: Decoded, addr_off: int) -> np.ndarray:

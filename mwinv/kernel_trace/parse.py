@@ -1,5 +1,5 @@
-"""Parse a kernel trace (trace.dat or text) into the capture tables `kernel_event`, `kernel_stack`
-and `process`, streaming: one chunk of pages (or lines) at a time, each written as a Parquet part,
+"""Parse a kernel trace (trace.dat or text) into the capture tables `kernel_event`, `kernel_stack`,
+`kernel_function_call` (the function tracer's entries) and `process`, streaming: one chunk of pages (or lines) at a time, each written as a Parquet part,
 so memory stays bounded and a fault keeps everything parsed before it."""
 
 from __future__ import annotations
@@ -141,6 +141,9 @@ def parse_trace(path: str | os.PathLike, capture: Capture, node: str | None = No
             capture.write_part("kernel_event", pa.Table.from_batches(pending).unify_dictionaries(), node=node)
             pending.clear()
             rows = 0
+        if state.calls:
+            capture.write_part("kernel_function_call", pa.concat_tables(state.calls).unify_dictionaries(), node=node)
+            state.calls.clear()
 
     try:
         for rb in batches:
@@ -148,7 +151,7 @@ def parse_trace(path: str | os.PathLike, capture: Capture, node: str | None = No
             rows += rb.num_rows
             if progress:
                 progress(state.events)
-            if rows >= PART_ROWS:
+            if rows + sum(t.num_rows for t in state.calls) >= PART_ROWS:
                 flush()
     except TraceFormatError as exc:
         fault = str(exc)
