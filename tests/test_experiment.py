@@ -586,3 +586,25 @@ def test_no_guess_where_the_row_counts_were_not_measured():
                     _op(5, 3, "Index Scan", 60366, 1116.8, ["orders"], loops=30183)])
     m = scheme_change(q5, SCHEMES["1-part"].describe(), SCHEMES["2-part"].describe(), 0.5)
     assert "row counts were not measured" in m.unseen
+
+
+def test_row_counts_of_whole_tables_come_from_the_run_s_other_cells():
+    """SF 1, Q5 under 1-part on 1 node was measured before the tables' row counts were, the 2-node cell
+    after: customer (150,000 rows) and orders (1,500,000) are scanned whole on the coordinator in both, so
+    their counts are the run's. With them the fan of orders per customer is 10 and orders keeps 0.2 of it
+    for the customers of the region: under 2-part the nodes ship 0.2 of lineitem's 6,001,215 rows
+    (2,823 ms measured, 3,251 predicted). A partition's count (a foreign scan's) is no whole table's."""
+    from mwinv.cluster.distribute import SCHEMES
+    from mwinv.experiment.predict import plan_tree, scheme_change, whole_rows
+
+    one = [_op(0, -1, "Hash Join", 184082, 444.3), _op(1, 0, "Foreign Scan", 6001215, 4009.5, ["lineitem"]),
+           _op(2, 0, "Hash", 46008, 17.3), _op(3, 2, "Nested Loop", 46008, 2.5),
+           _op(4, 3, "Seq Scan", 30183, 15.4, ["customer"]),
+           _op(5, 3, "Index Scan", 60366, 1116.8, ["orders"], loops=30183)]
+    two = [_op(0, -1, "Seq Scan", 30183, 15.4, ["customer"], table_rows=150000),
+           _op(1, -1, "Index Scan", 60366, 1.0, ["orders"], loops=30183, table_rows=1500000),
+           _op(2, -1, "Foreign Scan", 3000000, 1.0, ["lineitem"], table_rows=3000000)]
+    whole_rows([one, two])
+    assert [o["table_rows"] for o in one] == [None, None, None, None, 150000, 1500000]
+    m = scheme_change(plan_tree(one), SCHEMES["1-part"].describe(), SCHEMES["2-part"].describe(), 0.5)
+    assert not m.unseen and m.rows == int(6001215 * 60366 / (30183 * 10)) - 6001215
