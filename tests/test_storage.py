@@ -249,3 +249,31 @@ def test_the_experiment_report_shows_the_storage_factor(tmp_path):
     assert "<h2" in page and ">Storage back-ends</h2>" in page
     assert re.search(r'<svg class="bar"[^>]*aria-label="Q1 sshfs: 4,832\.5 ms"><rect[^>]*fill="#59a14f"><title>link: ',
                      page)
+
+
+def test_the_storage_bound_is_the_critical_path_when_bricks_work_at_once():
+    """The cold scan of lineitem (Q1) of the readahead run (tests/golden/experiment_storage_ra: the three cells'
+    manifests, see SOURCES.md). With FUSE's 128 KiB window the 4 bricks serve in turn and their disks' sum is
+    the path; with 4 MiB two shards are in flight, and the sum (4,687 ms) is longer than the query's whole
+    window between the counters' readings before and after it (3,860 ms): no serial path fits. The bound is
+    the critical path: the sum over the shards in flight, never below the busiest brick."""
+    import json
+
+    got = {}
+    for p in sorted((Path(__file__).parent / "golden" / "experiment_storage_ra").glob("*.manifest.json")):
+        m = json.loads(p.read_text())
+        rec, marks = m["storage"], m["storage_counters"]["marks"]
+        bl = storage.blocks(m)
+        kinds = storage.kind_busy(bl, set(rec["storage_nodes"]), storage.shards_in_flight(rec))
+        disk = kinds["disk"]
+        got[rec["backend"]] = (disk["in_flight"], disk["summed_ns"] // 10**6, disk["busy_ns"] // 10**6,
+                               disk["busiest_ns"] // 10**6, (marks[1]["at_ns"] - marks[0]["at_ns"]) // 10**6)
+        assert disk["busiest_ns"] <= disk["busy_ns"] <= marks[1]["at_ns"] - marks[0]["at_ns"], (rec["backend"], disk)
+        if rec["backend"].endswith("4096"):
+            text = "\n".join(storage.markdown({"queries": [], "backends": [
+                {"cell": p.name[:10], "backend": rec["backend"], "kinds": kinds, "bound": "disk", "blocks": bl}]}))
+    assert got == {"glusterfs:4,read_ahead_kb=4096": (2.0, 4686, 2343, 2110, 3860),
+                   "glusterfs:4": (1.031, 4658, 4517, 1490, 5733),
+                   "sshfs": (1.0, 4634, 4634, 4634, 5447)}
+    assert "bound by **disk** (2,343 ms busy: 4,687 ms summed over 2 shards in flight; its busiest block disk of " \
+           "s2, 2,110 ms)" in text, text

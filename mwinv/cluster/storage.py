@@ -64,6 +64,8 @@ TABLESPACE = "mwinv_remote"
 SSH_PORT = 2222                   # on the storage node's own address, in its own namespace
 STORAGE_BASE_INDEX = 5            # storage nodes' addresses after the coordinator's and 4 data nodes'
 SHARD_BLOCK = "4MB"               # GlusterFS's smallest shard
+SHARD_BYTES = 4 << 20             # the same in bytes (GlusterFS's MB are MiB)
+FUSE_READAHEAD_KB = 128           # a FUSE mount's bdi readahead unless set (at most this, lowered by the daemon)
 GLUSTER_RUN = Path("/var/run/gluster")   # where glusterd puts brick sockets, whatever its run-directory
 MOUNT_WAIT_S = 20
 TOOLS = {"sshfs": ("sshfs", "/usr/sbin/sshd", "/usr/lib/openssh/sftp-server", "ssh", "ssh-keygen", "setpriv",
@@ -822,14 +824,15 @@ def attribute(db, statement_ids: list) -> dict:
         if ns:
             st["by_node"][node] = st["by_node"].get(node, 0) + ns
     served = set(manifest["storage"].get("storage_nodes", {}))
-    kinds = kind_busy(bl, served)
+    in_flight = shards_in_flight(manifest["storage"])
+    kinds = kind_busy(bl, served, in_flight)
     marks = manifest["storage_counters"].get("marks") or []
     windows = {sid: (s, e) for sid, s, e in db.sql(
         "SELECT statement_id, start_ns, end_ns FROM statement_clean WHERE list_contains($1, statement_id)",
         [list(per)]).fetchall()} if marks else {}
     for sid, st in per.items():
         around = statement_window(marks, *windows[sid]) if sid in windows else None
-        own = kind_busy(blocks(manifest, *around), served) if around else {}
+        own = kind_busy(blocks(manifest, *around), served, in_flight) if around else {}
         use = own if sum(v["busy_ns"] for v in own.values()) else kinds
         total = sum(v["busy_ns"] for v in use.values()) or 1
         st["split_basis"] = "statement" if use is own else "pass"
@@ -841,24 +844,42 @@ def attribute(db, statement_ids: list) -> dict:
             "statements": {str(k): v for k, v in per.items()}}
 
 
-def kind_busy(bl: list[dict], storage_nodes: set[str]) -> dict:
-    """Per kind of block the time the stream needs from it: on the storage nodes the sum of their
-    blocks' busy times (a sequential scan reads one 4 MiB shard after the other, each from one brick:
-    measured, the 4 bricks' disks were busy 0.7-1.7 s each and 4.7 s together, as long as one disk
-    reading it all), on a data node its busiest block (its link carries every byte); the larger."""
+def shards_in_flight(rec: dict) -> float:
+    """How many storage nodes serve a sequential scan at once: a readahead window of R bytes spans 1 + R/S
+    shards of S bytes on average, each on one brick, and at most one per storage node. FUSE's own 128 KiB
+    keeps the reads within one 4 MiB shard (1.03), 4 MiB spans two. sshfs (one node): 1. The window is
+    the data nodes' bdi readahead read at set-up, else the level's, else FUSE's own."""
+    n = len(rec.get("storage_nodes") or {})
+    if rec.get("kind") != "glusterfs" or n <= 1:
+        return 1.0
+    window = max((d.get("read_ahead_kb") or 0 for d in (rec.get("data_nodes") or {}).values()), default=0) \
+        or read_ahead_kb(rec.get("backend", "")) or FUSE_READAHEAD_KB
+    return min(float(n), 1 + window * 1024 / SHARD_BYTES)
+
+
+def kind_busy(bl: list[dict], storage_nodes: set[str], in_flight: float = 1.0) -> dict:
+    """Per kind of block the time the stream needs from it, its critical path: on the storage nodes their
+    blocks' busy times summed over the shards in flight (shards_in_flight: with one, the bricks serve in
+    turn and the sum is the path; measured, 4 bricks' disks 0.7-1.7 s each and 4.7 s together, as long as
+    one disk reading it all), never less than the busiest of them; on a data node its busiest block (its
+    link carries every byte); the larger."""
     out: dict[str, dict] = {}
     for b in bl:
         if not b["busy_ns"]:
             continue
-        k = out.setdefault(b["kind"], {"summed_ns": 0, "data_node_ns": 0, "busiest": None, "busiest_ns": 0})
+        k = out.setdefault(b["kind"], {"summed_ns": 0, "storage_busiest_ns": 0, "data_node_ns": 0,
+                                       "busiest": None, "busiest_ns": 0})
         if b["node"] in storage_nodes:
             k["summed_ns"] += b["busy_ns"]
+            k["storage_busiest_ns"] = max(k["storage_busiest_ns"], b["busy_ns"])
         else:
             k["data_node_ns"] = max(k["data_node_ns"], b["busy_ns"])
         if b["busy_ns"] > k["busiest_ns"]:
             k["busiest"], k["busiest_ns"] = b["block"], b["busy_ns"]
     for k in out.values():
-        k["busy_ns"] = max(k["summed_ns"], k["data_node_ns"])
+        k["in_flight"] = round(in_flight, 3)
+        k["critical_ns"] = int(max(k.pop("storage_busiest_ns"), k["summed_ns"] / in_flight))
+        k["busy_ns"] = max(k["critical_ns"], k["data_node_ns"])
     return out
 
 
@@ -900,8 +921,11 @@ def markdown(s: dict) -> list[str]:
                      + f" | {r['split_over']} |")
     for a in s["backends"]:
         k = a["kinds"][a["bound"]]
-        lines += ["", f"{a['backend']} (cell {a['cell']}): bound by **{a['bound']}** ({ms(k['busy_ns'])} busy; its "
-                      f"busiest block {k['busiest']}, {ms(k['busiest_ns'])})", "",
+        # an attribution before the critical path summed the storage nodes' blocks
+        path = (f": {ms(k['summed_ns'])} summed over {k['in_flight']:g} shards in flight"
+                if k.get("in_flight", 1) > 1 else "")
+        lines += ["", f"{a['backend']} (cell {a['cell']}): bound by **{a['bound']}** ({ms(k['busy_ns'])} busy{path}; "
+                      f"its busiest block {k['busiest']}, {ms(k['busiest_ns'])})", "",
                   "| block | work | capacity | busy |", "|---|---:|---:|---:|"]
         for b in a["blocks"]:
             work = f"{b['work'] / 1e6:,.1f} MB" if b["unit"] == "bytes" else f"{b['work']:.2f} CPU s"
