@@ -244,44 +244,51 @@ def test_function_graph_rows_feed_the_kernel_knob_rules():
         a.evidence
 
 
-def test_function_tracer_calls_are_counted_per_statement_and_feed_the_rules():
-    """The function tracer's entries (kernel_function_call, as the trace.dat decoder writes them where the
-    kernel allows the tracer) counted per statement by the SQL modules: a call counts for the top-level
-    statement running on its pid at the time, its most frequent caller is the example; through the
-    readahead rule beside the recorded stacks of a parallel scan (READER), its rows are exact calls, and the
-    basis says the time still comes from sampled stacks."""
+HOT_SPOT_INPUTS = {
+    "kernel_function_call": "node VARCHAR, ts_ns BIGINT, cpu INT, pid INT, function VARCHAR, parent VARCHAR",
+    "cpu_sample": "node VARCHAR, ts_ns BIGINT, cpu INT, pid INT, stack_id BIGINT, kernel BOOLEAN",
+    "seg_off_stack": "node VARCHAR, statement_id BIGINT, stack_id BIGINT, segments BIGINT, ns BIGINT",
+    "stack_frame": "node VARCHAR, stack_id BIGINT, frames VARCHAR[], useful VARCHAR[]",
+    # a statement of 1000-2000 ns with a nested one in 1500-1800, and another at 3000-4000, on pid 10
+    "statement_clean": "node VARCHAR, statement_id BIGINT, query_id BIGINT, pid INT, start_ns BIGINT, "
+                       "end_ns BIGINT, nesting_level INT"}
+
+
+def hot_spots(**rows: str) -> list[tuple]:
+    """statement_kernel_function built by the SQL modules from these inputs' rows (VALUES text per table)."""
     import duckdb
 
     from mwinv.correlator import modules
     from mwinv.correlator.load import CaptureDB
 
     con = duckdb.connect()
-    for t in ("kernel_function_call", "seg_off_stack", "stack_frame", "sample_statement"):
-        cols = {"kernel_function_call": "node VARCHAR, ts_ns BIGINT, cpu INT, pid INT, function VARCHAR, parent VARCHAR",
-                "seg_off_stack": "node VARCHAR, statement_id BIGINT, stack_id BIGINT, segments BIGINT, ns BIGINT",
-                "stack_frame": "node VARCHAR, stack_id BIGINT, frames VARCHAR[], useful VARCHAR[]",
-                "sample_statement": "node VARCHAR, pid INT, ts_ns BIGINT, stack_id BIGINT, statement_id BIGINT"}[t]
+    rows.setdefault("statement_clean", "('demo', 1, 42, 10, 1000, 2000, 0), ('demo', 2, 43, 10, 1500, 1800, 1), "
+                                       "('demo', 3, 44, 10, 3000, 4000, 0)")
+    for t, cols in HOT_SPOT_INPUTS.items():
         con.execute(f"CREATE TABLE {t} ({cols})")
-    con.execute("CREATE TABLE statement_clean (node VARCHAR, statement_id BIGINT, query_id BIGINT, pid INT, "
-                "start_ns BIGINT, end_ns BIGINT, nesting_level INT)")
-    con.execute("INSERT INTO statement_clean VALUES ('demo', 1, 42, 10, 1000, 2000, 0), "
-                "('demo', 2, 43, 10, 1500, 1800, 1), ('demo', 3, 44, 10, 3000, 4000, 0)")
-    # three calls from the sync path and one from the async one in statement 1 (one while a nested statement
-    # ran: the top-level one's), one after it, one of another pid, and one in statement 3
-    con.execute("INSERT INTO kernel_function_call VALUES "
-                "('demo', 1100, 0, 10, 'page_cache_ra_unbounded', 'page_cache_sync_ra'), "
-                "('demo', 1600, 0, 10, 'page_cache_ra_unbounded', 'page_cache_sync_ra'), "
-                "('demo', 1900, 1, 10, 'page_cache_ra_unbounded', 'page_cache_sync_ra'), "
-                "('demo', 1300, 0, 10, 'page_cache_ra_unbounded', 'page_cache_async_ra'), "
-                "('demo', 2500, 0, 10, 'page_cache_ra_unbounded', 'page_cache_sync_ra'), "
-                "('demo', 1200, 1, 11, 'page_cache_ra_unbounded', 'page_cache_sync_ra'), "
-                "('demo', 3500, 1, 10, 'select_task_rq_fair', 'try_to_wake_up')")
-    run = modules.Modules(CaptureDB(None, con, set()), {"kernel_function_call", "seg_off_stack", "stack_frame",
-                                                        "sample_statement", "statement_clean"},
-                          {"perf_period_ns": 10_101_010})
+        if t in rows:
+            con.execute(f"INSERT INTO {t} VALUES {rows[t]}")
+    run = modules.Modules(CaptureDB(None, con, set()), set(HOT_SPOT_INPUTS), {"perf_period_ns": 10_101_010})
     run.build("statement_kernel_function")
-    got = con.execute("SELECT statement_id, query_id, function, stack, samples, ns, share, source "
-                      "FROM statement_kernel_function ORDER BY ALL").fetchall()
+    return con.execute("SELECT statement_id, query_id, function, stack, samples, ns, share, source "
+                       "FROM statement_kernel_function ORDER BY ALL").fetchall()
+
+
+def test_function_tracer_calls_are_counted_per_statement_and_feed_the_rules():
+    """The function tracer's entries (kernel_function_call, as the trace.dat decoder writes them where the
+    kernel allows the tracer) counted per statement by the SQL modules: a call counts for the top-level
+    statement running on its pid at the time, its most frequent caller is the example; through the
+    readahead rule beside the recorded stacks of a parallel scan (READER), its rows are exact calls, and the
+    basis says the time still comes from sampled stacks."""
+    # three calls from the sync path and one from the async one in statement 1 (one while a nested statement
+    # ran, one after it: the top-level one's), one after it, one of another pid, and one in statement 3
+    got = hot_spots(kernel_function_call="('demo', 1100, 0, 10, 'page_cache_ra_unbounded', 'page_cache_sync_ra'), "
+                                         "('demo', 1600, 0, 10, 'page_cache_ra_unbounded', 'page_cache_sync_ra'), "
+                                         "('demo', 1900, 1, 10, 'page_cache_ra_unbounded', 'page_cache_sync_ra'), "
+                                         "('demo', 1300, 0, 10, 'page_cache_ra_unbounded', 'page_cache_async_ra'), "
+                                         "('demo', 2500, 0, 10, 'page_cache_ra_unbounded', 'page_cache_sync_ra'), "
+                                         "('demo', 1200, 1, 11, 'page_cache_ra_unbounded', 'page_cache_sync_ra'), "
+                                         "('demo', 3500, 1, 10, 'select_task_rq_fair', 'try_to_wake_up')")
     assert got == [(1, 42, "page_cache_ra_unbounded", "page_cache_ra_unbounded <- page_cache_sync_ra", 4, None,
                     None, fn.SOURCE_FUNCTION),
                    (3, 44, "select_task_rq_fair", "select_task_rq_fair <- try_to_wake_up", 1, None, None,
@@ -295,3 +302,17 @@ def test_function_tracer_calls_are_counted_per_statement_and_feed_the_rules():
     assert a.basis.endswith("; exact calls from the function tracer, times from sampled stacks"), a.basis
     assert a.expected_gain_ns == rule(evidence(db_ns=161e6, ns={"cpu_sys": 30_000_000},
                                                kernel_functions=reader)).expected_gain_ns   # untimed: no time added
+
+
+def test_perf_samples_after_a_nested_statement_count_for_its_parent():
+    """perf's kernel samples on a pid while its top-level statement ran count for that statement, also while
+    and after a nested statement ran in it (a PL/pgSQL function's query): the join once took the nested one
+    as the latest start and dropped every sample from its start to the parent's end."""
+    stack = "'page_cache_ra_unbounded', 'page_cache_sync_ra', 'filemap_read'"
+    got = hot_spots(cpu_sample="('demo', 1100, 0, 10, 5, true), ('demo', 1600, 0, 10, 5, true), "
+                               "('demo', 1900, 1, 10, 5, true), ('demo', 1950, 1, 10, 5, false), "
+                               "('demo', 2500, 0, 10, 5, true)",
+                    stack_frame=f"('demo', 5, [{stack}], [{stack}])")
+    assert got == [(1, 42, "page_cache_ra_unbounded",
+                    "page_cache_ra_unbounded <- page_cache_sync_ra <- filemap_read", 3, 3 * 10_101_010, 1.0,
+                    "perf-cpu-clock")]

@@ -8,7 +8,8 @@
 CREATE TABLE sample_statement AS
 SELECT c.node, c.pid, c.ts_ns, c.stack_id, s.statement_id
 FROM cpu_sample c
+-- top-level statements only in the join: a sample after a nested statement ended is its parent's
 ASOF JOIN (SELECT * FROM statement_clean
-           WHERE (node, pid) IN (SELECT (node, pid) FROM cpu_sample WHERE kernel)) s
+           WHERE (node, pid) IN (SELECT (node, pid) FROM cpu_sample WHERE kernel) AND coalesce(nesting_level, 0) = 0) s
   ON c.node = s.node AND c.pid = s.pid AND c.ts_ns >= s.start_ns
-WHERE c.kernel AND c.ts_ns < s.end_ns AND coalesce(s.nesting_level, 0) = 0;
+WHERE c.kernel AND c.ts_ns < s.end_ns;
