@@ -572,6 +572,14 @@ def test_rows_that_stop_coming_take_their_fetch_and_links_with_them():
     assert 0 < got < (596 - 360 - 100) * ms
 
 
+def _q5_one_node():
+    """SF 1, Q5 under 1-part on 1 node (results_op), measured before the tables' row counts were."""
+    return [_op(0, -1, "Hash Join", 184082, 444.3), _op(1, 0, "Foreign Scan", 6001215, 4009.5, ["lineitem"]),
+            _op(2, 0, "Hash", 46008, 17.3), _op(3, 2, "Nested Loop", 46008, 2.5),
+            _op(4, 3, "Seq Scan", 30183, 15.4, ["customer"]),
+            _op(5, 3, "Index Scan", 60366, 1116.8, ["orders"], loops=30183)]
+
+
 def test_no_guess_where_the_row_counts_were_not_measured():
     """SF 1, Q5 under 1-part on 1 node, measured before the tables' row counts were: orders looked up per
     customer (30,183 loops) meets lineitem on the nodes under 2-part, and what orders filtered alone keeps
@@ -580,11 +588,7 @@ def test_no_guess_where_the_row_counts_were_not_measured():
     from mwinv.cluster.distribute import SCHEMES
     from mwinv.experiment.predict import plan_tree, scheme_change
 
-    q5 = plan_tree([_op(0, -1, "Hash Join", 184082, 444.3), _op(1, 0, "Foreign Scan", 6001215, 4009.5, ["lineitem"]),
-                    _op(2, 0, "Hash", 46008, 17.3), _op(3, 2, "Nested Loop", 46008, 2.5),
-                    _op(4, 3, "Seq Scan", 30183, 15.4, ["customer"]),
-                    _op(5, 3, "Index Scan", 60366, 1116.8, ["orders"], loops=30183)])
-    m = scheme_change(q5, SCHEMES["1-part"].describe(), SCHEMES["2-part"].describe(), 0.5)
+    m = scheme_change(plan_tree(_q5_one_node()), SCHEMES["1-part"].describe(), SCHEMES["2-part"].describe(), 0.5)
     assert "row counts were not measured" in m.unseen
 
 
@@ -597,10 +601,7 @@ def test_row_counts_of_whole_tables_come_from_the_run_s_other_cells():
     from mwinv.cluster.distribute import SCHEMES
     from mwinv.experiment.predict import plan_tree, scheme_change, whole_rows
 
-    one = [_op(0, -1, "Hash Join", 184082, 444.3), _op(1, 0, "Foreign Scan", 6001215, 4009.5, ["lineitem"]),
-           _op(2, 0, "Hash", 46008, 17.3), _op(3, 2, "Nested Loop", 46008, 2.5),
-           _op(4, 3, "Seq Scan", 30183, 15.4, ["customer"]),
-           _op(5, 3, "Index Scan", 60366, 1116.8, ["orders"], loops=30183)]
+    one = _q5_one_node()
     two = [_op(0, -1, "Seq Scan", 30183, 15.4, ["customer"], table_rows=150000),
            _op(1, -1, "Index Scan", 60366, 1.0, ["orders"], loops=30183, table_rows=1500000),
            _op(2, -1, "Foreign Scan", 3000000, 1.0, ["lineitem"], table_rows=3000000)]
