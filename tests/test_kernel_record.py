@@ -213,9 +213,9 @@ def _function_tracer_allowed(root: Path) -> bool:
 def test_the_function_tracer_where_allowed_else_why_not(tmp_path):
     """The recorder runs the function tracer in its own instance on the kernel-knob families' functions where
     the kernel allows it; this kernel refuses it (EPERM, as `mwinv-trace check` says), which the recorder
-    records with the file that refused it, perf's samples standing alone; the kernel-knob advice on the
-    recorded TPC-H stacks (tests/golden/pg_tpch_demo.kernel.json) then says its figures are sampled stacks,
-    and why. The top level of tracefs is not touched."""
+    records with the file that refused it, perf's samples standing alone (and `mwinv-trace check` says the
+    same); the kernel-knob advice on the recorded TPC-H stacks (tests/golden/pg_tpch_demo.kernel.json) then
+    says its figures are sampled stacks, and why. The top level of tracefs is not touched."""
     from mwinv import kernel_knobs as kk
     from mwinv.kernel_trace.perf import perf_available
     from mwinv.kernel_trace.recorder import KernelRecorder, RecorderConfig
@@ -235,6 +235,9 @@ def test_the_function_tracer_where_allowed_else_why_not(tmp_path):
     assert our_instances() == before and (root / "current_tracer").read_text() == top
     ft = summary["function_tracer"]
     assert summary["perf"] == perf_available()
+    # `mwinv-trace check` tries it as the recorder does, and says the same
+    check = subprocess.run([BIN / "mwinv-trace", "check"], capture_output=True, text=True, timeout=60)
+    assert json.loads(check.stdout)["function_tracer"] == ("function" if allowed else f"none ({ft['why_not']})")
     if allowed:   # a kernel that allows it: the families' functions, traced
         assert ft["ran"] and summary["tracer"] == "function" and set(ft["filter"]) <= set(kk.traced_functions())
         return

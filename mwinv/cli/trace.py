@@ -13,6 +13,7 @@ Subcommands:
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -39,7 +40,8 @@ def cli() -> None:
 @click.option("--data-dir", type=click.Path(exists=True, file_okay=False), help="PostgreSQL data directory.")
 @click.option("--conninfo", help="libpq conninfo of the server (also used to drain the mwinv extension).")
 @click.option("--duration", type=float, help="stop after this many seconds.")
-@click.option("--stacks", is_flag=True, help="kernel stacks on wait events and perf CPU samples.")
+@click.option("--stacks", is_flag=True, help="kernel stacks on wait events and perf CPU samples; where the kernel "
+              "allows it, the function tracer on the kernel-knob families' functions (docs/kernel-advice.md).")
 @click.option("--page-faults", is_flag=True, help="also trace user page faults (many events).")
 @click.option("--interval", "sample_interval_s", type=float, default=CaptureOptions.sample_interval_s, show_default=True,
               help="sampling interval, s (>= 0.01).")
@@ -168,7 +170,7 @@ def check() -> None:
     Example:
       mwinv-trace check
     """
-    from mwinv.kernel_trace.recorder import default_events
+    from mwinv.kernel_trace.recorder import default_events, start_function_tracer
     from mwinv.kernel_trace.tracefs import Instance, tracefs_root
     from mwinv.kernel_trace.perf import perf_available
 
@@ -176,12 +178,10 @@ def check() -> None:
     inst = Instance.create(root)
     try:
         events = {ev: inst.has_event(ev) for ev in default_events(page_faults=True)}
-        try:
-            inst.write("current_tracer", "function")
-            tracer = "function"
+        ft = start_function_tracer(inst, [os.getpid()])   # as a capture's recorder tries it
+        if ft["ran"]:
             inst.write("current_tracer", "nop")
-        except MwinvError as exc:
-            tracer = f"none ({str(exc).rsplit(': ', 1)[-1]})"
+        tracer = "function" if ft["ran"] else f"none ({ft['why_not']})"
     finally:
         inst.remove()
     click.echo(json.dumps({"tracefs": str(root), "function_tracer": tracer, "perf": perf_available(),

@@ -76,6 +76,34 @@ def default_events(page_faults: bool = False) -> list[str]:
     return SCHED_EVENTS + BLOCK_EVENTS + sys + NET_EVENTS + (PAGE_FAULT_EVENTS if page_faults else [])
 
 
+def start_function_tracer(inst: Instance, pids: list[int]) -> dict:
+    """The function tracer in `inst`, on the kernel-knob families' functions only and on `pids` (and their
+    children: function-fork), where the kernel allows it; its entries go into the instance's buffer with
+    the events (kernel_function_call once parsed). Returns the manifest's record: whether it runs, else
+    why not (the errno and the file that refused it: EPERM at set_ftrace_filter here), and the globs."""
+    globs = traced_functions()
+    matched: list[str] = []
+    step = "set_ftrace_filter"
+    try:
+        for g in globs:   # a glob no function of this kernel matches is refused (EINVAL): the others stay
+            try:
+                inst.write(step, g + "\n", append=True)
+                matched.append(g)
+            except TracefsError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+        if not matched:
+            return {"ran": False, "why_not": f"none of the {len(globs)} functions of the kernel-knob families "
+                                             "is traceable here", "filter": globs}
+        for step, value in (("set_ftrace_pid", " ".join(map(str, pids))), ("options/function-fork", "1"),
+                            ("current_tracer", "function")):
+            inst.write(step, value)
+    except TracefsError as exc:
+        why = f"{errno.errorcode.get(exc.errno, exc.errno)} ({os.strerror(exc.errno)}, writing {step})"
+        return {"ran": False, "why_not": why, "filter": globs}
+    return {"ran": True, "why_not": None, "filter": matched}
+
+
 def descendants(root_pid: int) -> list[int]:
     """root_pid and all its descendants (threads' tids included), from /proc."""
     children: dict[int, list[int]] = {}
@@ -275,40 +303,11 @@ class KernelRecorder:
                 text = "stacktrace"                 # older kernels: no `&` in trigger filters
                 inst.write(trig, text)
             self.triggers[trig] = text
-        self._function_tracer(inst)
-
-    def _function_tracer(self, inst: Instance) -> None:
-        """The function tracer in our instance, on the kernel-knob families' functions only and the DBMS's
-        pids (and their children: function-fork), where the kernel allows it; else said why (EPERM here,
-        at the first file written) and perf's samples stand alone. Its entries go into trace.dat with the
-        events (kernel_function_call once parsed)."""
-        globs = traced_functions()
-        matched: list[str] = []
-        step = "set_ftrace_filter"
-        try:
-            for g in globs:   # a glob no function of this kernel matches is refused (EINVAL): the others stay
-                try:
-                    inst.write(step, g + "\n", append=True)
-                    matched.append(g)
-                except TracefsError as exc:
-                    if exc.errno != errno.EINVAL:
-                        raise
-            if matched:
-                for step, value in (("set_ftrace_pid", " ".join(map(str, self.pids))),
-                                    ("options/function-fork", "1"), ("current_tracer", "function")):
-                    inst.write(step, value)
-        except TracefsError as exc:
-            why = f"{errno.errorcode.get(exc.errno, exc.errno)} ({os.strerror(exc.errno)}, writing {step})"
-            self.function_tracer = {"ran": False, "why_not": why, "filter": globs}
-            self.skipped["tracer:function"] = f"function tracer refused: {why}"
-            return
-        if not matched:
-            why = f"none of the {len(globs)} functions of the kernel-knob families is traceable here"
-            self.function_tracer = {"ran": False, "why_not": why, "filter": globs}
-            self.skipped["tracer:function"] = why
-            return
-        self.tracer = "function"
-        self.function_tracer = {"ran": True, "why_not": None, "filter": matched}
+        self.function_tracer = ft = start_function_tracer(inst, self.pids)
+        if ft["ran"]:
+            self.tracer = "function"
+        else:   # perf's samples stand alone
+            self.skipped["tracer:function"] = f"function tracer refused: {ft['why_not']}"
 
     def _dbms_binary(self) -> Path | None:
         """The executable of the traced pids (the DBMS's)."""
