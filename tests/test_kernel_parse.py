@@ -232,3 +232,23 @@ def test_an_empty_trace_is_said_not_parsed_as_no_events(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith(f"mwinv-trace: error: {empty}: empty file (0 bytes)")
+
+
+def test_the_function_entries_fields_in_real_traces(tmp_path):
+    """The function tracer's entries (ftrace `function`) are decoded from the fields of each trace's own
+    format: in a real arm64 trace (trappy) and a real x86 one recorded here, ip and parent_ip are unsigned
+    8-byte fields at offsets 8 and 16 and the decoder finds that format; neither trace holds such entries (no
+    trace.dat with them was found, and this kernel refuses the tracer: docs/kernel-advice.md), so no
+    kernel_function_call is written and every event is still an event."""
+    from mwinv.kernel_trace.decode import DecodeState
+    from mwinv.kernel_trace.tracedat import read_tracedat
+
+    for path, events in ((GOLDEN / "trappy_raw_trace.dat", 757), (unxz("pg_tpch_q6_q3.trace.dat.xz", tmp_path), None)):
+        td = read_tracedat(path)
+        fmt = td.formats[DecodeState("n1", td.formats).function_type]
+        assert (fmt.system, fmt.name) == ("ftrace", "function")
+        assert [(f.offset, f.size, f.signed) for f in (fmt.fields["ip"], fmt.fields["parent_ip"])] == \
+            [(8, 8, False), (16, 8, False)]
+        res, cap = parsed(path, tmp_path, path.stem)
+        assert not cap.parts("kernel_function_call") and res.events == cap.read("kernel_event").num_rows
+        assert events is None or res.events == events
