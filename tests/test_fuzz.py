@@ -43,8 +43,9 @@ TARGETS = ("manifest", "parquet", "parquet_types", "tracedat", "tracetext", "ora
 SECONDS = float(os.environ.get("MWINV_FUZZ_SECONDS", "20"))
 FIRST_SEED = int(os.environ.get("MWINV_FUZZ_SEED", str(time.time_ns() % 1_000_000_007)))
 ONE = bool(os.environ.get("MWINV_FUZZ_ONE"))
-# seeds that found a fault, replayed on every run (parquet: zeroed footer bytes read as no rows)
-FOUND = {"parquet": (426179112,)}
+# seeds that found a fault, replayed on every run (parquet: zeroed footer bytes read as no rows;
+# manifest: a creation time past year 2262)
+FOUND = {"parquet": (426179112,), "manifest": (761756279,)}
 
 
 # ---- mutations

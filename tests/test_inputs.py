@@ -25,7 +25,9 @@ def copy_capture(tmp_path: Path, name: str = "cap") -> Capture:
     (lambda m: [m], "top level: expected an object, got a list"),
     (lambda m: {**m, "nodes": "pg"}, "nodes: expected an object, got 'pg'"),
     (lambda m: {**m, "nodes": {"pg": {**m["nodes"]["pg"], "start_ns": "twenty"}}},
-     "nodes.pg.start_ns: expected an integer, got 'twenty'"),
+     "nodes.pg.start_ns: expected a time in ns (64-bit), got 'twenty'"),
+    (lambda m: {**m, "created_wall_ns": 10 ** 30},   # a date past 2262: the report's date failed
+     "created_wall_ns: expected a time in ns since 1970 (64-bit), got 1000000000000000000000000000000"),
     (lambda m: {**m, "nodes": {"pg": {**m["nodes"]["pg"], "clock": 3}}}, "nodes.pg.clock: expected 'mono' or"),
     (lambda m: {**m, "calibration": {**m["calibration"], "disk": {"disk_rate_bps": "fast", "rand_access_s": 1}}},
      "calibration.disk.disk_rate_bps: expected a finite number, got 'fast'"),

@@ -9,16 +9,18 @@ from pathlib import Path
 
 from mwinv.errors import MwinvError
 
-# A spec: a type name ("str", "int", "number", "bool", "any"), a tuple of allowed constants, a dict of
-# field -> (spec, required), ["list", item], ["map", value] (any keys), or ["null", spec] (None allowed).
-OFFSET = {"at_ns": ("int", True), "offset_ns": ("int", True), "error_ns": ("int", True)}
+# A spec: a type name ("str", "int", "ns", "wall_ns", "number", "bool", "any"), a tuple of allowed
+# constants, a dict of field -> (spec, required), ["list", item], ["map", value] (any keys), or
+# ["null", spec] (None allowed).
+INT64 = 1 << 63
+OFFSET = {"at_ns": ("ns", True), "offset_ns": ("ns", True), "error_ns": ("ns", True)}
 NODE = {
     "clock": (("mono", "realtime"), False),
     "kernel": ("str", False),
     "postmaster_pid": (["null", "int"], False),
     "software": (["map", ["null", "str"]], False),
-    "start_ns": (["null", "int"], False),
-    "end_ns": (["null", "int"], False),
+    "start_ns": (["null", "ns"], False),
+    "end_ns": (["null", "ns"], False),
     "wall_minus_mono_start": (["null", OFFSET], False),
     "wall_minus_mono_end": (["null", OFFSET], False),
     "clock_offset_start": (["null", OFFSET], False),
@@ -29,7 +31,7 @@ NODE = {
     "perf_samples": ("int", False),
     "duty": (["null", "number"], False),
     "event_budget": (["null", "number"], False),
-    "duty_changes": (["list", {"at_ns": ("int", True), "duty": ("number", True),
+    "duty_changes": (["list", {"at_ns": ("ns", True), "duty": ("number", True),
                                "events_per_s_per_cpu": ("number", True),
                                "statement_median_ms": ("number", False)}], False),
     "pids": (["list", "int"], False),
@@ -56,7 +58,7 @@ CALIBRATION = {   # as `mwinv calibrate` writes it
 MANIFEST = {
     "format": (("mwinv-capture",), True),
     "version": ((1,), True),
-    "created_wall_ns": ("int", True),
+    "created_wall_ns": ("wall_ns", True),
     "nodes": (["map", NODE], True),
     "capture_kind": ("str", False),
     "clock_source": ("str", False),
@@ -65,7 +67,7 @@ MANIFEST = {
     "cpus": (["null", "int"], False),
     "settings": (["map", "any"], False),
     "calibration": (["null", CALIBRATION], False),
-    "perf_sample_period_ns": ("int", False),
+    "perf_sample_period_ns": ("ns", False),
     # the kernel settings an experiment's cell ran with, as read back (mwinv/kernel_settings.py)
     "kernel_settings": (["map", {"path": ("str", True), "value": ("str", True), "before": ("str", True),
                                  "scope": ("str", True)}], False),
@@ -124,6 +126,11 @@ def _check(value, spec, where: str) -> str | None:
         return None if isinstance(value, bool) else wrong("a boolean")
     if spec == "int":
         return None if isinstance(value, int) and not isinstance(value, bool) else wrong("an integer")
+    if spec in ("ns", "wall_ns"):
+        # a time goes into a BIGINT column or a date: beyond int64 it failed there, not here
+        low = 0 if spec == "wall_ns" else -INT64
+        ok = isinstance(value, int) and not isinstance(value, bool) and low <= value < INT64
+        return None if ok else wrong("a time in ns" + (" since 1970" if low == 0 else "") + " (64-bit)")
     if spec == "number":
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         return None if ok else wrong("a finite number")
