@@ -2,6 +2,8 @@
 it is too low, on the project's small real capture (tests/golden/pg_small_capture); the raw trace
 compressed or dropped once parsed, on real short captures."""
 
+import dataclasses
+import re
 import shutil
 import subprocess
 import sys
@@ -123,7 +125,7 @@ def test_statement_clean_fits_a_small_memory_limit_and_keeps_the_first_of_a_dupl
         p.unlink()
     cap.write_part("statement", pa.concat_tables([rows, again]), node="all")
     db = open_capture(cap_dir, memory_limit="100MB")
-    db.build("traced_statement")
+    db.build("traced_statement", "dbms_attribution")
     slicing = next(m for m in modules.modules() if m.name == "slice_statement").sql
     assert "CTE" not in "".join(r[1] for r in db.sql("EXPLAIN " + slicing).fetchall())
     db.build("slice_statement")
@@ -262,13 +264,9 @@ def test_a_capture_correlated_in_parts_gives_the_tables_of_one_correlated_whole(
         "correlate the capture whole"), r.stderr
 
 
-def test_between_trace_windows_a_pid_carries_its_last_row_only(tmp_path, monkeypatch):
-    """The golden capture made duty-cycled (trace windows but from 72.8 to 74 % of it, where one backend
-    ran its 50 short statements, no kernel events there): walked in slices, a pid carries from one slice to the next only its last row where
-    no traced statement ran since its last switch (the statements between the windows piled up in its
-    tail, walked again slice after slice), and the tables are those of one whole pass."""
-    cap_dir = tmp_path / "cap"
-    shutil.copytree(CAPTURE, cap_dir)
+def _duty_cycled(cap_dir: Path) -> tuple[tuple[int, int], list[dict]]:
+    """The golden capture made duty-cycled (written back): trace windows but from 72.8 to 74 % of it,
+    where one backend ran its 50 short statements, no kernel events there. The gap, and its statements."""
     cap = Capture(cap_dir)
     (window,) = cap.read("trace_window").to_pylist()
     gap = (window["lo"] + (window["hi"] - window["lo"]) * 728 // 1000, window["lo"] + (window["hi"] - window["lo"]) * 74 // 100)
@@ -283,8 +281,17 @@ def test_between_trace_windows_a_pid_carries_its_last_row_only(tmp_path, monkeyp
     for info in manifest["nodes"].values():
         info["duty"] = 0.5
     cap.write_manifest(manifest)
-    stmts = cap.read("statement").to_pylist()
-    between = [s for s in stmts if gap[0] < s["start_ns"] and s["end_ns"] < gap[1]]
+    return gap, [s for s in cap.read("statement").to_pylist() if gap[0] < s["start_ns"] and s["end_ns"] < gap[1]]
+
+
+def test_between_trace_windows_a_pid_carries_its_last_row_only(tmp_path, monkeypatch):
+    """The golden capture made duty-cycled (trace windows but from 72.8 to 74 % of it, where one backend
+    ran its 50 short statements, no kernel events there): walked in slices, a pid carries from one slice to the next only its last row where
+    no traced statement ran since its last switch (the statements between the windows piled up in its
+    tail, walked again slice after slice), and the tables are those of one whole pass."""
+    cap_dir = tmp_path / "cap"
+    shutil.copytree(CAPTURE, cap_dir)
+    gap, between = _duty_cycled(cap_dir)
     assert len(between) >= 40
 
     whole = correlate(cap_dir, write=False)
@@ -305,3 +312,46 @@ def test_between_trace_windows_a_pid_carries_its_last_row_only(tmp_path, monkeyp
     sliced = correlate(cap_dir, write=False)
     assert len(carried) >= 10 and max(carried) == 1
     assert _per_statement_tables(sliced) == _per_statement_tables(whole)
+
+
+def test_a_statement_of_its_rusage_alone_is_not_summed_and_gets_the_summed_rows(tmp_path, monkeypatch):
+    """The golden capture made duty-cycled, with a parallel worker: the statements between its trace
+    windows (rusage alone) have no own_attribution rows and none stored in the session (their
+    local_attribution rows are made as they are read: a table of them took 15 s per 10 M statements to
+    write), and every per-statement table and query row is that of the same capture with every
+    statement summed from its own rows, row for row."""
+    cap_dir = tmp_path / "cap"
+    shutil.copytree(CAPTURE, cap_dir)
+    _with_worker(cap_dir)
+    _, between = _duty_cycled(cap_dir)
+    ids = ", ".join(str(s["statement_id"]) for s in between)
+    # their rusage and idle time, some beyond the wall time (each part bounded by what the others left)
+    cap = Capture(cap_dir)
+    stmts = cap.read("statement").to_pylist()
+    for i, s in enumerate(x for x in stmts if x["statement_id"] in {b["statement_id"] for b in between}):
+        wall = s["end_ns"] - s["start_ns"]
+        s.update(cpu_user_ns=wall // 3 * (1 + i % 4), cpu_sys_ns=wall // 8, client_wait_ns=wall // 4 * (i % 2))
+    for p in cap.parts("statement"):
+        p.unlink()
+    cap.write_part("statement", stmts, node="all")
+    fast = correlate(cap_dir, write=False)
+    assert fast.sql(f"SELECT count(*) FILTER (WHERE rusage_only) FROM slice_statement WHERE statement_id IN ({ids})"
+                    ).fetchone()[0] == len(between) >= 40
+    assert fast.sql(f"SELECT count(*) FROM own_attribution WHERE statement_id IN ({ids})").fetchone()[0] == 0
+    assert fast.sql(f"SELECT count(*) FROM summed_attribution WHERE statement_id IN ({ids})").fetchone()[0] == 0
+    assert fast.sql("SELECT table_type FROM information_schema.tables WHERE table_name = 'local_attribution'"
+                    ).fetchone()[0] == "VIEW"
+    rows = fast.sql(f"SELECT component, sum(ns) FROM statement_attribution WHERE statement_id IN ({ids}) GROUP BY ALL"
+                    ).fetchall()
+    assert {c for c, ns in rows if ns > 0} == {"cpu_user", "cpu_sys", "client_wait", "not_allocated"}
+
+    # the same capture with no statement of its rusage alone: each summed from its own_attribution rows
+    every = [m if m.name != "slice_statement" else dataclasses.replace(
+        m, sql=re.sub(r"coalesce\(s\.nesting_level, 0\) = 0 AND t\.statement_id IS NULL AND o\.statement_id IS NULL",
+                      "false", m.sql)) for m in modules.modules()]
+    monkeypatch.setattr(modules, "_LOADED", every)
+    summed = correlate(cap_dir, write=False)
+    assert summed.sql("SELECT count(*) FILTER (WHERE rusage_only) FROM slice_statement").fetchone()[0] == 0
+    assert summed.sql(f"SELECT count(DISTINCT statement_id) FROM own_attribution WHERE statement_id IN ({ids})"
+                      ).fetchone()[0] == len(between)
+    assert _per_statement_tables(fast) == _per_statement_tables(summed)

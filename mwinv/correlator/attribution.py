@@ -106,10 +106,13 @@ def _code(labels: tuple[str, ...], label: str) -> int:
 # a pid stopped carrying the statements between trace windows: the walk took 15.5 s at 1 M points a
 # slice, the process 1,472 MiB meanwhile (before: 18.2 s and 2,300 MiB; at 250 k 29.1 s, 1,830 MiB).
 CHUNK_POINTS = 1_000_000
-# A statement slice's per-statement modules (sql/own_attribution.sql, local_attribution.sql) hold this
+# A statement slice's per-statement modules (sql/own_attribution.sql, summed_attribution.sql) hold this
 # many statements' rows at once, not the capture's: on a 120 s pgbench capture (12.3 M statements) with
 # DuckDB at 512 MB, slices of 1 M ran out of memory, of 250 k they took 37 s at 2.05 GiB.
 CHUNK_STATEMENTS = 250_000
+# A statement slice's statements in all, most of them rusage-only in a duty-cycled capture: only
+# statement_io reads those, a join with the few statements with requests (seg_io), nothing held.
+CHUNK_RUSAGE_ONLY = 4_000_000
 # A pid that never switches carries its whole tail from slice to slice: past this many rows that pid's
 # tail is counted at once, as at the end of the trace (its last stretch loses the evidence of what follows).
 MAX_CARRY_POINTS = 4_000_000
@@ -211,21 +214,28 @@ def slice_bounds(db: CaptureDB, chunk_points: int, lo: int | None = None,
 
 def statement_bounds(db: CaptureDB, chunk_statements: int, lo: int | None = None,
                      hi: int | None = None) -> list[tuple[int | None, int | None]]:
-    """Slices of [lo, hi) of the statements' slice keys (sql/slice_statement.sql) of about `chunk_statements`
-    statements each, for the `slice: statement` modules; the cuts are statements' keys (exact quantiles:
-    0.35 s for 13 M)."""
-    n = db.sql(f"SELECT count(*) FROM slice_statement WHERE {range_sql('key_ns', lo, hi)}").fetchone()[0]
-    return _quantile_bounds(db, "slice_statement", "key_ns", -(-n // chunk_statements), "quantile_disc", lo, hi)
+    """Slices of [lo, hi) of the statements' slice keys (sql/slice_statement.sql) for the `slice: statement`
+    modules, each of about `chunk_statements` statements whose own rows are summed (not rusage_only) and
+    at most CHUNK_RUSAGE_ONLY in all; the cuts are statements' keys (exact quantiles: 0.35 s for 13 M)."""
+    cuts = set()
+    for only, chunk in (("NOT rusage_only", chunk_statements), ("true", max(chunk_statements, CHUNK_RUSAGE_ONLY))):
+        where = f"{only} AND {range_sql('key_ns', lo, hi)}"
+        n = db.sql(f"SELECT count(*) FROM slice_statement WHERE {where}").fetchone()[0]
+        bounds = _quantile_bounds(db, "slice_statement", "key_ns", -(-n // chunk), "quantile_disc", lo, hi, only)
+        cuts |= {c for c, _ in bounds[1:]}
+    cuts = sorted(cuts)
+    return list(zip([lo] + cuts, cuts + [hi]))
 
 
 def _quantile_bounds(db: CaptureDB, table: str, column: str, slices: int, quantile: str,
-                     lo: int | None, hi: int | None) -> list[tuple[int | None, int | None]]:
-    """`slices` ranges of `column` within [lo, hi) from its quantiles there (`quantile`: DuckDB's
-    function), the first from lo and the last to hi: every row in [lo, hi) lies in exactly one."""
+                     lo: int | None, hi: int | None, only: str = "true") -> list[tuple[int | None, int | None]]:
+    """`slices` ranges of `column` within [lo, hi) from its quantiles there over the rows where `only`
+    (`quantile`: DuckDB's function), the first from lo and the last to hi: every row in [lo, hi) lies
+    in exactly one."""
     if slices <= 1:
         return [(lo, hi)]
     cuts = db.sql(f"SELECT {quantile}({column}, " + "[" + ", ".join(
-        f"{k / slices:.6f}" for k in range(1, slices)) + f"]) FROM {table} WHERE {range_sql(column, lo, hi)}"
+        f"{k / slices:.6f}" for k in range(1, slices)) + f"]) FROM {table} WHERE {only} AND {range_sql(column, lo, hi)}"
                   ).fetchone()[0]
     cuts = sorted(set(int(c) for c in cuts if lo is None or c > lo))
     return list(zip([lo] + cuts, cuts + [hi]))

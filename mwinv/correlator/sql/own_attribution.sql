@@ -7,7 +7,8 @@
 -- whole in integer ns).
 --
 -- One statement slice at a time (a parallel worker's rows in its leader's slice), each row with its
--- statement's slice key: local_attribution reads it per slice.
+-- statement's slice key: local_attribution reads it per slice. A statement of its rusage alone
+-- (slice_statement.rusage_only) has no rows: local_attribution derives its own.
 --
 -- builds:  own_attribution
 -- inputs:  slice_statement, seg_component, seg_io, dbms_attribution, in_slice; the variables
@@ -23,7 +24,7 @@ base AS (
            least(coalesce(s.client_wait_ns, 0), s.end_ns - s.start_ns) AS idle,
            s.cpu_user_ns IS NOT NULL AS has_rusage, s.traced
     FROM slice s
-    WHERE coalesce(s.nesting_level, 0) = 0
+    WHERE coalesce(s.nesting_level, 0) = 0 AND NOT s.rusage_only
       AND (s.node, s.statement_id) NOT IN (SELECT (node, statement_id) FROM dbms_attribution)),
 comp AS (
     SELECT b.*, c.component, c.ns FROM base b
