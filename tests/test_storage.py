@@ -142,6 +142,51 @@ def test_sshfs_end_to_end(tmp_path):
     assert _left(tag) == {}
 
 
+def test_a_remote_wait_split_by_following_its_tcp_connections(tmp_path):
+    """A cold Q6 on sshfs while a stray reader in the storage node's cgroup reads another file: the
+    processes that served d1 are found by the TCP connection its ssh holds (sshd's session holds the
+    same 4-tuple reversed, sftp-server under it), so the disk's part counts their reads, not the stray
+    ones the cgroup's counters mix in; the link is what remains of the wait."""
+    caps = NodeCaps(cpu=0.5, memory_mb=384, read_mbps=20, link_mbit=200)
+    with Cluster(nodes=1, scale=0.01, node_caps=caps) as cl:
+        cl.set_storage("sshfs")
+        s1, d1_address = cl.storage.nodes["s1"], cl.address("d1")
+        stray = s1.dir / "stray"
+        with open(stray, "xb") as f:
+            f.write(os.urandom(6 << 20))
+        with ClusterCapture(cl, tmp_path / "cap", stacks=True) as cap:
+            drop_page_cache()
+            before = cl.storage.counters()
+            reader = subprocess.Popen(s1.cgroup.exec_prefix() + ["dd", f"if={stray}", "of=/dev/null", "bs=1M"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            t0 = time.monotonic_ns()
+            _q6(cl.coordinator)
+            t1 = time.monotonic_ns()
+            assert reader.wait(timeout=30) == 0
+            after = cl.storage.counters()
+            cap.capture.update_manifest(storage_counters={"start": before, "end": after, "marks": [before, after]})
+        files = sum(p.stat().st_size for p in (s1.dir / "export").rglob("*") if p.is_file())
+        db = correlate(tmp_path / "cap")
+        sid = db.sql("SELECT statement_id FROM statement_clean WHERE node = 'coord' AND start_ns >= $1 AND end_ns <= $2 "
+                     "ORDER BY end_ns - start_ns DESC LIMIT 1", [t0, t1]).fetchone()[0]
+        got = storage.attribute(db, [sid])
+        db.con.close()
+        cl.set_storage("local")
+    st = got["statements"][str(sid)]
+    assert st["split_by"] == "tcp", st
+    served = st["links"]["d1"]["storage_nodes"]["s1"]
+    (conn, pid), = served["connections"].items()
+    assert conn.startswith(f"{d1_address}:") and conn.endswith(f" -> {s1.address}:{storage.SSH_PORT}"), served
+    assert f"sshd {pid}" in served["serving"] and any(p.startswith("sftp-server ") for p in served["serving"]), served
+    # the scan's reads are sftp-server's; the cgroup's counter also holds the stray 6 MiB
+    counted = after["storage_nodes"]["s1"]["disk_read_bytes"] - before["storage_nodes"]["s1"]["disk_read_bytes"]
+    assert served["read_bytes"] > 0.3 * files and counted - served["read_bytes"] > 0.9 * (6 << 20), (served, counted)
+    assert st["busy_ns"]["disk"] - st["linked_busy_ns"]["disk"] > 0.9 * (6 << 20) / 20e6 * 1e9, st
+    split = st["split_ns"]
+    assert sum(split.values()) == st["remote_ns"] > 0 and split["disk"] > 0 and split["daemons"] > 0, st
+    assert sum(st["counter_split_ns"].values()) <= st["remote_ns"], st
+
+
 def _child(code: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)

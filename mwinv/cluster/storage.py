@@ -50,6 +50,7 @@ from pathlib import Path
 
 from mwinv import serverdir
 from mwinv.cgroup import CGROUP_V1_ROOT, Cgroup, block_device_of
+from mwinv.cluster import storage_link
 from mwinv.errors import MwinvError
 from mwinv.signals import held
 
@@ -182,12 +183,8 @@ def group_pids(group: Path, exes: set[str]) -> list[int]:
     executable), so a pid reused meanwhile is not signalled."""
     ctl, *rest = group.relative_to(CGROUP_V1_ROOT).parts
     rel = "/" + "/".join(rest)
-    try:
-        pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
-    except OSError:
-        return []
     out = []
-    for pid in pids:
+    for pid in _procs(group):
         try:
             fd = os.pidfd_open(pid)
         except OSError:
@@ -547,11 +544,15 @@ class Storage:
             cgroup = self.cluster.servers[d].cgroup
             fds = group_pids(cgroup.path("cpu"), CLIENT_EXES)
             try:
-                cpu = sum(_proc_cpu_ns(fd) for fd in fds)
+                cpu = sum(storage_link.pid_cpu_ns(pid) for pid in map(_pid_of, fds) if pid)
             finally:
                 for fd in fds:
                     os.close(fd)
             out["data_nodes"][d] = {"client_cpu_ns": cpu, **_link_bytes(self.cluster.net.links[d].host_if)}
+        out["connections"] = {  # which storage processes serve which data node (storage_link)
+            "data_nodes": {d: storage_link.processes(_procs(self.cluster.servers[d].cgroup.path("cpu")), CLIENT_EXES)
+                           for d in self.cluster.data_nodes},
+            "storage_nodes": {n.name: storage_link.processes(_procs(n.cgroup.path("cpu"))) for n in self.nodes.values()}}
         return out
 
 
@@ -612,6 +613,13 @@ def _int(path: Path) -> int:
         return 0
 
 
+def _procs(group: Path) -> list[int]:
+    try:
+        return [int(p) for p in (group / "cgroup.procs").read_text().split()]
+    except OSError:
+        return []
+
+
 def _cpu_stat(group: Path) -> dict:
     try:
         return {k: int(v) for k, v in (ln.split() for ln in (group / "cpu.stat").read_text().splitlines())}
@@ -633,22 +641,13 @@ def _link_bytes(host_if: str) -> dict:
     return {"to_node_bytes": _int(stats / "tx_bytes"), "from_node_bytes": _int(stats / "rx_bytes")}
 
 
-def _proc_cpu_ns(pidfd: int) -> int:
-    """The on-CPU ns of the process a pidfd holds (its pid read from the pidfd's fdinfo), summed over its
-    threads' schedstat: /proc/<pid>/stat counts 10 ms ticks, fewer than a FUSE client serving a small
-    scan may use (a delta of 0: the client's block went missing from a CI run at SF 0.01)."""
+def _pid_of(pidfd: int) -> int | None:
+    """The pid a pidfd holds (its fdinfo's Pid line)."""
     try:
-        pid = next(int(ln.split()[1]) for ln in Path(f"/proc/self/fdinfo/{pidfd}").read_text().splitlines()
-                   if ln.startswith("Pid:"))
+        return next(int(ln.split()[1]) for ln in Path(f"/proc/self/fdinfo/{pidfd}").read_text().splitlines()
+                    if ln.startswith("Pid:"))
     except (OSError, StopIteration, ValueError, IndexError):
-        return 0
-    total = 0
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):   # a thread that ended meanwhile
-            continue
-    return total
+        return None
 
 
 def brick_sockets(groups) -> list[Path]:
@@ -657,10 +656,8 @@ def brick_sockets(groups) -> list[Path]:
     for group in groups:
         for fd in group_pids(Path(group), DAEMON_EXES):
             try:
-                pid = next(int(ln.split()[1]) for ln in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines()
-                           if ln.startswith("Pid:"))
-                argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-            except (OSError, StopIteration, ValueError):
+                argv = Path(f"/proc/{_pid_of(fd)}/cmdline").read_bytes().decode(errors="replace").split("\0")
+            except OSError:
                 argv = []
             finally:
                 os.close(fd)
@@ -800,7 +797,10 @@ def attribute(db, statement_ids: list) -> dict:
     (link, serving daemons, remote disk, FUSE client) in proportion to the busy time of each kind over
     that statement's own run (`split_basis` "statement": the counters read before and after it), else
     over the measured passes ("pass": streams run side by side, or a capture without those readings);
-    and the kind of block that bounds the stream (the busiest), over the passes and per statement."""
+    and the kind of block that bounds the stream (the busiest), over the passes and per statement. Where
+    the readings around a statement link each waiting data node's FUSE client to its serving processes
+    by their TCP connections (storage_link), its split follows those processes instead (linked_split,
+    `split_by` "tcp", the proportional one kept as `counter_split_ns`); else `split_by` "counters"."""
     manifest = db.capture.manifest()
     bl = blocks(manifest)
     if not bl:
@@ -839,9 +839,52 @@ def attribute(db, statement_ids: list) -> dict:
         st["split_ns"] = {k: int(st["remote_ns"] * v["busy_ns"] / total) for k, v in use.items()}
         st["bound"] = max(use, key=lambda k: use[k]["busy_ns"], default=None)
         st["busy_ns"] = {k: v["busy_ns"] for k, v in use.items()}
+        linked = storage_link.work(*(r["connections"] for r in around)) \
+            if use is own and all("connections" in r for r in around) else {}
+        st["split_by"] = "counters"
+        if linked and set(st["by_node"]) <= set(linked):   # every waiting data node's requests followed
+            st["counter_split_ns"], st["split_by"] = st["split_ns"], "tcp"
+            st["split_ns"], st["linked_busy_ns"] = linked_split(manifest, linked, st["by_node"], windows[sid], in_flight)
+            st["links"] = linked
     bound = max(kinds, key=lambda k: kinds[k]["busy_ns"], default=None)
     return {"backend": manifest["storage"]["backend"], "blocks": bl, "kinds": kinds, "bound": bound,
             "statements": {str(k): v for k, v in per.items()}}
+
+
+def linked_split(manifest: dict, linked: dict, waits: dict, window: tuple[int, int], in_flight: float) -> tuple:
+    """A statement's remote wait split by following its requests (storage_link.work over its window): per
+    data node the CPU of the processes serving its connections (over the storage node's quota), their
+    disk reads (over its read rate) and its FUSE client's CPU, each as its critical path (kind_busy);
+    of each the share that fell in the data node's waits, taking the work as spread over the statement
+    (a cold sshfs scan's disk reads ahead while PostgreSQL computes); the link is what remains of the
+    wait. Work that overlaps (the disk reading ahead while the link carries the last reply) can exceed
+    the wait: then the three fill it in proportion and the link's time lay under theirs (0). Returns the
+    split and the linked blocks' busy times per kind (summed over the data nodes)."""
+    rec, cal = manifest["storage"], manifest.get("calibration") or {}
+    nodes = manifest.get("nodes") or {}
+    span = max(1, window[1] - window[0])
+    split, busy_ns = dict.fromkeys(SPLIT_KINDS, 0), {}
+    for d, wait in waits.items():
+        bl = []
+        for s, w in linked[d]["storage_nodes"].items():
+            caps = (rec["storage_nodes"].get(s) or {}).get("caps") or {}
+            rate = next(iter((caps.get("read_bps") or {}).values()), None) or (cal.get("disk") or {}).get("disk_rate_bps")
+            bl += [{"block": f"daemons on {s}", "kind": "daemons", "node": s,
+                    "busy_ns": int(w["cpu_ns"] / (caps.get("cpu") or 1.0))},
+                   {"block": f"disk of {s}", "kind": "disk", "node": s,
+                    "busy_ns": int(w["read_bytes"] / rate * 1e9) if rate else 0}]
+        cpu = ((nodes.get(d) or {}).get("caps") or {}).get("cpu") or 1.0
+        bl.append({"block": f"FUSE client on {d}", "kind": "client", "node": d,
+                   "busy_ns": int(linked[d]["client_cpu_ns"] / cpu)})
+        busy = kind_busy(bl, set(linked[d]["storage_nodes"]), in_flight)
+        for k, v in busy.items():
+            busy_ns[k] = busy_ns.get(k, 0) + v["busy_ns"]
+        served = {k: busy[k]["busy_ns"] * min(1.0, wait / span) if k in busy else 0 for k in ("daemons", "disk", "client")}
+        fit = min(1.0, wait / (sum(served.values()) or 1))
+        for k, v in served.items():
+            split[k] += int(v * fit)
+        split["link"] += wait - sum(int(v * fit) for v in served.values())
+    return split, busy_ns
 
 
 def shards_in_flight(rec: dict) -> float:
@@ -904,7 +947,8 @@ def cells(out: Path) -> dict:
                         "wall_ns": r["wall_ns"], "remote_ns": st["remote_ns"] if st else None,
                         "split_ns": st["split_ns"] if st else {},
                         # an older attribution split every statement over the pass
-                        "split_over": (st.get("split_basis") or "pass") + (f" (bound: {st['bound']})"
+                        "split_over": (st.get("split_basis") or "pass")
+                        + (", linked by TCP" if st.get("split_by") == "tcp" else "") + (f" (bound: {st['bound']})"
                                                                            if st.get("bound") else "")
                         if st else "-"})
     return {"queries": queries, "backends": [{"cell": c, **a} for c, a in attr.items()]}
