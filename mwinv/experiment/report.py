@@ -483,9 +483,10 @@ def _storage_md(s: dict, md: list[str], html: list[str]) -> None:
     if not s["storage"]:
         return
     md += ["## Storage back-ends", "", "Per query its time on each back-end; on a remote one the data nodes' wait on it, "
-           "split over the link, the serving daemons, the remote disk and the FUSE client in proportion to their busy "
-           "time over the cell's passes; then each back-end's blocks and the kind that bounds the stream "
-           "(docs/storage.md).", ""]
+           "split over the link, the serving daemons, the remote disk and the FUSE client: by what the processes "
+           "linked to it by TCP did over the statement, the link what remains (\"linked by TCP\"), else in proportion "
+           "to their busy time over the statement or the cell's passes (the last column); then each back-end's blocks "
+           "and the kind that bounds the stream (docs/storage.md).", ""]
     md += storage.markdown(s["storage"]) + [""]
     rows = s["storage"]["queries"]
     peak = max((r["wall_ns"] or 0 for r in rows), default=0)
