@@ -322,3 +322,29 @@ def test_the_storage_bound_is_the_critical_path_when_bricks_work_at_once():
                    "sshfs": (1.0, 4634, 4634, 4634, 5447)}
     assert "bound by **disk** (2,343 ms busy: 4,687 ms summed over 2 shards in flight; its busiest block disk of " \
            "s2, 2,110 ms)" in text, text
+
+
+def test_the_split_linked_by_tcp_on_recorded_cells():
+    """The cold Q1 of a recorded sshfs and a GlusterFS cell (tests/golden/experiment_storage_tcp: their manifests
+    with the readings around Q1, its window and its attribution, see SOURCES.md): the snapshots link d1's client
+    to sshd's session with sftp-server under it, and to both bricks and glusterd (the volfile connection), whose
+    reads are the disks'; the split they give is the one recorded, the link what remains of the wait."""
+    import json
+
+    golden = Path(__file__).parent / "golden" / "experiment_storage_tcp"
+    got = {}
+    for p in sorted(golden.glob("*.manifest.json")):
+        m = json.loads(p.read_text())
+        cell = p.name.split(".")[0]
+        (sid, st), = json.loads((golden / f"{cell}.storage.json").read_text())["statements"].items()
+        window = json.loads((golden / f"{cell}.windows.json").read_text())[sid]
+        marks = m["storage_counters"]["marks"]
+        linked = storage.storage_link.work(marks[0]["connections"], marks[1]["connections"])
+        served = linked["d1"]["storage_nodes"]
+        got[m["storage"]["backend"]] = {s: ([x.split()[0] for x in w["serving"]], w["read_bytes"] >> 20)
+                                        for s, w in sorted(served.items())}
+        split, _ = storage.linked_split(m, linked, st["by_node"], window, storage.shards_in_flight(m["storage"]))
+        assert st["split_by"] == "tcp" and split == st["split_ns"], (split, st)
+        assert split["link"] == st["remote_ns"] - split["daemons"] - split["disk"] - split["client"]
+    assert got == {"sshfs": {"s1": (["sftp-server", "sshd"], 88)},
+                   "glusterfs": {"s1": (["glusterd", "glusterfsd"], 48), "s2": (["glusterfsd"], 40)}}, got
