@@ -355,3 +355,19 @@ def test_a_statement_of_its_rusage_alone_is_not_summed_and_gets_the_summed_rows(
     assert summed.sql(f"SELECT count(DISTINCT statement_id) FROM own_attribution WHERE statement_id IN ({ids})"
                       ).fetchone()[0] == len(between)
     assert _per_statement_tables(fast) == _per_statement_tables(summed)
+
+
+def test_the_walks_slices_follow_the_memory_limit(tmp_path, monkeypatch):
+    """The segment walk's slices (outside DuckDB's limit) hold a point per POINT_BYTES of --memory: the
+    golden capture at 64 MB walks in twice the slices it walks in at 128 MB (a byte budget scaled to
+    its size), and gives the same tables."""
+    cap_dir = tmp_path / "cap"
+    shutil.copytree(CAPTURE, cap_dir)
+    events = Capture(cap_dir).read("kernel_event").num_rows
+    monkeypatch.setattr(attribution, "POINT_BYTES", (128 << 20) // (events // 2))   # ~4 slices at 128 MB
+    got = {}
+    for memory in ("64MB", "128MB"):
+        db = correlate(cap_dir, write=False, memory=memory)
+        got[memory] = (len(attribution.slice_bounds(db, attribution.chunk_points(db))), _per_statement_tables(db))
+    assert got["128MB"][0] >= 3 and got["64MB"][0] >= 2 * got["128MB"][0] - 1
+    assert got["64MB"][1] == got["128MB"][1]

@@ -106,6 +106,9 @@ def _code(labels: tuple[str, ...], label: str) -> int:
 # a pid stopped carrying the statements between trace windows: the walk took 15.5 s at 1 M points a
 # slice, the process 1,472 MiB meanwhile (before: 18.2 s and 2,300 MiB; at 250 k 29.1 s, 1,830 MiB).
 CHUNK_POINTS = 1_000_000
+# ... at most: the slice follows DuckDB's limit (--memory), a point per POINT_BYTES of it (1 M at 768 MiB,
+# the default's cap), so that a lower limit lowers the walk's share of the process too.
+POINT_BYTES = 768
 # A statement slice's per-statement modules (sql/own_attribution.sql, summed_attribution.sql) hold this
 # many statements' rows at once, not the capture's: on a 120 s pgbench capture (12.3 M statements) with
 # DuckDB at 512 MB, slices of 1 M ran out of memory, of 250 k they took 37 s at 2.05 GiB.
@@ -210,6 +213,13 @@ def slice_bounds(db: CaptureDB, chunk_points: int, lo: int | None = None,
         cuts |= {c for c, _ in bounds[1:]}
     cuts = sorted(cuts)
     return list(zip([lo] + cuts, cuts + [hi]))
+
+
+def chunk_points(db: CaptureDB) -> int:
+    """Points per slice of the walk under this session's DuckDB limit (CHUNK_POINTS at most)."""
+    value, unit = db.sql("SELECT current_setting('memory_limit')").fetchone()[0].split()
+    limit = float(value) * 1024 ** ("bytes KiB MiB GiB TiB PiB".split().index(unit))
+    return max(1, min(CHUNK_POINTS, int(limit) // POINT_BYTES))
 
 
 def statement_bounds(db: CaptureDB, chunk_statements: int, lo: int | None = None,
