@@ -9,7 +9,7 @@
 -- statement reaches the statements' scan.
 --
 -- builds:  local_attribution
--- inputs:  summed_attribution, slice_statement; the variable components (ATTRIBUTION_COMPONENTS, in order)
+-- inputs:  summed_attribution, slice_statement, attribution_component
 -- columns: node, statement_id, query_id, component, ns, from_workers_ns
 CREATE VIEW local_attribution AS
 SELECT * FROM summed_attribution
@@ -24,4 +24,4 @@ FROM (SELECT node, statement_id, query_id, wall_ns, least(u, wall_ns) AS cpu_use
       FROM (SELECT node, statement_id, query_id, end_ns - start_ns AS wall_ns, coalesce(cpu_user_ns, 0) AS u,
                    coalesce(cpu_sys_ns, 0) AS sys, least(coalesce(client_wait_ns, 0), end_ns - start_ns) AS idle
             FROM slice_statement WHERE rusage_only)),
-     (SELECT unnest(getvariable('components')) AS component);
+     attribution_component;
