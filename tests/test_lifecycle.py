@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -114,6 +115,36 @@ def test_a_signal_in_a_finalizer_still_interrupts(sig):
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130 and "went on" not in out and err.strip().endswith("slow: interrupted"), (out, err)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_during_the_exit_does_not_leave_the_spill_directory(sig, tmp_path):
+    """A correlation done: its DuckDB session directory in the capture is removed at exit, and a signal
+    landing in that removal cut it short (the directory stayed, exit 0, nothing said). 5,000 files put
+    in the directory make the removal long enough to stop the process inside it and signal it there."""
+    shutil.copytree(Path(__file__).parent / "golden" / "pg_small_capture", tmp_path / "cap")
+    proc = subprocess.Popen([BIN / "mwinv-correlate", tmp_path / "cap"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (spill := list((tmp_path / "cap").glob(".duckdb-spill-*"))) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        proc.send_signal(signal.SIGSTOP)
+        assert spill, "no spill directory in the capture"
+        for i in range(5000):
+            os.close(os.open(spill[0] / f"f{i}", os.O_CREAT | os.O_WRONLY, 0o600))
+        proc.send_signal(signal.SIGCONT)
+        while spill[0].exists() and len(os.listdir(spill[0])) > 4950 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        proc.send_signal(signal.SIGSTOP)   # inside the removal: the signal is taken there once it goes on
+        assert len(os.listdir(spill[0])) > 500, "the removal was over before the signal"
+        proc.send_signal(sig)
+        proc.send_signal(signal.SIGCONT)
+        err = proc.communicate(timeout=30)[1]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0 and "Traceback" not in err and not spill[0].exists(), err[-2000:]
 
 
 def test_kill9_capture_is_finished_by_the_next_correlation(tpch_pg, tmp_path):
