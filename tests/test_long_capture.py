@@ -3,12 +3,14 @@ it is too low, on the project's small real capture (tests/golden/pg_small_captur
 compressed or dropped once parsed, on real short captures."""
 
 import dataclasses
+import gc
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -41,6 +43,19 @@ def test_memory_limit_too_low_is_one_line_naming_the_option_and_keeps_the_tables
     assert "Traceback" not in r.stderr
     assert derived_tables(cap) == before   # the earlier correlation's tables stay
     assert not list(cap.glob(".duckdb-spill-*"))   # its spill directory, inside the capture, is gone
+
+
+def test_a_collected_connection_with_a_cursor_still_running_spills_nowhere_others_can_read(tmp_path):
+    """The connection's private directory goes when it is collected; a cursor of it that then spills
+    made that directory again with modes 0755 and left it there (spilled statements readable by other
+    users). Now it fails with one line and leaves nothing."""
+    con = connect(spill_in=tmp_path, memory_limit="64MB", threads=1)
+    cur = con.cursor()
+    del con
+    gc.collect()
+    with pytest.raises(duckdb.IOException, match="No such file or directory"):
+        cur.execute("SELECT * FROM range(20000000) t(i) ORDER BY hash(i)").fetchall()
+    assert not list(tmp_path.iterdir())
 
 
 def test_a_moderate_memory_limit_gives_the_same_tables_as_the_default(tmp_path):

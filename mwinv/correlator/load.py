@@ -41,7 +41,7 @@ class CaptureDB:
     def scratch(self) -> Path:
         """The session's own directory (private, removed with the connection): derived tables' parts of a
         session that does not write into its capture."""
-        return Path(self.con.execute("SELECT current_setting('temp_directory')").fetchone()[0]) / "derived"
+        return Path(self.con.execute("SELECT current_setting('temp_directory')").fetchone()[0]).parent / "derived"
 
     def sql(self, query: str, params=None):
         return self.con.execute(query, params or [])
@@ -124,8 +124,11 @@ def connect(spill_in: Path | None = None, stored: bool = False, **config) -> duc
     # an in-memory table is kept uncompressed and paged out whole past the memory limit (22 GB of spill
     # for a 600 s capture's 60 M statements); a file's is compressed as it is written, and its pages
     # are dropped, not spilled, past the limit. Closed with the session: no checkpoint is needed.
+    # DuckDB's spill files one level down: a connection collected while a cursor of it still ran had its
+    # directory removed, and DuckDB made it again with modes 0755/0644 (other users read the spilled
+    # statements) and left it; under the removed 0700 directory it cannot
     con = duckdb.connect(os.path.join(spill, "session.duckdb") if stored else ":memory:",
-                         config={"temp_directory": spill, **config})
+                         config={"temp_directory": os.path.join(spill, "spill"), **config})
     weakref.finalize(con, shutil.rmtree, spill, ignore_errors=True)
     con.execute("SET enable_progress_bar = false")   # a session option, refused in connect()'s config
     return con
