@@ -254,20 +254,20 @@ HOT_SPOT_INPUTS = {
                        "end_ns BIGINT, nesting_level INT"}
 
 
-def hot_spots(**rows: str) -> list[tuple]:
-    """statement_kernel_function built by the SQL modules from these inputs' rows (VALUES text per table)."""
+def hot_spots(**rows: list[tuple]) -> list[tuple]:
+    """statement_kernel_function built by the SQL modules from these inputs' rows (tuples per table)."""
     import duckdb
 
     from mwinv.correlator import modules
     from mwinv.correlator.load import CaptureDB
 
     con = duckdb.connect()
-    rows.setdefault("statement_clean", "('demo', 1, 42, 10, 1000, 2000, 0), ('demo', 2, 43, 10, 1500, 1800, 1), "
-                                       "('demo', 3, 44, 10, 3000, 4000, 0)")
-    for t, cols in HOT_SPOT_INPUTS.items():
+    rows.setdefault("statement_clean", [("demo", 1, 42, 10, 1000, 2000, 0), ("demo", 2, 43, 10, 1500, 1800, 1),
+                                        ("demo", 3, 44, 10, 3000, 4000, 0)])
+    for t, cols in HOT_SPOT_INPUTS.items():   # table names and columns: the constants above
         con.execute(f"CREATE TABLE {t} ({cols})")
         if t in rows:
-            con.execute(f"INSERT INTO {t} VALUES {rows[t]}")
+            con.executemany(f"INSERT INTO {t} VALUES ({', '.join('?' * len(rows[t][0]))})", rows[t])
     run = modules.Modules(CaptureDB(None, con, set()), set(HOT_SPOT_INPUTS), {"perf_period_ns": 10_101_010})
     run.build("statement_kernel_function")
     return con.execute("SELECT statement_id, query_id, function, stack, samples, ns, share, source "
@@ -282,13 +282,14 @@ def test_function_tracer_calls_are_counted_per_statement_and_feed_the_rules():
     basis says the time still comes from sampled stacks."""
     # three calls from the sync path and one from the async one in statement 1 (one while a nested statement
     # ran, one after it: the top-level one's), one after it, one of another pid, and one in statement 3
-    got = hot_spots(kernel_function_call="('demo', 1100, 0, 10, 'page_cache_ra_unbounded', 'page_cache_sync_ra'), "
-                                         "('demo', 1600, 0, 10, 'page_cache_ra_unbounded', 'page_cache_sync_ra'), "
-                                         "('demo', 1900, 1, 10, 'page_cache_ra_unbounded', 'page_cache_sync_ra'), "
-                                         "('demo', 1300, 0, 10, 'page_cache_ra_unbounded', 'page_cache_async_ra'), "
-                                         "('demo', 2500, 0, 10, 'page_cache_ra_unbounded', 'page_cache_sync_ra'), "
-                                         "('demo', 1200, 1, 11, 'page_cache_ra_unbounded', 'page_cache_sync_ra'), "
-                                         "('demo', 3500, 1, 10, 'select_task_rq_fair', 'try_to_wake_up')")
+    ra = "page_cache_ra_unbounded"
+    got = hot_spots(kernel_function_call=[("demo", 1100, 0, 10, ra, "page_cache_sync_ra"),
+                                          ("demo", 1600, 0, 10, ra, "page_cache_sync_ra"),
+                                          ("demo", 1900, 1, 10, ra, "page_cache_sync_ra"),
+                                          ("demo", 1300, 0, 10, ra, "page_cache_async_ra"),
+                                          ("demo", 2500, 0, 10, ra, "page_cache_sync_ra"),
+                                          ("demo", 1200, 1, 11, ra, "page_cache_sync_ra"),
+                                          ("demo", 3500, 1, 10, "select_task_rq_fair", "try_to_wake_up")])
     assert got == [(1, 42, "page_cache_ra_unbounded", "page_cache_ra_unbounded <- page_cache_sync_ra", 4, None,
                     None, fn.SOURCE_FUNCTION),
                    (3, 44, "select_task_rq_fair", "select_task_rq_fair <- try_to_wake_up", 1, None, None,
@@ -308,11 +309,11 @@ def test_perf_samples_after_a_nested_statement_count_for_its_parent():
     """perf's kernel samples on a pid while its top-level statement ran count for that statement, also while
     and after a nested statement ran in it (a PL/pgSQL function's query): the join once took the nested one
     as the latest start and dropped every sample from its start to the parent's end."""
-    stack = "'page_cache_ra_unbounded', 'page_cache_sync_ra', 'filemap_read'"
-    got = hot_spots(cpu_sample="('demo', 1100, 0, 10, 5, true), ('demo', 1600, 0, 10, 5, true), "
-                               "('demo', 1900, 1, 10, 5, true), ('demo', 1950, 1, 10, 5, false), "
-                               "('demo', 2500, 0, 10, 5, true)",
-                    stack_frame=f"('demo', 5, [{stack}], [{stack}])")
+    stack = ["page_cache_ra_unbounded", "page_cache_sync_ra", "filemap_read"]
+    got = hot_spots(cpu_sample=[("demo", 1100, 0, 10, 5, True), ("demo", 1600, 0, 10, 5, True),
+                                ("demo", 1900, 1, 10, 5, True), ("demo", 1950, 1, 10, 5, False),
+                                ("demo", 2500, 0, 10, 5, True)],
+                    stack_frame=[("demo", 5, stack, stack)])
     assert got == [(1, 42, "page_cache_ra_unbounded",
                     "page_cache_ra_unbounded <- page_cache_sync_ra <- filemap_read", 3, 3 * 10_101_010, 1.0,
                     "perf-cpu-clock")]
