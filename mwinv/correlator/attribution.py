@@ -24,6 +24,7 @@ from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
 from mwinv.correlator.load import CaptureDB, literal
 from mwinv.correlator.modules import step
 from mwinv.kernel_trace.syscalls import numbers
+from mwinv.options import memory_bytes
 
 # x86_64 syscalls. Network: the client/remote socket calls; PostgreSQL reads its client socket
 # with recv() and libpq waits with poll(). epoll_wait is PostgreSQL's latch wait (pg_sleep, parallel
@@ -217,9 +218,8 @@ def slice_bounds(db: CaptureDB, chunk_points: int, lo: int | None = None,
 
 def chunk_points(db: CaptureDB) -> int:
     """Points per slice of the walk under this session's DuckDB limit (CHUNK_POINTS at most)."""
-    value, unit = db.sql("SELECT current_setting('memory_limit')").fetchone()[0].split()
-    limit = float(value) * 1024 ** ("bytes KiB MiB GiB TiB PiB".split().index(unit))
-    return max(1, min(CHUNK_POINTS, int(limit) // POINT_BYTES))
+    limit = memory_bytes(db.sql("SELECT current_setting('memory_limit')").fetchone()[0])
+    return max(1, min(CHUNK_POINTS, limit // POINT_BYTES))
 
 
 def statement_bounds(db: CaptureDB, chunk_statements: int, lo: int | None = None,
