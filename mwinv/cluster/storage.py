@@ -655,8 +655,9 @@ def brick_sockets(groups) -> list[Path]:
     out = []
     for group in groups:
         for fd in group_pids(Path(group), DAEMON_EXES):
+            pid = _pid_of(fd)
             try:
-                argv = Path(f"/proc/{_pid_of(fd)}/cmdline").read_bytes().decode(errors="replace").split("\0")
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0") if pid else []
             except OSError:
                 argv = []
             finally:
