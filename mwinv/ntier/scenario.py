@@ -308,6 +308,11 @@ class NTier:
             argv += ["-f", f"{f}@{weight}"]
         return argv + [bboard.DATABASE]
 
+    def _check_tiers(self, watched: dict, pids: dict, clients: int, now_s: float) -> None:
+        self._check_servers(watched, pids, clients, now_s)
+        if not self.pool.alive():
+            raise MwinvError(f"pgpool (pid {self.pool.proc.pid}) died {now_s:.1f} s into the {clients}-client level")
+
     @staticmethod
     def _check_servers(watched: dict[str, int], pids: dict[str, int], clients: int, now_s: float) -> None:
         gone = [n for n, fd in watched.items() if select.select([fd], [], [], 0)[0]]
@@ -341,10 +346,7 @@ class NTier:
                     argv = self._pgbench(directory / f"g{i}", k, max(1, round(end - begin)), scripts)
                     procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                                   text=True))
-                self._check_servers(watched, pids, clients, now_s)
-                if not self.pool.alive():
-                    raise MwinvError(f"pgpool (pid {self.pool.proc.pid}) died {now_s:.1f} s into the "
-                                     f"{clients}-client level")
+                self._check_tiers(watched, pids, clients, now_s)
                 try:
                     for name, (behind, seconds) in (watch.check() or {}).items():
                         most = lag.setdefault(name, {"max_bytes": 0, "max_s": 0.0})
@@ -353,6 +355,9 @@ class NTier:
                     raise MwinvError(f"{exc} {now_s:.1f} s into the {clients}-client level") from None
                 for p in procs:
                     if p.poll() not in (None, 0):
+                        # a server or pgpool that died since the check above is the cause, not the clients
+                        # it aborted (a replica killed 1 s in: pgbench's abort came first in 1 CI run of 5)
+                        self._check_tiers(watched, pids, clients, now_s)
                         lines = [ln for ln in p.stderr.read().splitlines() if ln.strip()]
                         raise MwinvError(f"pgbench failed {now_s:.1f} s into the {clients}-client level: "
                                          f"{lines[-1] if lines else f'exit {p.returncode}'}")
