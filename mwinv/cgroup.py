@@ -142,16 +142,38 @@ class Cgroup:
         self._created = []
 
 
-def remove_group(path: Path) -> None:
-    """rmdir a cgroup, retrying for 2 s while its processes are still exiting."""
+def remove_group(path: Path) -> str | None:
+    """rmdir a cgroup, retrying for 2 s while its processes are still exiting: None once it is gone, else
+    why it is left (the processes still in it)."""
     for _ in range(20):
         try:
             path.rmdir()
-            return
+            return None
         except FileNotFoundError:
-            return
-        except OSError:
+            return None
+        except OSError as exc:
+            error = exc.strerror
             time.sleep(0.1)
+    try:
+        pids = (path / "cgroup.procs").read_text().split()
+    except OSError:
+        pids = []
+    if not pids:
+        return error
+    names = []
+    for pid in pids[:3]:
+        try:
+            names.append(f"{Path(f'/proc/{pid}/comm').read_text().strip()} {pid}")
+        except OSError:
+            names.append(pid)
+    more = f" and {len(pids) - 3} more" if len(pids) > 3 else ""
+    return f"{len(pids)} process{'es' if len(pids) > 1 else ''} still in it ({', '.join(names)}{more})"
+
+
+def remove_group_said(path: Path) -> str:
+    """Remove the cgroup at path (there now): the line that says so, or that it is left and why."""
+    why = remove_group(path)
+    return f"cgroup {path} is left: {why}" if why else f"cgroup {path}"
 
 
 def drop_page_cache() -> None:

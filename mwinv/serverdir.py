@@ -26,7 +26,7 @@ import stat
 import threading
 from pathlib import Path
 
-from mwinv.cgroup import CGROUP_V1_ROOT, remove_group
+from mwinv.cgroup import CGROUP_V1_ROOT, remove_group_said
 from mwinv.errors import MwinvError
 
 ROOT_ENV = "MWINV_STATE_DIR"
@@ -182,18 +182,19 @@ def server_records() -> list[tuple[Path, dict]]:
     return out
 
 
-def clean_servers(select_server) -> list[str]:
-    """Stop and remove each server whose (directory, record) select_server accepts."""
-    removed = []
+def clean_servers(select_server, groups: bool = True) -> list[str]:
+    """Stop and remove each server whose (directory, record) select_server accepts, and with groups its
+    cgroups: a line for each thing removed, and for each group left, why."""
+    lines = []
     for base, record in server_records():
         if select_server(base, record):
             stop_orphan(base)
             remove_server_dir(base)
-            removed.append(f"server {base}")
-            for group in record.get("cgroups") or []:
-                if Path(group).parent.name == "mwinv" and Path(group).parents[2] == CGROUP_V1_ROOT:
-                    remove_group(Path(group))
-    return removed
+            lines.append(f"server {base}")
+            for group in map(Path, record.get("cgroups") or [] if groups else []):
+                if group.parent.name == "mwinv" and group.parents[2] == CGROUP_V1_ROOT and group.is_dir():
+                    lines.append(remove_group_said(group))
+    return lines
 
 
 def orphaned(base: Path, record: dict) -> bool:

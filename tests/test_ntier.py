@@ -306,8 +306,9 @@ def test_sigterm_removes_namespaces_links_and_servers(tmp_path):
 
 def test_a_run_killed_with_9_is_cleaned(tmp_path):
     """pgpool outlives a SIGKILLed mwinv; `mwinv clean` finds it by its pid file (which ends in a NUL), and
-    the run's namespaces, links and cgroups by its tag."""
-    proc, tag = _started(["--out", str(tmp_path / "out")])
+    the run's namespaces, links and cgroups by its tag. pgpool's cgroup is said removed only after pgpool,
+    the process that holds it, and nothing is said left."""
+    proc, tag = _started(["--out", str(tmp_path / "out"), "--pool-cpu", "0.5"])
     try:
         pool = next(b for b in _records_of(proc.pid) if b.name.startswith("pool-"))
         pid = int((pool / "run" / "pgpool.pid").read_bytes().rstrip(b"\0"))
@@ -317,6 +318,11 @@ def test_a_run_killed_with_9_is_cleaned(tmp_path):
     assert pid_alive(pid)
     r = subprocess.run([MWINV, "clean"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and f"server {pool}" in r.stdout and f"cluster {tag}" in r.stdout, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    pool_group = [i for i, ln in enumerate(lines)
+                  if re.fullmatch(rf"cgroup /sys/fs/cgroup/cpu/mwinv/cl-{tag}-pgpool-\w+", ln)]
+    assert len(pool_group) == 1 and pool_group[0] > lines.index(f"server {pool}"), r.stdout
+    assert not [ln for ln in lines if " is left: " in ln], r.stdout
     deadline = time.monotonic() + 10
     while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)

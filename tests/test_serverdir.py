@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from mwinv import serverdir
+from mwinv.cgroup import Cgroup
 from mwinv.kernel_trace.tracefs import pid_alive
 from mwinv.engines.postgresql.server import PgServer
 
@@ -144,6 +145,24 @@ def test_the_check_knows_a_real_mariadbd(mariadb_server):
     fd = serverdir.server_pidfd(mariadb_server.pid_file, mariadb_server.data_dir, serverdir.KINDS["maria"][2])
     assert fd is not None
     os.close(fd)
+
+
+def test_a_cgroup_clean_cannot_remove_is_said_left_and_why(sleepers):
+    """A dead cluster's cgroup that a process still holds: clean says it is left and names the process,
+    and never that it removed it; once the process is gone the next clean removes it."""
+    group = Cgroup(f"cl-{secrets.token_hex(3)}-pytest", cpu_fraction=1.0).create()
+    path = group.path("cpu")
+    sleeper = sleepers()
+    group.add_pid(sleeper.pid)
+    try:
+        lines = _mwinv("clean").stdout.splitlines()
+        assert f"cgroup {path} is left: 1 process still in it (sleep {sleeper.pid})" in lines, lines
+        assert f"cgroup {path}" not in lines and path.is_dir()
+        sleeper.kill()
+        sleeper.wait()
+        assert f"cgroup {path}" in _mwinv("clean").stdout.splitlines() and not path.exists()
+    finally:
+        group.remove()
 
 
 def _server_of(pid: int, timeout_s: float = 120) -> tuple[Path, dict]:

@@ -126,7 +126,8 @@ def list_cmd() -> None:
 def clean_cmd(all_clusters) -> None:
     """Remove what dead runs left: servers whose mwinv process is gone (`mwinv tpch`, a cluster, a
     test killed with -9), clusters' cgroups, links, bridges, namespaces (and, with --all, every
-    cluster). Only what mwinv's private directory (/var/lib/mwinv for root) and the tags name.
+    cluster). Only what mwinv's private directory (/var/lib/mwinv for root) and the tags name. Prints
+    each thing removed, and each it cannot remove as "… is left: why".
 
     \b
     Examples:

@@ -16,14 +16,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mwinv.cgroup import CGROUP_V1_ROOT, Cgroup, block_device_of, remove_group
+from mwinv.cgroup import CGROUP_V1_ROOT, Cgroup, block_device_of, remove_group, remove_group_said
 from mwinv.cluster import distribute, storage
-from mwinv.cluster.net import NETNS_PREFIX, ClusterNet, leftovers
+from mwinv.cluster.net import NETNS_PREFIX, ClusterNet, ip, leftovers
 from mwinv.engines.postgresql.reader import remove_stale_rings
 from mwinv import serverdir
 from mwinv.kernel_settings import KernelSettings
@@ -341,60 +340,62 @@ def coordinator_of(tag: str) -> PgServer:
 
 
 def down(tag: str) -> list[str]:
-    """Stop and remove one cluster (running or left by a dead run): what carries its tag."""
+    """Stop and remove one cluster (running or left by a dead run): what carries its tag. Returns a line
+    for the cluster, then one for each thing removed and for each thing left, with why."""
     state = read_state(tag)
-    _remove_tagged({tag})
+    lines = _remove_tagged({tag})
     (serverdir.clusters_dir() / f"{tag}.json").unlink(missing_ok=True)
-    return [f"cluster {tag}: {len(state['servers'])} servers, {len(state.get('netns', []))} namespaces"]
+    return [f"cluster {tag}: {len(state['servers'])} servers, {len(state.get('netns', []))} namespaces", *lines]
 
 
 def _remove_tagged(tags: set[str] | None, spare: set[str] = frozenset()) -> list[str]:
     """Stop and remove the servers, cgroups, links and namespaces of clusters tags (None: every tag
-    but those in spare)."""
+    but those in spare): a line for each thing removed and for each thing left, with why."""
     def ours(tag: str) -> bool:
         return tag in tags if tags is not None else tag not in spare
 
     def cluster_server(base: Path, record: dict) -> bool:
         name = base.name.split("-")
-        return name[:2] == ["pg", "cl"] and len(name) > 2 and ours(name[2])
+        # pgpool's directory carries no tag, its cgroup does (cl-<tag>-pgpool): stopped before the group
+        return (name[:2] == ["pg", "cl"] and len(name) > 2 and ours(name[2])) or any(
+            Path(g).name.startswith("cl-") and ours(Path(g).name.split("-")[1]) for g in record.get("cgroups") or [])
 
-    removed = serverdir.clean_servers(cluster_server)
-    removed += storage.remove_tagged(ours)   # before the groups: its processes hold them
+    # the servers' groups are tagged and go below, after the storage's processes that hold them too
+    lines = serverdir.clean_servers(cluster_server, groups=False)
+    lines += storage.remove_tagged(ours)
     for ctl_dir in (CGROUP_V1_ROOT.glob("*/mwinv/cl-*") if CGROUP_V1_ROOT.exists() else []):
         if ours(ctl_dir.name.split("-")[1]):
-            _remove_cgroups([str(ctl_dir)])
-            removed.append(f"cgroup {ctl_dir}")
+            lines.append(remove_group_said(ctl_dir))
     spaces, links = leftovers()
-    for link in links:
-        if ours(link[3:9]):
-            subprocess.run(["ip", "link", "del", link], capture_output=True)
-            removed.append(f"link {link}")
-    for ns in spaces:
-        if ours(ns.split("-")[2]):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-            removed.append(f"netns {ns}")
-    return removed
+    for what, name in [("link", n) for n in links if ours(n[3:9])] + [("netns", n) for n in spaces
+                                                                      if ours(n.split("-")[2])]:
+        try:
+            ip(what, "del", name)
+            lines.append(f"{what} {name}")
+        except MwinvError as exc:
+            lines.append(f"{what} {name} is left: {exc}")
+    return lines
 
 
 def clean(all_clusters: bool = False) -> list[str]:
     """Remove what dead runs left (all clusters with all_clusters): servers whose owning mwinv process
     is gone (`mwinv tpch`, tests, clusters), and clusters' cgroups, links, bridges and namespaces, also
     those a run killed before it wrote them down; the kernel settings such runs changed are restored.
-    Returns what was removed and restored."""
-    removed = []
+    Returns a line for each thing removed and restored, and for each thing left, with why."""
+    lines = []
     for state in clusters():
         if all_clusters or not _live(state):
-            removed += down(state["tag"])
+            lines += down(state["tag"])
     # what no state file names: a run killed between creating a thing and writing it down
-    removed += _remove_tagged(None, spare=set() if all_clusters else {c["tag"] for c in clusters() if _live(c)})
-    removed += serverdir.clean_servers(serverdir.orphaned)
-    removed += remove_stale_rings()
-    removed += restore_stale_settings()   # kernel settings of runs killed with -9
+    lines += _remove_tagged(None, spare=set() if all_clusters else {c["tag"] for c in clusters() if _live(c)})
+    lines += serverdir.clean_servers(serverdir.orphaned)
+    lines += remove_stale_rings()
+    lines += restore_stale_settings()   # kernel settings of runs killed with -9
     try:   # the trace instances and uprobes of dead captures of its nodes
-        removed += clean_stale()
+        lines += clean_stale()
     except MwinvError:
         pass   # no tracefs here: nothing was traced
-    return removed
+    return list(dict.fromkeys(lines))   # a thing a dead cluster's down left is tried again, and said once
 
 
 def _live(state: dict) -> bool:
