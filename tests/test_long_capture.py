@@ -386,3 +386,15 @@ def test_the_walks_slices_follow_the_memory_limit(tmp_path, monkeypatch):
         got[memory] = (len(attribution.slice_bounds(db, attribution.chunk_points(db))), _per_statement_tables(db))
     assert got["128MB"][0] >= 3 and got["64MB"][0] >= 2 * got["128MB"][0] - 1
     assert got["64MB"][1] == got["128MB"][1]
+
+
+def test_the_attribution_view_gives_bigint_columns(tmp_path):
+    """statement_attribution's ns and from_workers_ns are BIGINT, as written: the sums moved to a linked
+    coordinator statement's remote_wait made them HUGEINT, which Arrow carried as decimal128 and the
+    writer cast back row by row (13.0 s against 10.7 s writing a 120 s capture's 124 M rows)."""
+    cap_dir = tmp_path / "cap"
+    shutil.copytree(CAPTURE, cap_dir)
+    db = correlate(cap_dir, write=False)
+    types = dict(db.sql("SELECT column_name, column_type FROM (DESCRIBE statement_attribution)").fetchall())
+    assert types["ns"] == types["from_workers_ns"] == "BIGINT"
+
