@@ -4,6 +4,7 @@ compressed or dropped once parsed, on real short captures."""
 
 import dataclasses
 import gc
+import os
 import re
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import pyarrow.compute as pc
 
@@ -398,3 +400,22 @@ def test_the_attribution_view_gives_bigint_columns(tmp_path):
     types = dict(db.sql("SELECT column_name, column_type FROM (DESCRIBE statement_attribution)").fetchall())
     assert types["ns"] == types["from_workers_ns"] == "BIGINT"
 
+
+def test_a_large_derived_table_is_written_in_parts_at_once_with_the_rows_of_one(tmp_path, monkeypatch):
+    """A derived table of more than load.PARALLEL_ROWS rows is written as one part per DuckDB thread at
+    once (its statements split by a hash), with the rows of one part written alone; a later correlation
+    replaces all of them."""
+    from mwinv.correlator import load
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one DuckDB thread: one part")
+    one, split = tmp_path / "one", tmp_path / "split"
+    shutil.copytree(CAPTURE, one)
+    shutil.copytree(CAPTURE, split)
+    correlate(one)
+    monkeypatch.setattr(load, "PARALLEL_ROWS", 0)
+    for _ in range(2):   # the second replaces the first's parts
+        correlate(split)
+    parts = Capture(split).parts("statement_attribution")
+    assert len(parts) > 1 and all(pq.read_metadata(p).num_rows for p in parts)
+    assert derived_tables(split) == derived_tables(one)

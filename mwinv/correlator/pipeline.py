@@ -8,7 +8,8 @@ from pathlib import Path
 
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, Capture
 from mwinv.correlator import attribution, incremental
-from mwinv.correlator.load import CaptureDB, literal, open_capture, open_correlated, reading_parts, remove_stale
+from mwinv.correlator.load import (CaptureDB, literal, open_capture, open_correlated, reading_parts, remove_stale,
+                                  write_derived)
 from mwinv.errors import MwinvError
 
 # --by choices: a name and the components it adds up ("total" is the execution: the client's waits
@@ -153,16 +154,14 @@ def _write(db: CaptureDB, names: tuple[str, ...], prefix: str, replace: tuple[st
     """Each derived table as a part named by prefix, after removing its parts named by `replace` ("*":
     all of them): derived tables are replaced, never appended to, but by a later part of a capture
     correlated in parts (its statements only)."""
-    only = "" if db.parts is None else (" WHERE (node, statement_id) IN (SELECT (node, statement_id) FROM slice_statement"
-                                        f" WHERE {incremental.key_filter(db.parts)})")
+    only = None if db.parts is None else ("(node, statement_id) IN (SELECT (node, statement_id) FROM slice_statement"
+                                          f" WHERE {incremental.key_filter(db.parts)})")
     for name in names:
         d = db.capture.table_dir(name)
         for old in d.glob("*.parquet") if d.exists() else []:
             if "*" in replace or old.name.rsplit("-", 1)[0] in replace:
                 old.unlink()
-        if db.sql(f"SELECT count(*) FROM {name}{only}").fetchone()[0]:
-            # streamed: the attribution has a row per statement and component
-            db.capture.write_part(name, db.sql(f"SELECT * FROM {name}{only}").to_arrow_reader(1 << 20), node=prefix)
+        write_derived(db, name, only, prefix)
 
 
 def query_summaries(db: CaptureDB) -> list[dict]:
