@@ -331,6 +331,31 @@ def test_between_trace_windows_a_pid_carries_its_last_row_only(tmp_path, monkeyp
     assert _per_statement_tables(sliced) == _per_statement_tables(whole)
 
 
+def test_a_pids_state_is_not_carried_across_a_gap_between_trace_windows(tmp_path):
+    """The golden capture made duty-cycled, its backend switched out to sleep just before the gap and
+    every switch with a kernel stack: the statements between the trace windows (no kernel events there)
+    get no sleeping stretch with that switch's stack (nothing was observed there, the "sleeping" was
+    carried across the gap), while the sleeping stretches within the windows keep theirs."""
+    cap_dir = tmp_path / "cap"
+    shutil.copytree(CAPTURE, cap_dir)
+    gap, between = _duty_cycled(cap_dir)
+    cap = Capture(cap_dir)
+    events = cap.read("kernel_event")
+    events = events.set_column(events.schema.get_field_index("stack_id"), "stack_id", pc.if_else(
+        pc.equal(events["event"], "sched_switch"), pa.scalar(7, pa.int64()), pa.scalar(None, pa.int64())))
+    sleep = {c: None for c in events.column_names} | {
+        "node": events["node"][0].as_py(), "ts_ns": gap[0] - 1000, "cpu": 0, "event": "sched_switch",
+        "pid": between[0]["pid"], "prev_pid": between[0]["pid"], "prev_state": "S", "next_pid": 0, "stack_id": 7}
+    for p in cap.parts("kernel_event"):
+        p.unlink()
+    cap.write_part("kernel_event", pa.concat_tables([events, pa.Table.from_pylist([sleep], events.schema)]), node="all")
+    db = correlate(cap_dir, write=False)
+    ids = ", ".join(str(s["statement_id"]) for s in between)
+    assert db.sql(f"SELECT count(*) FROM seg_off_stack WHERE statement_id IN ({ids})").fetchone()[0] == 0
+    assert db.sql(f"SELECT count(*) FROM seg_off_stack WHERE statement_id NOT IN ({ids}) AND stack_id = 7"
+                  ).fetchone()[0] > 0
+
+
 def test_a_statement_of_its_rusage_alone_is_not_summed_and_gets_the_summed_rows(tmp_path, monkeypatch):
     """The golden capture made duty-cycled, with a parallel worker: the statements between its trace
     windows (rusage alone) have no own_attribution rows and none stored in the session (their

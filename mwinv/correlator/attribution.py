@@ -45,7 +45,7 @@ EAGAIN = 11
 
 # The kinds of point (sql/point.sql) and the labels of the segment's code columns (segment_walk).
 POINT_KINDS = ("on", "off", "wake", "enter", "exit", "lock_start", "lock_done", "lwlock_start", "lwlock_done",
-               "io_start", "io_done", "stmt_start", "stmt_end")
+               "io_start", "io_done", "stmt_start", "stmt_end", "gap")
 CPU_STATES = ("running", "runnable", "sleeping")
 EVIDENCE = ("on", "off", "self")   # what the next point says of the task: switched in, out, or its own event
 FILE_PATTERNS = ("seq", "rand")    # a positional read's access pattern (file_read)
@@ -137,7 +137,8 @@ def _arrays_mapped() -> None:
         pass
 
 
-@step(builds=("segment_code",), inputs=("point", "dbms_node", "kernel_event", "traced_statement"), slice="pid")
+@step(builds=("segment_code",), inputs=("point", "dbms_node", "kernel_event", "traced_statement", "traced_window"),
+      slice="pid")
 def segment_walk(db: CaptureDB, bounds: list[tuple[int | None, int | None]]):
     """The segments of one time slice at a time as `segment_code` (their code columns, numpy), for the
     sliced modules that sum them per statement (sql/seg_*_part.sql).
@@ -147,7 +148,12 @@ def segment_walk(db: CaptureDB, bounds: list[tuple[int | None, int | None]]):
     forward (or backward) fill within a pid's rows, done with running maxima of row indices in numpy.
     A slice's state reaches the next slice as a few context rows per pid (the last row each fill
     needs) and the pid's tail from its last switch on, whose evidence of what comes next lies in the
-    next slice. Memory follows the slice, not the capture."""
+    next slice. Memory follows the slice, not the capture.
+
+    A point outside every trace window of its node (traced_window), and the 'gap' point at a window's
+    end, shows nothing of the task's state: each fill stops there, and the stretch from it on has its
+    state unknown (outside a window some events are off, so what a switch or syscall began may have
+    ended unseen) until a point inside a window tells it again."""
     nodes = [v for (v,) in db.sql("SELECT node FROM dbms_node ORDER BY code").fetchall()]
     # the labels points can have: switch states and access patterns
     infos = sorted({v for (v,) in db.sql("SELECT DISTINCT prev_state FROM kernel_event "
@@ -158,16 +164,19 @@ def segment_walk(db: CaptureDB, bounds: list[tuple[int | None, int | None]]):
     parts = db.parts
     carry = parts.carry_in(nodes, infos) if parts else None
     _arrays_mapped()
+    windows = {code: (numpy_ints(t["lo"]), numpy_ints(t["hi"])) for code in range(len(nodes)) for t in [db.sql(
+        f"SELECT lo::BIGINT AS lo, hi::BIGINT AS hi FROM traced_window WHERE node = {literal(nodes[code])} ORDER BY lo"
+    ).to_arrow_table()]}
     traced = np.sort(numpy_ints(db.sql("SELECT DISTINCT statement_id::BIGINT AS id FROM traced_statement")
                                 .to_arrow_table()["id"])) if db.duty_cycled else None
     # the next slice is read (DuckDB, its own threads) while numpy works on this one
     with ThreadPoolExecutor(1) as reader:
-        reading = reader.submit(_read_slice, db.con.cursor(), nodes, infos, *bounds[0])
+        reading = reader.submit(_read_slice, db.con.cursor(), nodes, infos, windows, *bounds[0])
         try:
             for i in range(len(bounds)):
                 raw = reading.result()
                 if i + 1 < len(bounds):
-                    reading = reader.submit(_read_slice, db.con.cursor(), nodes, infos, *bounds[i + 1])
+                    reading = reader.submit(_read_slice, db.con.cursor(), nodes, infos, windows, *bounds[i + 1])
                 if carry is not None:
                     raw = _prepend(carry, raw)
                 last = i == len(bounds) - 1
@@ -181,8 +190,10 @@ def segment_walk(db: CaptureDB, bounds: list[tuple[int | None, int | None]]):
             db.con.unregister("segment_code")
 
 
-def _read_slice(con, nodes: list[str], infos: list[str], lo: int | None, hi: int | None) -> dict[str, np.ndarray]:
-    """One time slice of the point stream, sorted, as numpy columns (labels as codes)."""
+def _read_slice(con, nodes: list[str], infos: list[str], windows: dict[int, tuple[np.ndarray, np.ndarray]],
+                lo: int | None, hi: int | None) -> dict[str, np.ndarray]:
+    """One time slice of the point stream, sorted, as numpy columns (labels as codes), each point marked
+    seen where a trace window of its node covers it (windows: per node code, their sorted lo and hi)."""
     # text columns come out of DuckDB as enums, i.e. Arrow dictionaries whose indices are the codes,
     # and integer columns without nulls (ret is only read on exits and request starts, where it is set)
     t = con.execute(f"""
@@ -197,7 +208,18 @@ def _read_slice(con, nodes: list[str], infos: list[str], lo: int | None, hi: int
            "kind": _codes(t["kind"]), "info": _codes(t["info"])}
     raw.update({c: numpy_ints(t[c]) for c in ("stack_id", "nr", "ret", "sid", "io_seq", "io_rand")})
     raw["context"] = np.zeros(t.num_rows, bool)
+    raw["seen"] = _in_windows(raw["node"], raw["ts"], windows) & (raw["kind"] != _code(POINT_KINDS, "gap"))
     return raw
+
+
+def _in_windows(node: np.ndarray, ts: np.ndarray, windows: dict[int, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Whether each (node code, ts) lies in one of its node's windows [lo, hi] (sorted, disjoint)."""
+    seen = np.zeros(len(ts), bool)
+    for code, (lo, hi) in windows.items():
+        mine = node == code
+        at = np.searchsorted(lo, ts[mine], side="right") - 1
+        seen[mine] = (at >= 0) & (ts[mine] <= hi[np.maximum(at, 0)])
+    return seen
 
 
 def slice_bounds(db: CaptureDB, chunk_points: int, lo: int | None = None,
@@ -284,6 +306,7 @@ class _Pids:
         node_c, pid = raw["node"], raw["pid"]
         n = len(pid)
         self.kind = raw["kind"]
+        self.unseen = ~raw["seen"]
         self.rows = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
         new_group = np.ones(n, bool)
         new_group[1:] = (pid[1:] != pid[:-1]) | (node_c[1:] != node_c[:-1])
@@ -302,6 +325,12 @@ class _Pids:
 
     def backward(self, valid: np.ndarray) -> np.ndarray:
         return _backward(valid, self.end, self.rows)
+
+    def state(self, valid: np.ndarray, fill=None) -> np.ndarray:
+        """forward (or backward, `fill`) over the points a window covers: -1 where an unseen point comes
+        first (the state there is unknown)."""
+        idx = (fill or self.forward)(valid | self.unseen)
+        return np.where(self.unseen[np.maximum(idx, 0)], -1, idx)
 
     def cumsum(self, v: np.ndarray) -> np.ndarray:
         c = np.cumsum(v)
@@ -347,7 +376,7 @@ def _cpu_state(g: _Pids, raw: dict[str, np.ndarray], infos: list[str]) -> tuple[
     on, off, wake = g.is_kind("on"), g.is_kind("off"), g.is_kind("wake")
     runnable_info = np.array([v.startswith("R") for v in infos] + [False], bool)[raw["info"]]
     last_onoff = g.forward(on | off)
-    last_onoff_on = _carried(on, last_onoff, False)
+    last_onoff_on = _carried(on, g.state(on | off), False)
     event_state = np.full(len(g.rows), -1, np.int8)
     event_state[wake] = np.where(last_onoff_on[wake], _code(CPU_STATES, "running"), _code(CPU_STATES, "runnable"))
     event_state[off] = np.where(runnable_info[off], _code(CPU_STATES, "runnable"), _code(CPU_STATES, "sleeping"))
@@ -368,8 +397,8 @@ def _segment_columns(g: _Pids, raw: dict[str, np.ndarray], infos: list[str], eve
     has_next = ~g.last
     following = np.full(len(g.rows), -1, g.rows.dtype)
     following[:-1] = np.where(has_next[:-1], g.rows[1:], -1)
-    next_evidence = np.where(following >= 0, _carried(g.backward(evidence >= 0), following), -1)
-    call = g.forward(enter | exit_)            # the last syscall entry or exit
+    next_evidence = np.where(following >= 0, _carried(g.state(evidence >= 0, g.backward), following), -1)
+    call = g.state(enter | exit_)              # the last syscall entry or exit
     # a socket call that would have blocked: the wait that follows (epoll) is for the network to
     # take a result, or for the client to send its next message (a portal resumed by a later Execute)
     eagain = exit_ & (raw["ret"] == -EAGAIN)
@@ -378,24 +407,24 @@ def _segment_columns(g: _Pids, raw: dict[str, np.ndarray], infos: list[str], eve
     disk_sleep_info = np.array([v.startswith("D") for v in infos] + [False], bool)
 
     def waiting(start_kind: str, *changes: str) -> np.ndarray:
-        return _carried(g.is_kind(start_kind), g.forward(g.is_kind(start_kind, *changes)), False)
+        return _carried(g.is_kind(start_kind), g.state(g.is_kind(start_kind, *changes)), False)
 
     return {
         "keep": keep, "node": raw["node"].astype(np.int16), "kind": raw["kind"].astype(np.int8), "nr": nr,
         "ret": raw["ret"], "ts": ts, "ts_end": np.where(has_next, np.append(ts[1:], 0), -1),
-        "off_stack": _carried(raw["stack_id"], g.forward(off), -2),
+        "off_stack": _carried(raw["stack_id"], g.state(off), -2),
         "syscall": _carried(np.where(enter, nr, -1), call, -2),
-        "last_io_kind": _carried(nr, g.forward(g.is_kind("io_start") & (nr >= 0)), -2),
+        "last_io_kind": _carried(nr, g.state(g.is_kind("io_start") & (nr >= 0)), -2),
         "in_lock": waiting("lock_start", "lock_done") | waiting("lwlock_start", "lwlock_done"),
         "io_seq_inflight": inflight["io_seq"], "io_rand_inflight": inflight["io_rand"],
         "sid": sid,
-        "cpu_state": _carried(event_state, g.forward(event_state >= 0)).astype(np.int8),
+        "cpu_state": _carried(event_state, g.state(event_state >= 0)).astype(np.int8),
         "next_evidence": _carried(evidence, next_evidence).astype(np.int8),
-        "next_onoff": _carried(onoff, g.backward(onoff >= 0)).astype(np.int8),
-        "disk_sleep": _carried(disk_sleep_info[info_c], g.forward(off & (info_c >= 0)), False),
+        "next_onoff": _carried(onoff, g.state(onoff >= 0, g.backward)).astype(np.int8),
+        "disk_sleep": _carried(disk_sleep_info[info_c], g.state(off & (info_c >= 0)), False),
         "file_pattern": _carried(np.where(enter, pattern_of_info[info_c], -1), call).astype(np.int8),
-        "socket_blocked": _carried(eagain & np.isin(nr, NET_TX_SYSCALLS), g.forward(exit_), False),
-        "client_blocked": _carried(eagain & np.isin(nr, NET_RX_SYSCALLS), g.forward(exit_), False),
+        "socket_blocked": _carried(eagain & np.isin(nr, NET_TX_SYSCALLS), g.state(exit_), False),
+        "client_blocked": _carried(eagain & np.isin(nr, NET_RX_SYSCALLS), g.state(exit_), False),
     }
 
 
@@ -408,7 +437,7 @@ def _carry(g: _Pids, raw: dict[str, np.ndarray], event_state: np.ndarray, inflig
     off = g.is_kind("off")
     fills = (g.is_kind("on", "off"), event_state >= 0, g.is_kind("enter", "exit"), g.is_kind("stmt_start", "stmt_end"),
              off, g.is_kind("io_start") & (raw["nr"] >= 0), g.is_kind("lock_start", "lock_done"),
-             g.is_kind("lwlock_start", "lwlock_done"), off & (raw["info"] >= 0), g.is_kind("exit"))
+             g.is_kind("lwlock_start", "lwlock_done"), off & (raw["info"] >= 0), g.is_kind("exit"), g.unseen)
     context = np.unique(np.concatenate([_last_per_group(m & counted, g.start) for m in fills]))
     carry = {c: v[context] for c, v in raw.items()}
     carry["context"][:] = True
