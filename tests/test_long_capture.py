@@ -301,15 +301,26 @@ def _duty_cycled(cap_dir: Path) -> tuple[tuple[int, int], list[dict]]:
     return gap, [s for s in cap.read("statement").to_pylist() if gap[0] < s["start_ns"] and s["end_ns"] < gap[1]]
 
 
+def _walking_every_statement(monkeypatch) -> None:
+    """The segment walk made to take every top-level statement's boundaries as points (walked_statement
+    leaves out those it can tell nothing of)."""
+    every = [m if m.name != "walked_statement" else dataclasses.replace(m, sql=(
+        "CREATE TABLE walked_statement AS SELECT node, pid, statement_id, start_ns, end_ns FROM statement_clean "
+        "WHERE coalesce(nesting_level, 0) = 0 ORDER BY start_ns")) for m in modules.modules()]
+    monkeypatch.setattr(modules, "_LOADED", every)
+
+
 def test_between_trace_windows_a_pid_carries_its_last_row_only(tmp_path, monkeypatch):
     """The golden capture made duty-cycled (trace windows but from 72.8 to 74 % of it, where one backend
-    ran its 50 short statements, no kernel events there): walked in slices, a pid carries from one slice to the next only its last row where
-    no traced statement ran since its last switch (the statements between the windows piled up in its
-    tail, walked again slice after slice), and the tables are those of one whole pass."""
+    ran its 50 short statements, no kernel events there), every statement's boundaries walked: walked in
+    slices, a pid carries from one slice to the next only its last row where no traced statement ran
+    since its last switch (the statements between the windows piled up in its tail, walked again slice
+    after slice), and the tables are those of one whole pass."""
     cap_dir = tmp_path / "cap"
     shutil.copytree(CAPTURE, cap_dir)
     gap, between = _duty_cycled(cap_dir)
     assert len(between) >= 40
+    _walking_every_statement(monkeypatch)
 
     whole = correlate(cap_dir, write=False)
     assert whole.duty_cycled
@@ -354,6 +365,34 @@ def test_a_pids_state_is_not_carried_across_a_gap_between_trace_windows(tmp_path
     assert db.sql(f"SELECT count(*) FROM seg_off_stack WHERE statement_id IN ({ids})").fetchone()[0] == 0
     assert db.sql(f"SELECT count(*) FROM seg_off_stack WHERE statement_id NOT IN ({ids}) AND stack_id = 7"
                   ).fetchone()[0] > 0
+
+
+def test_the_statements_between_trace_windows_are_not_walked_and_the_tables_stay(tmp_path, monkeypatch):
+    """The golden capture made duty-cycled, a network exit (a window's closing) left in the gap: the
+    boundaries of the statements between the trace windows are no points of the walk (it can tell
+    nothing of them), but for the one that holds the exit, and every per-statement table and query row
+    is that of the same capture with every statement's boundaries walked, row for row."""
+    cap_dir = tmp_path / "cap"
+    shutil.copytree(CAPTURE, cap_dir)
+    _, between = _duty_cycled(cap_dir)
+    held = between[len(between) // 2]
+    cap = Capture(cap_dir)
+    events = cap.read("kernel_event")
+    recv = {c: None for c in events.column_names} | {
+        "node": events["node"][0].as_py(), "ts_ns": (held["start_ns"] + held["end_ns"]) // 2, "cpu": 0,
+        "event": "sys_exit_recvfrom", "pid": held["pid"], "syscall_nr": 45, "syscall_ret": 321}
+    cap.write_part("kernel_event", [recv], node="late")
+    ids = ", ".join(str(s["statement_id"]) for s in between)
+    walked = "SELECT DISTINCT sid FROM point WHERE kind IN ('stmt_start', 'stmt_end') AND sid IN ({})".format(ids)
+
+    fast = correlate(cap_dir, write=False)
+    assert [r[0] for r in fast.sql(walked).fetchall()] == [held["statement_id"]]
+    assert fast.sql(f"SELECT net_rx_bytes FROM statement_io WHERE statement_id = {held['statement_id']}"
+                    ).fetchone()[0] == 321
+    _walking_every_statement(monkeypatch)
+    every = correlate(cap_dir, write=False)
+    assert len(every.sql(walked).fetchall()) == len(between) >= 40
+    assert _per_statement_tables(fast) == _per_statement_tables(every)
 
 
 def test_a_statement_of_its_rusage_alone_is_not_summed_and_gets_the_summed_rows(tmp_path, monkeypatch):

@@ -226,11 +226,11 @@ def slice_bounds(db: CaptureDB, chunk_points: int, lo: int | None = None,
                  hi: int | None = None) -> list[tuple[int | None, int | None]]:
     """Time slices of [lo, hi) (None: open-ended) of at most about `chunk_points` kernel points and as
     many statement boundaries each: the cuts of the kernel events' time quantiles (a switch gives two
-    points, so events count one and a half) and of the statements' starts (two points each). Between
-    the trace windows of a duty-cycled capture there are statements only: cut by the events alone, the
-    stretch from one window to the next was one slice."""
+    points, so events count one and a half) and of the walked statements' starts (two points each,
+    sql/walked_statement.sql). A statement between the trace windows of a duty-cycled capture is walked
+    where it holds a kernel point: cut by the events alone, a window's statements made one slice."""
     cuts = set()
-    for table, column, per in (("kernel_event", "ts_ns", 1.5), ("statement_clean", "start_ns", 2)):
+    for table, column, per in (("kernel_event", "ts_ns", 1.5), ("walked_statement", "start_ns", 2)):
         n = db.sql(f"SELECT count(*) FROM {table} WHERE {range_sql(column, lo, hi)}").fetchone()[0]
         bounds = _quantile_bounds(db, table, column, -(-int(n * per) // chunk_points), "approx_quantile", lo, hi)
         cuts |= {c for c, _ in bounds[1:]}

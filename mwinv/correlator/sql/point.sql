@@ -1,12 +1,13 @@
 -- point: the state-changing points of every DBMS pid (attribution.py's module docstring): the kernel's
 -- from one scan of kernel_event (a sched_switch gives two: the task switched out and the one switched
--- in), positional reads with their access pattern, disk requests issued and completed, and statement
--- boundaries; and per pid a 'gap' at each trace window's end (after its points at that instant): what
--- the trace showed of a task's state holds up to there, not across the stretch no window covers. A
--- view: the segment walk reads it one time slice at a time, sorted; a table of it would be one more copy.
+-- in), positional reads with their access pattern, disk requests issued and completed, the boundaries
+-- of the statements the walk can tell anything of (walked_statement), and per pid a 'gap' at each trace
+-- window's end (after its points at that instant): what the trace showed of a task's state holds up to
+-- there, not across the stretch no window covers. A view: the segment walk reads it one time slice at
+-- a time, sorted; a table of it would be one more copy.
 --
 -- builds:  point
--- inputs:  kernel_event, file_read, disk_request, statement_clean, dbms_pid, traced_window
+-- inputs:  kernel_event, file_read, disk_request, walked_statement, dbms_pid, traced_window
 -- columns: node, pid, ts, ord (order of points at one instant), kind (attribution.POINT_KINDS), info,
 --          stack_id, nr, ret, sid (statement id), io_seq, io_rand (in-flight request count changes)
 CREATE VIEW point AS
@@ -61,10 +62,10 @@ SELECT p.* FROM (
     FROM disk_request WHERE complete_ns IS NOT NULL
     UNION ALL
     SELECT node, pid, start_ns, -1, 'stmt_start', NULL, NULL, NULL, NULL, statement_id, 0, 0
-    FROM statement_clean WHERE coalesce(nesting_level, 0) = 0
+    FROM walked_statement
     UNION ALL
     SELECT node, pid, end_ns, -2, 'stmt_end', NULL, NULL, NULL, NULL, statement_id, 0, 0
-    FROM statement_clean WHERE coalesce(nesting_level, 0) = 0
+    FROM walked_statement
     UNION ALL
     SELECT node, pid, hi, 9, 'gap', NULL, NULL, NULL, NULL, NULL, 0, 0
     FROM traced_window JOIN dbms_pid USING (node)
