@@ -92,19 +92,18 @@ def default_memory() -> str:
     return f"{max(MEMORY_FLOOR_BYTES, min(MEMORY_CAP_BYTES, available // 2)) >> 20}MiB"
 
 
-def memory_bytes(value: str) -> int:
-    """A size as `--memory` takes it, or as DuckDB shows its limit ('762.9 MiB'), in bytes (KB: 1000,
-    KiB: 1024, as DuckDB counts them)."""
+def memory_bytes(value: str, what: str = "memory size") -> int:
+    """A size above 0 as `--memory` takes it, or as DuckDB shows its limit ('762.9 MiB'), in bytes (KB:
+    1000, KiB: 1024, as DuckDB counts them); what: the name the error gives the value."""
     m = MEMORY.fullmatch(value.strip())
-    if not m:
-        raise MwinvError(f"memory size {value!r}: a size such as 512MB or 2GB")
+    if not m or float(m.group(1)) <= 0:
+        raise MwinvError(f"{what} {value!r}: a size such as 512MB or 2GB")
     unit = m.group(2).lower()
     return int(float(m.group(1)) * (1024 if "i" in unit else 1000) ** ("kmgt".index(unit[0]) + 1))
 
 
 def check_memory(value: str) -> str:
-    if not MEMORY.fullmatch(value.strip()) or float(MEMORY.fullmatch(value.strip()).group(1)) <= 0:
-        raise MwinvError(f"--memory {value!r}: a size such as 512MB or 2GB")
+    memory_bytes(value, "--memory")
     return value.strip()
 
 
