@@ -84,6 +84,8 @@ def test_sigterm_during_a_long_correlation_is_an_interrupt(tmp_path):
         watchdog.cancel()
     assert proc.returncode == 130 and "Traceback" not in err and "mwinv-correlate: interrupted" in err, err[-2000:]
     assert usage.ru_utime + usage.ru_stime - cpu_at_signal < 1, (usage, cpu_at_signal)
+    lines = err.splitlines()   # the progress lines so far, then the one that says so
+    assert lines[-1] == "mwinv-correlate: interrupted" and all(ln.strip() for ln in lines), err[-2000:]
 
 
 SLOW_FINALIZER = """
@@ -103,6 +105,32 @@ def main():
 
 run_main(main, "slow")
 """
+
+
+SLEEP_AFTER_A_STEP = """
+import time, click
+from mwinv.cli.common import progress_console, progress_logger, run_main
+
+@click.command()
+def main():
+    progress_logger(progress_console())("attributing statement time")
+    time.sleep(30)   # Python, not DuckDB: the signal is a KeyboardInterrupt here
+
+run_main(main, "slow")
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_an_interrupt_is_one_line_after_the_progress(sig):
+    """An interrupt raised in Python code (not inside a DuckDB query) went through click, which printed an
+    empty line between the last progress line and "interrupted"."""
+    proc = subprocess.Popen([sys.executable, "-c", SLEEP_AFTER_A_STEP], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    first = proc.stderr.readline()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "attributing statement time" in first, (first, err)
+    assert err == "slow: interrupted\n", err
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

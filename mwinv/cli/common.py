@@ -110,10 +110,25 @@ def run_main(command: click.Command, prog: str, memory_option: str | None = None
         _ignore_signals()
 
 
+class _Interrupted(BaseException):
+    """A KeyboardInterrupt out of the command, carried past click: click catches one and prints an empty
+    line (to end a terminal's "^C"), which stood between the last progress line and "interrupted"."""
+
+
+def _past_click(invoke: Callable) -> Callable:
+    def run(ctx: click.Context):
+        try:
+            return invoke(ctx)
+        except KeyboardInterrupt as exc:
+            raise _Interrupted from exc
+    return run
+
+
 def _run(command: click.Command, prog: str, memory_option: str | None) -> None:
+    command.invoke = _past_click(command.invoke)
     try:
         command.main(prog_name=prog, standalone_mode=False)
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, _Interrupted):
         _interrupted(prog)
     except click.ClickException as exc:
         exc.show()
