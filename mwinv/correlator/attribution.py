@@ -94,7 +94,8 @@ def _backward(valid: np.ndarray, end: np.ndarray, rows: np.ndarray) -> np.ndarra
 
 
 def _carried(values: np.ndarray, idx: np.ndarray, null=-1) -> np.ndarray:
-    return np.where(idx >= 0, values[np.maximum(idx, 0)], null)
+    # index -1 takes the null appended: one gather (a where over a clipped gather was 16 % of the state)
+    return np.append(values, np.asarray(null, values.dtype))[idx]
 
 
 def _code(labels: tuple[str, ...], label: str) -> int:
@@ -307,6 +308,8 @@ class _Pids:
         n = len(pid)
         self.kind = raw["kind"]
         self.unseen = ~raw["seen"]
+        self.unseen_at = np.append(self.unseen, True)   # index -1 (no row): unknown too
+        self.all_seen = not self.unseen.any()           # a slice within one window
         self.rows = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
         new_group = np.ones(n, bool)
         new_group[1:] = (pid[1:] != pid[:-1]) | (node_c[1:] != node_c[:-1])
@@ -329,8 +332,11 @@ class _Pids:
     def state(self, valid: np.ndarray, fill=None) -> np.ndarray:
         """forward (or backward, `fill`) over the points a window covers: -1 where an unseen point comes
         first (the state there is unknown)."""
-        idx = (fill or self.forward)(valid | self.unseen)
-        return np.where(self.unseen[np.maximum(idx, 0)], -1, idx)
+        fill = fill or self.forward
+        if self.all_seen:
+            return fill(valid)
+        idx = fill(valid | self.unseen)
+        return np.where(self.unseen_at[idx], -1, idx)
 
     def cumsum(self, v: np.ndarray) -> np.ndarray:
         c = np.cumsum(v)
