@@ -262,8 +262,10 @@ def open_correlated(path: str | Path, rebuild: tuple[str, ...] = (),
 
 # A derived table of more rows than this is written as one part per DuckDB thread at once, each of its
 # statements by hash(statement_id): Arrow writes a part on one core (a 120 s pgbench capture's 124 M
-# attribution rows: 11.2 s as one part, 8.2 s as two at once on 2 cores)
+# attribution rows: 11.2 s as one part, 8.2 s as two at once on 2 cores); at most PARALLEL_PARTS,
+# since each part's query reads all of the table's inputs to keep its share
 PARALLEL_ROWS = 16_000_000
+PARALLEL_PARTS = 8
 
 
 def write_derived(db: CaptureDB, table: str, where: str | None, prefix: str) -> None:
@@ -277,7 +279,8 @@ def write_derived(db: CaptureDB, table: str, where: str | None, prefix: str) -> 
     rows = db.sql(f"SELECT count(*) FROM {table}" + "".join(f" WHERE {c}" for c in conds)).fetchone()[0]
     if not rows:
         return
-    n = int(db.sql("SELECT current_setting('threads')").fetchone()[0]) if rows > PARALLEL_ROWS else 1
+    threads = int(db.sql("SELECT current_setting('threads')").fetchone()[0])
+    n = min(threads, PARALLEL_PARTS) if rows > PARALLEL_ROWS else 1
     if n == 1:
         query = f"SELECT * FROM {table}" + "".join(f" WHERE {c}" for c in conds)
         db.capture.write_part(table, db.sql(query).to_arrow_reader(1 << 20), node=prefix)
