@@ -467,8 +467,8 @@ def test_the_attribution_view_gives_bigint_columns(tmp_path):
 
 def test_a_large_derived_table_is_written_in_parts_at_once_with_the_rows_of_one(tmp_path, monkeypatch):
     """A derived table of more than load.PARALLEL_ROWS rows is written as one part per DuckDB thread at
-    once (its statements split by a hash), with the rows of one part written alone; a later correlation
-    replaces all of them."""
+    once (its statements split by a hash; at most load.PARALLEL_PARTS), with the rows of one part written
+    alone; a later correlation replaces all of them."""
     from mwinv.correlator import load
 
     if (os.cpu_count() or 1) < 2:
@@ -483,3 +483,6 @@ def test_a_large_derived_table_is_written_in_parts_at_once_with_the_rows_of_one(
     parts = Capture(split).parts("statement_attribution")
     assert len(parts) > 1 and all(pq.read_metadata(p).num_rows for p in parts)
     assert derived_tables(split) == derived_tables(one)
+    monkeypatch.setattr(load, "PARALLEL_PARTS", 1)   # at most that many
+    correlate(split)
+    assert len(Capture(split).parts("statement_attribution")) == 1
