@@ -420,3 +420,49 @@ def test_the_api_and_the_timeline_name_the_kernel_functions(capture):
     shown = slices[str(t.example_id)]["kernel_functions"]
     assert shown and all(f["ns"] == mine[(f["function"], f["source"])] for f in shown)
     assert [f["ns"] for f in shown] == sorted(mine.values(), reverse=True)[:len(shown)]
+
+
+def test_nested_statements_time_is_their_top_level_statements(tmp_path):
+    """A PL/pgSQL function's statements (mwinv.track = all) sleep, wait for a row lock, then sleep again:
+    the segment walk cuts at top-level statements only (sql/walked_statement.sql), so the time in and
+    after each nested statement is the function call's, once: its sleeping stretches (seg_off_stack) and
+    components sum to its wall time, and the nested statements have none."""
+    from mwinv.node_capture import NodeCapture
+    from mwinv.options import CaptureOptions
+
+    server = PgServer(name="nested", shared_preload_libraries=["mwinv"],
+                      gucs={"compute_query_id": "on", "mwinv.track": "'all'", "mwinv.resource_min_cost": "0"})
+    with server:
+        with server.connect() as conn:
+            conn.execute("CREATE EXTENSION mwinv")
+            conn.execute("CREATE TABLE lockme (id int primary key); INSERT INTO lockme VALUES (1)")
+            conn.execute("""CREATE FUNCTION nest() RETURNS int LANGUAGE plpgsql AS $$ BEGIN
+                PERFORM pg_sleep(0.1); PERFORM id FROM lockme WHERE id = 1 FOR UPDATE; PERFORM pg_sleep(0.1);
+                RETURN 1; END $$""")
+        with NodeCapture(tmp_path / "cap", CaptureOptions(stacks=True), postmaster_pid=server.postmaster_pid(),
+                         conninfo=server.conninfo()) as cap:
+            with server.connect() as c1, server.connect(autocommit=False) as c2:
+                pid = c1.execute("SELECT pg_backend_pid()").fetchone()[0]
+                c2.execute("SELECT id FROM lockme WHERE id = 1 FOR UPDATE")
+                releaser = threading.Timer(0.4, c2.commit)
+                releaser.start()
+                c1.execute("SELECT nest()")
+                releaser.join()
+    assert not cap.summary.get("errors"), cap.summary
+    db = correlate(tmp_path / "cap")
+    rows = db.sql(f"""SELECT statement_id, nesting_level, end_ns - start_ns FROM statement_clean WHERE pid = {pid}
+                      AND start_ns >= (SELECT min(start_ns) FROM statement_clean s JOIN statement_text t
+                                       USING (query_text_hash) WHERE s.pid = {pid} AND t.text = 'SELECT nest()')
+                      ORDER BY start_ns""").fetchall()
+    (top, _, wall), *nested = rows
+    assert [level for _, level, _ in nested] == [1, 1, 1], rows   # sleep, the row lock, sleep
+    parts = dict(db.sql(f"SELECT component, ns FROM statement_attribution WHERE statement_id = {top}").fetchall())
+    assert sum(parts.values()) == wall, parts
+    assert parts["lock_wait"] >= 0.9 * nested[1][2] and parts["other_wait"] >= 0.9 * (nested[0][2] + nested[2][2]), \
+        (parts, rows)
+    off = dict(db.sql("SELECT statement_id, sum(ns) FROM seg_off_stack GROUP BY 1").fetchall())
+    assert off.get(top, 0) >= 0.9 * sum(ns for _, _, ns in nested), (off, rows)
+    ids = [sid for sid, _, _ in nested]
+    assert not [sid for sid in ids if sid in off], off
+    assert db.sql(f"SELECT count(*) FROM statement_attribution WHERE list_contains({ids}, statement_id)").fetchone() \
+        == (0,)
