@@ -4,6 +4,7 @@ compressed or dropped once parsed, on real short captures."""
 
 import dataclasses
 import gc
+import json
 import os
 import re
 import shutil
@@ -486,3 +487,20 @@ def test_a_large_derived_table_is_written_in_parts_at_once_with_the_rows_of_one(
     monkeypatch.setattr(load, "PARALLEL_PARTS", 1)   # at most that many
     correlate(split)
     assert len(Capture(split).parts("statement_attribution")) == 1
+
+
+def test_a_state_kept_by_another_version_is_refused_in_one_line(tmp_path):
+    """A capture correlated in parts by an older mwinv (its state without a format, its carry without the
+    column the walk now reads) and resumed by this one: one line naming the state, not a traceback."""
+    cap_dir = tmp_path / "cap"
+    shutil.copytree(CAPTURE, cap_dir)
+    ts = pc.min_max(Capture(cap_dir).read("kernel_event")["ts_ns"]).as_py()
+    correlate(cap_dir, until_ns=(ts["min"] + ts["max"]) // 2)
+    state = cap_dir / incremental.STATE_DIR / "state.json"
+    kept = json.loads(state.read_text())
+    del kept["format"]
+    state.write_text(json.dumps(kept))
+    r = _correlate(cap_dir)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"mwinv-correlate: error: {state.parent}: state of a correlation in parts in format 1, not "
+        f"{incremental.STATE_FORMAT} (kept by another version of mwinv); remove it to correlate the capture whole"], r.stderr

@@ -30,6 +30,9 @@ from mwinv.correlator.load import literal
 from mwinv.errors import MwinvError
 
 STATE_DIR = "correlation_state"
+# the state's layout, written with it: a state another version of mwinv kept (its carry without a column
+# the walk now reads) is refused in one line, not read
+STATE_FORMAT = 2
 # the walk's per-slice sums, each with its statement's node as a dbms_node code
 SEEDED = ("seg_component_part", "seg_io_part", "seg_off_stack_part")
 
@@ -82,12 +85,16 @@ def load(capture: Capture, until_ns: int | None) -> Parts | None:
     d = capture.path / STATE_DIR
     if not (d / "state.json").exists():
         return Parts(capture, until_ns) if until_ns is not None else None
+    remove = "remove it to correlate the capture whole"
     try:
         state = json.loads((d / "state.json").read_text())
         carry = pa.ipc.open_file(str(d / "carry.arrow")).read_all()
     except (OSError, ValueError, pa.ArrowInvalid) as exc:
-        raise MwinvError(f"{d}: unreadable state of a correlation in parts ({exc}); remove it to correlate "
-                         "the capture whole") from None
+        raise MwinvError(f"{d}: unreadable state of a correlation in parts ({exc}); {remove}") from None
+    got = state.get("format", 1) if isinstance(state, dict) else None   # 1: kept without the field
+    if got != STATE_FORMAT:
+        raise MwinvError(f"{d}: state of a correlation in parts in format {got}, not {STATE_FORMAT} (kept by another "
+                         f"version of mwinv); {remove}")
     if until_ns is not None and until_ns <= state["since_ns"]:
         raise MwinvError(f"until {until_ns}: not after the cut of the part correlated before ({state['since_ns']})")
     return Parts(capture, until_ns, state["parts"], state["since_ns"], state["key_until"], state["statements_before"],
@@ -173,8 +180,8 @@ def save(db, parts: Parts) -> None:
             f"WHERE (n.node, p.statement_id) IN (SELECT (node, statement_id) FROM slice_statement "
             f"WHERE key_ns >= {int(parts.key_until)})").to_arrow_table())
     privfile.write(d / "state.json", json.dumps({
-        "parts": parts.number + 1, "since_ns": parts.until_ns, "key_until": parts.key_until, "labels": parts.labels_out,
-        "statements_before": statements_before(db, parts.until_ns)}))
+        "format": STATE_FORMAT, "parts": parts.number + 1, "since_ns": parts.until_ns, "key_until": parts.key_until,
+        "labels": parts.labels_out, "statements_before": statements_before(db, parts.until_ns)}))
 
 
 def _write_arrow(path, table: pa.Table) -> None:
