@@ -271,7 +271,10 @@ PARALLEL_PARTS = 8
 def write_derived(db: CaptureDB, table: str, where: str | None, prefix: str) -> None:
     """`table`'s rows (`where`: an SQL condition, or None for all) as parts of the capture's table named by
     prefix, after those already there; a large one in parts written at once (PARALLEL_ROWS), streamed."""
+    import threading
     from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow as pa
 
     from mwinv.correlator.modules import sql_literal
 
@@ -286,20 +289,33 @@ def write_derived(db: CaptureDB, table: str, where: str | None, prefix: str) -> 
         db.capture.write_part(table, db.sql(query).to_arrow_reader(1 << 20), node=prefix)
         return
 
+    stop = threading.Event()
+
     def part(i: int, into: Path) -> None:
         cur = db.con.cursor()   # a connection of its own: the variables the views read set again
         for name, value in db.modules.variables.items():
             cur.execute(f"SET VARIABLE {name} = {sql_literal(value)}")
         cond = " AND ".join([*conds, f"hash(statement_id) % {literal(n)} = {literal(i)}"])
-        Capture(into).write_part(table, cur.execute(f"SELECT * FROM {table} WHERE {cond}").to_arrow_reader(1 << 20),
-                                 node=prefix)
+        reader = cur.execute(f"SELECT * FROM {table} WHERE {cond}").to_arrow_reader(1 << 20)
+
+        def batches():
+            for batch in reader:
+                if stop.is_set():
+                    raise MwinvError(f"{table}: writing stopped")
+                yield batch
+        Capture(into).write_part(table, pa.RecordBatchReader.from_batches(reader.schema, batches()), node=prefix)
 
     # each part written aside (a private directory of the session, in the capture), then all moved in, in order
     with tempfile.TemporaryDirectory(prefix="parts-", dir=db.scratch.parent) as tmp:
         dirs = [Path(tmp) / str(i) for i in range(n)]
         with ThreadPoolExecutor(n) as pool:
-            for f in [pool.submit(part, i, d) for i, d in enumerate(dirs)]:
-                f.result()
+            futures = [pool.submit(part, i, d) for i, d in enumerate(dirs)]
+            try:
+                for f in futures:
+                    f.result()
+            except BaseException:   # a part failed, or Ctrl-C: the others stop at their next batch
+                stop.set()
+                raise
         for d in dirs:
             db.capture.take_parts(Capture(d))
 
