@@ -3,6 +3,7 @@ database at small scale), CPU quota and block I/O throttles (what-if checks)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 import uuid
@@ -23,6 +24,10 @@ def block_device_of(path: str | os.PathLike) -> str:
         parent = (sys_dev.resolve().parent / "dev").read_text().strip()
         return parent
     return f"{major}:{minor}"
+
+
+# tries of a memory cap the kernel refuses as busy, each after the dirty pages were written back
+MEMORY_CAP_TRIES = 5
 
 
 @dataclass
@@ -86,9 +91,24 @@ class Cgroup:
 
     def limit_memory(self, memory_bytes: int) -> None:
         """Set (or change) the memory cap of a group made with a memory controller (memory_bytes=-1: none
-        yet): the kernel reclaims page cache down to it; a cap below what the processes hold fails."""
+        yet): the kernel reclaims page cache down to it; a cap below what the processes hold fails.
+        The kernel gives up (EBUSY) after one reclaim pass that frees nothing; what was busy then may be
+        free a moment later (a 160 MB cap right after a TPC-H SF 0.1 load failed once in CI), so the
+        cap is tried again, after writing back dirty pages, before it is refused."""
         self.memory_bytes = memory_bytes
-        self._write("memory", "memory.limit_in_bytes", str(memory_bytes))
+        target = self.path("memory") / "memory.limit_in_bytes"
+        for attempt in range(MEMORY_CAP_TRIES):
+            try:
+                target.write_text(str(memory_bytes))
+                return
+            except OSError as exc:
+                if exc.errno != errno.EBUSY:
+                    raise MwinvError(f"cannot write {memory_bytes!r} to {target}: {exc.strerror}") from None
+            os.sync()
+            time.sleep(0.1 * attempt)
+        held = int((self.path("memory") / "memory.usage_in_bytes").read_text())
+        raise MwinvError(f"cannot cap {self.path('memory')} at {memory_bytes >> 20} MiB: its processes hold "
+                         f"{held >> 20} MiB that the kernel cannot reclaim (raise the cap)")
 
     def limit_cpu(self, fraction: float | None) -> None:
         """Set (or change, or lift with None) the CPU quota of a group made with a cpu controller."""

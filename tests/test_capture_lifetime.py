@@ -132,3 +132,27 @@ def test_the_memory_cap_is_for_the_queries_not_the_load():
         assert cg_after == cg   # the restarted server is in the capped group
     finally:
         server.stop()
+
+
+def test_a_memory_cap_below_what_the_processes_hold_says_so():
+    """A cap below the anonymous memory a group's process holds (no swap to reclaim it to): refused by the
+    kernel as busy on every try, and said in one line with what the processes hold, not as a raw EBUSY."""
+    from mwinv.cgroup import Cgroup
+    from mwinv.errors import MwinvError
+
+    if Path("/proc/swaps").read_text().count("\n") > 1:
+        pytest.skip("swap: the kernel could reclaim the process's memory")
+    group = Cgroup("pytest-tight", memory_bytes=-1).create()
+    holder = subprocess.Popen([*group.exec_prefix(), sys.executable, "-c", "import time; b = bytearray(64 << 20); "
+                               "b[::4096] = b'x' * len(b[::4096]); print(flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE)
+    try:
+        holder.stdout.readline()   # its 64 MiB touched in the group
+        with pytest.raises(MwinvError, match=r"^cannot cap \S+ at 16 MiB: its processes hold (\d+) MiB that the "
+                                             r"kernel cannot reclaim \(raise the cap\)$") as e:
+            group.limit_memory(16 << 20)
+        assert int(e.value.args[0].split(" hold ")[1].split()[0]) >= 64
+    finally:
+        holder.kill()
+        holder.wait()
+        group.remove()
