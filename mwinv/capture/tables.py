@@ -417,6 +417,8 @@ class Capture:
                 _check_types(p, f.schema_arrow, SCHEMAS[table])
                 for _ in f.iter_batches(batch_size=1 << 16):
                     pass
+        # Arrow's mimalloc keeps the pages it read into: 234 MiB once a 120 s capture's parts were checked
+        pa.default_memory_pool().release_unused()
 
     def glob(self, table: str) -> str:
         """A glob DuckDB's read_parquet() takes."""
