@@ -450,13 +450,13 @@ def test_nested_statements_time_is_their_top_level_statements(tmp_path):
                 releaser.join()
     assert not cap.summary.get("errors"), cap.summary
     db = correlate(tmp_path / "cap")
-    rows = db.sql(f"""SELECT statement_id, nesting_level, end_ns - start_ns FROM statement_clean WHERE pid = {pid}
-                      AND start_ns >= (SELECT min(start_ns) FROM statement_clean s JOIN statement_text t
-                                       USING (query_text_hash) WHERE s.pid = {pid} AND t.text = 'SELECT nest()')
-                      ORDER BY start_ns""").fetchall()
+    rows = db.sql("""SELECT statement_id, nesting_level, end_ns - start_ns FROM statement_clean WHERE pid = $pid
+                     AND start_ns >= (SELECT min(start_ns) FROM statement_clean s JOIN statement_text t
+                                      USING (query_text_hash) WHERE s.pid = $pid AND t.text = 'SELECT nest()')
+                     ORDER BY start_ns""", {"pid": pid}).fetchall()
     (top, _, wall), *nested = rows
     assert [level for _, level, _ in nested] == [1, 1, 1], rows   # sleep, the row lock, sleep
-    parts = dict(db.sql(f"SELECT component, ns FROM statement_attribution WHERE statement_id = {top}").fetchall())
+    parts = dict(db.sql("SELECT component, ns FROM statement_attribution WHERE statement_id = ?", [top]).fetchall())
     assert sum(parts.values()) == wall, parts
     assert parts["lock_wait"] >= 0.9 * nested[1][2] and parts["other_wait"] >= 0.9 * (nested[0][2] + nested[2][2]), \
         (parts, rows)
@@ -464,5 +464,5 @@ def test_nested_statements_time_is_their_top_level_statements(tmp_path):
     assert off.get(top, 0) >= 0.9 * sum(ns for _, _, ns in nested), (off, rows)
     ids = [sid for sid, _, _ in nested]
     assert not [sid for sid in ids if sid in off], off
-    assert db.sql(f"SELECT count(*) FROM statement_attribution WHERE list_contains({ids}, statement_id)").fetchone() \
+    assert db.sql("SELECT count(*) FROM statement_attribution WHERE list_contains(?, statement_id)", [ids]).fetchone() \
         == (0,)

@@ -362,10 +362,10 @@ def test_a_pids_state_is_not_carried_across_a_gap_between_trace_windows(tmp_path
         p.unlink()
     cap.write_part("kernel_event", pa.concat_tables([events, pa.Table.from_pylist([sleep], events.schema)]), node="all")
     db = correlate(cap_dir, write=False)
-    ids = ", ".join(str(s["statement_id"]) for s in between)
-    assert db.sql(f"SELECT count(*) FROM seg_off_stack WHERE statement_id IN ({ids})").fetchone()[0] == 0
-    assert db.sql(f"SELECT count(*) FROM seg_off_stack WHERE statement_id NOT IN ({ids}) AND stack_id = 7"
-                  ).fetchone()[0] > 0
+    ids = [s["statement_id"] for s in between]
+    assert db.sql("SELECT count(*) FROM seg_off_stack WHERE list_contains(?, statement_id)", [ids]).fetchone()[0] == 0
+    assert db.sql("SELECT count(*) FROM seg_off_stack WHERE NOT list_contains(?, statement_id) AND stack_id = 7",
+                  [ids]).fetchone()[0] > 0
 
 
 def test_the_statements_between_trace_windows_are_not_walked_and_the_tables_stay(tmp_path, monkeypatch):
@@ -383,16 +383,16 @@ def test_the_statements_between_trace_windows_are_not_walked_and_the_tables_stay
         "node": events["node"][0].as_py(), "ts_ns": (held["start_ns"] + held["end_ns"]) // 2, "cpu": 0,
         "event": "sys_exit_recvfrom", "pid": held["pid"], "syscall_nr": 45, "syscall_ret": 321}
     cap.write_part("kernel_event", [recv], node="late")
-    ids = ", ".join(str(s["statement_id"]) for s in between)
-    walked = "SELECT DISTINCT sid FROM point WHERE kind IN ('stmt_start', 'stmt_end') AND sid IN ({})".format(ids)
+    ids = [s["statement_id"] for s in between]
+    walked = "SELECT DISTINCT sid FROM point WHERE kind IN ('stmt_start', 'stmt_end') AND list_contains(?, sid)"
 
     fast = correlate(cap_dir, write=False)
-    assert [r[0] for r in fast.sql(walked).fetchall()] == [held["statement_id"]]
-    assert fast.sql(f"SELECT net_rx_bytes FROM statement_io WHERE statement_id = {held['statement_id']}"
+    assert [r[0] for r in fast.sql(walked, [ids]).fetchall()] == [held["statement_id"]]
+    assert fast.sql("SELECT net_rx_bytes FROM statement_io WHERE statement_id = ?", [held["statement_id"]]
                     ).fetchone()[0] == 321
     _walking_every_statement(monkeypatch)
     every = correlate(cap_dir, write=False)
-    assert len(every.sql(walked).fetchall()) == len(between) >= 40
+    assert len(every.sql(walked, [ids]).fetchall()) == len(between) >= 40
     assert _per_statement_tables(fast) == _per_statement_tables(every)
 
 
