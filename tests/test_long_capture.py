@@ -61,6 +61,34 @@ def test_a_collected_connection_with_a_cursor_still_running_spills_nowhere_other
     assert not list(tmp_path.iterdir())
 
 
+def test_the_spill_directory_of_a_killed_session_is_removed_by_the_next(tmp_path):
+    """A session killed (kill -9, the OOM killer) left its spill directory in the capture for good, gigabytes
+    of it after a long capture. The next session removes it; a live session's, one without a lock (an
+    older mwinv's) and a symlink to a directory elsewhere are left."""
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time; from mwinv.correlator.load import connect; "
+                              "con = connect(spill_in=sys.argv[1]); print('up', flush=True); time.sleep(60)",
+                              str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "up\n"
+        (dead,) = tmp_path.glob(".duckdb-spill-*")
+        (dead / "spill").mkdir(exist_ok=True)
+        (dead / "spill" / "pages.tmp").write_bytes(b"x" * 4096)
+        connect(spill_in=tmp_path).close()
+        assert dead.exists()   # its session still lives
+    finally:
+        child.kill()
+        child.wait()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "lock").touch()
+    (tmp_path / ".duckdb-spill-link").symlink_to(elsewhere)
+    (tmp_path / ".duckdb-spill-old").mkdir()
+    con = connect(spill_in=tmp_path)
+    assert not dead.exists()
+    assert (tmp_path / ".duckdb-spill-old").is_dir() and (elsewhere / "lock").exists()
+    con.close()
+
+
 def test_a_moderate_memory_limit_gives_the_same_tables_as_the_default(tmp_path):
     small, default = tmp_path / "small", tmp_path / "default"
     shutil.copytree(CAPTURE, small)

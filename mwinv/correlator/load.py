@@ -5,6 +5,7 @@ warnings naming the table and row and what was excluded, or a one-line error."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import shutil
@@ -118,9 +119,12 @@ def connect(spill_in: Path | None = None, stored: bool = False, **config) -> duc
     # every connection spills into ./.tmp under the same file names, and two of them at once (two captures
     # opened in one process, or two analyses in one directory) read each other's pages
     try:
-        spill = tempfile.mkdtemp(prefix=".duckdb-spill-", dir=spill_in)
+        if spill_in is not None:
+            remove_dead_spills(spill_in)
+        spill = tempfile.mkdtemp(prefix=SPILL_PREFIX, dir=spill_in)
     except OSError:   # a capture this user may only read: the system's temporary directory
         spill = tempfile.mkdtemp(prefix="mwinv-duckdb-")
+    lock = _hold_lock(spill)
     # an in-memory table is kept uncompressed and paged out whole past the memory limit (22 GB of spill
     # for a 600 s capture's 60 M statements); a file's is compressed as it is written, and its pages
     # are dropped, not spilled, past the limit. Closed with the session: no checkpoint is needed.
@@ -133,9 +137,65 @@ def connect(spill_in: Path | None = None, stored: bool = False, **config) -> duc
                                  # when a later allocation comes by: on a 120 s capture it kept 600-800 MiB
                                  # of them between queries, while duckdb_memory() counted 4-70 MiB in use
                                  "allocator_background_threads": True, **config})
-    weakref.finalize(con, shutil.rmtree, spill, ignore_errors=True)
+    weakref.finalize(con, _drop_spill, spill, lock)
     con.execute("SET enable_progress_bar = false")   # a session option, refused in connect()'s config
     return con
+
+
+# A session's spill directory in a capture; its `lock` is held while the session lives
+SPILL_PREFIX = ".duckdb-spill-"
+
+
+def _hold_lock(spill: str) -> int:
+    """The spill directory's lock, held until the session ends: made under another name, locked, then
+    renamed, so that no one finds the lock before it is held."""
+    fd = os.open(os.path.join(spill, "lock.new"), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(os.path.join(spill, "lock.new"), os.path.join(spill, "lock"))
+    return fd
+
+
+def _drop_spill(spill: str, lock: int) -> None:
+    shutil.rmtree(spill, ignore_errors=True)
+    os.close(lock)
+
+
+def remove_dead_spills(directory: str | os.PathLike) -> list[str]:
+    """Remove the spill directories that sessions killed in `directory` left (kill -9, the OOM killer): a
+    600 s capture's session spilled gigabytes there. One whose lock is free is dead; one without a lock (an
+    older mwinv's) or of another user is left. Entries are opened relative to their parent, no symlink
+    followed. Returns the names removed."""
+    removed = []
+    parent = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in os.listdir(parent):
+            if not name.startswith(SPILL_PREFIX):
+                continue
+            try:
+                d = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+            except OSError:   # a symlink, a file, or gone meanwhile
+                continue
+            try:
+                if os.fstat(d).st_uid != os.geteuid():
+                    continue
+                lock = os.open("lock", os.O_RDONLY | os.O_NOFOLLOW, dir_fd=d)
+            except OSError:
+                continue
+            finally:
+                os.close(d)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:   # its session lives
+                os.close(lock)
+                continue
+            try:
+                shutil.rmtree(name, dir_fd=parent, ignore_errors=True)
+                removed.append(name)
+            finally:
+                os.close(lock)
+    finally:
+        os.close(parent)
+    return removed
 
 
 def open_capture(path: str | Path, threads: int | None = None, memory_limit: str | None = None,
