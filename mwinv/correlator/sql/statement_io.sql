@@ -1,5 +1,8 @@
 -- statement_io: the model's inputs per statement: its own block requests and the bytes its network
--- syscalls moved (seg_io), zero where the trace saw none. One statement slice at a time.
+-- syscalls moved (seg_io). A row for each statement the trace saw I/O of, or that a trace window
+-- covers whole (traced: its zeros are measured); none for the others, whose I/O no trace saw (readers
+-- sum it as zero): in a duty-cycled capture ~93 % of the statements, where their zero rows were
+-- 11.1 M of a 120 s capture's 11.25 M. One statement slice at a time.
 --
 -- builds:  statement_io
 -- inputs:  slice_statement, seg_io, in_slice; the variables slice_lo, slice_hi
@@ -10,4 +13,4 @@ SELECT s.node, s.statement_id, coalesce(seq_bytes, 0) AS seq_bytes, coalesce(seq
        coalesce(random_reqs, 0) AS random_reqs, coalesce(random_bytes, 0) AS random_bytes,
        coalesce(net_rx_bytes, 0) AS net_rx_bytes, coalesce(net_tx_bytes, 0) AS net_tx_bytes
 FROM slice_statement s LEFT JOIN (SELECT * FROM seg_io WHERE in_slice(key_ns)) i USING (node, statement_id)
-WHERE in_slice(s.key_ns);
+WHERE in_slice(s.key_ns) AND (s.traced OR i.statement_id IS NOT NULL);
