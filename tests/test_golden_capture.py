@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, DERIVED_TABLES, Capture
+from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, COMPACT, DERIVED_TABLES, Capture
 
 GOLDEN = Path(__file__).parent / "golden"
 CAPTURE = GOLDEN / "pg_small_capture"
@@ -39,14 +39,14 @@ def correlated(tmp_path_factory):
 
 
 def derived_tables(cap: Path) -> dict[str, dict]:
-    """Each derived table written into cap: its columns and its rows, sorted, as JSON gives them back."""
-    con = duckdb.connect()
+    """Each derived table written into cap, as its readers see it (a table's rows stored compactly in another
+    expanded: COMPACT): its columns and its rows, sorted, as JSON gives them back."""
     out = {}
-    for table in sorted(DERIVED_TABLES):
-        parts = sorted((cap / table).glob("*.parquet"))
-        if parts:
-            rel = con.sql(f"SELECT * FROM read_parquet({[str(p) for p in parts]}, union_by_name=true) ORDER BY ALL")
-            out[table] = {"columns": rel.columns, "rows": [list(r) for r in rel.fetchall()]}
+    for table in sorted(set(DERIVED_TABLES) - set(COMPACT.values())):
+        if Capture(cap).has(table):
+            t = Capture(cap).read(table)
+            rows = sorted((list(r.values()) for r in t.to_pylist()), key=lambda r: [(v is None, v) for v in r])
+            out[table] = {"columns": t.column_names, "rows": rows}
     return json.loads(json.dumps(out))
 
 

@@ -19,10 +19,10 @@ import pyarrow.parquet as pq
 import pytest
 import pyarrow.compute as pc
 
-from mwinv.capture.tables import Capture
+from mwinv.capture.tables import COMPACT, Capture
 from mwinv.correlator import attribution, incremental, modules
-from mwinv.correlator.load import connect, literal, open_capture
-from mwinv.correlator.pipeline import PER_NODE_TABLES, correlate
+from mwinv.correlator.load import connect, literal, open_capture, open_correlated
+from mwinv.correlator.pipeline import PER_NODE_TABLES, correlate, merge
 from mwinv.kernel_trace.parse import count_events
 from tests.test_golden_capture import CAPTURE, derived_tables
 
@@ -221,8 +221,10 @@ def _with_worker(cap_dir: Path) -> list[dict]:
 
 
 def _per_statement_tables(db) -> dict[str, list]:
-    """What a correlation writes per statement, and the list of queries, each table's rows sorted."""
-    return {t: sorted(db.sql(f"SELECT * FROM {t}").fetchall(), key=repr) for t in (*PER_NODE_TABLES, "query_summary")}
+    """What a correlation writes per statement, as it is read (rusage_attribution's rows in
+    statement_attribution's), and the list of queries, each table's rows sorted."""
+    return {t: sorted(db.sql(f"SELECT * FROM {t}").fetchall(), key=repr) for t in (*PER_NODE_TABLES, "query_summary")
+            if t not in COMPACT.values()}
 
 
 def test_a_capture_correlated_slice_by_slice_gives_the_tables_of_one_correlated_whole(tmp_path, monkeypatch):
@@ -428,7 +430,7 @@ def test_the_statements_between_trace_windows_are_not_walked_and_the_tables_stay
 def test_a_statement_of_its_rusage_alone_is_not_summed_and_gets_the_summed_rows(tmp_path, monkeypatch):
     """The golden capture made duty-cycled, with a parallel worker: the statements between its trace
     windows (rusage alone) have no own_attribution rows and none stored in the session (their
-    local_attribution rows are made as they are read: a table of them took 15 s per 10 M statements to
+    rusage_attribution rows are made as they are read: a table of them took 15 s per 10 M statements to
     write), and every per-statement table and query row is that of the same capture with every
     statement summed from its own rows, row for row."""
     cap_dir = tmp_path / "cap"
@@ -450,7 +452,7 @@ def test_a_statement_of_its_rusage_alone_is_not_summed_and_gets_the_summed_rows(
                     ).fetchone()[0] == len(between) >= 40
     assert fast.sql(f"SELECT count(*) FROM own_attribution WHERE statement_id IN ({ids})").fetchone()[0] == 0
     assert fast.sql(f"SELECT count(*) FROM summed_attribution WHERE statement_id IN ({ids})").fetchone()[0] == 0
-    assert fast.sql("SELECT table_type FROM information_schema.tables WHERE table_name = 'local_attribution'"
+    assert fast.sql("SELECT table_type FROM information_schema.tables WHERE table_name = 'rusage_attribution'"
                     ).fetchone()[0] == "VIEW"
     rows = fast.sql(f"SELECT component, sum(ns) FROM statement_attribution WHERE statement_id IN ({ids}) GROUP BY ALL"
                     ).fetchall()
@@ -466,6 +468,32 @@ def test_a_statement_of_its_rusage_alone_is_not_summed_and_gets_the_summed_rows(
     assert summed.sql(f"SELECT count(DISTINCT statement_id) FROM own_attribution WHERE statement_id IN ({ids})"
                       ).fetchone()[0] == len(between)
     assert _per_statement_tables(fast) == _per_statement_tables(summed)
+
+
+def test_a_statement_of_its_rusage_alone_is_written_as_one_row_and_read_as_its_rows(tmp_path):
+    """The golden capture made duty-cycled: a statement of its rusage alone is written as one row of
+    rusage_attribution and in none of statement_attribution's parts (its 12 rows took 60 of 208 s of a
+    600 s capture's correlation to write), and every reader sees the correlation's rows: the capture
+    opened again, Capture.read, and a merge of its node's own correlation."""
+    cap_dir = tmp_path / "cap"
+    shutil.copytree(CAPTURE, cap_dir)
+    _, between = _duty_cycled(cap_dir)
+    db = correlate(cap_dir)
+    rows = sorted(db.sql("SELECT * FROM statement_attribution").fetchall())
+    alone = sorted(db.sql("SELECT node, statement_id FROM slice_statement WHERE rusage_only").fetchall())
+    (node,) = {n for n, _ in alone}
+    assert len(alone) >= len(between) >= 40
+    cap = Capture(cap_dir)
+    compact = cap.read("rusage_attribution")
+    assert sorted(zip(compact["node"].to_pylist(), compact["statement_id"].to_pylist())) == alone
+    stored = set(duckdb.sql(f"SELECT node, statement_id FROM read_parquet({[str(p) for p in cap.parts('statement_attribution')]})"
+                            ).fetchall())
+    assert stored and not stored & set(alone)
+    assert sorted(open_correlated(cap_dir).sql("SELECT * FROM statement_attribution").fetchall()) == rows
+    assert sorted(tuple(r.values()) for r in cap.read("statement_attribution").to_pylist()) == rows
+    correlate(cap_dir, node=node)
+    merge(cap_dir)
+    assert sorted(open_correlated(cap_dir).sql("SELECT * FROM statement_attribution").fetchall()) == rows
 
 
 def test_the_walks_slices_follow_the_memory_limit(tmp_path, monkeypatch):

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import duckdb
 
-from mwinv.capture.tables import DERIVED_TABLES, FROM_ATTRIBUTION, SCHEMAS, Capture
-from mwinv.correlator.modules import Modules
+from mwinv.capture.tables import COMPACT, DERIVED_TABLES, FROM_ATTRIBUTION, SCHEMAS, Capture, rusage_rows
+from mwinv.correlator.modules import Modules, step
 from mwinv.errors import MwinvError
 
 
@@ -293,25 +293,54 @@ def session_tables(db: CaptureDB, schema: str = "main") -> set[str]:
                                  f"WHERE table_schema = {literal(schema)}").fetchall()}
 
 
+@step(builds=("statement_attribution",), inputs=("stored_attribution", "rusage_attribution"))
+def statement_attribution(db: CaptureDB) -> None:
+    """statement_attribution: per top-level statement (not a parallel worker) one row per component, its own
+    time (ns, summing to its wall time) and its parallel workers' (from_workers_ns): the rows its parts hold
+    and those of the statements of their rusage alone, expanded from their one row (tables.COMPACT). A view,
+    the same over a correlation's tables and over a correlated capture's parts."""
+    cols = ", ".join(SCHEMAS["statement_attribution"].names)
+    db.con.execute(f"CREATE VIEW statement_attribution AS SELECT {cols} FROM stored_attribution "
+                   f"UNION ALL {rusage_rows('rusage_attribution')}")
+
+
+# What a derived table's parts hold, read back and written from: statement_attribution's the rows of the
+# statements whose rows are summed (the others' are rusage_attribution's)
+STORED_AS = {"statement_attribution": "stored_attribution"}
+
+
 def open_correlated(path: str | Path, rebuild: tuple[str, ...] = (),
                     read_as: dict[str, str] | None = None, memory_limit: str | None = None) -> CaptureDB:
     """open_capture, with the derived tables a correlation wrote read back (views of their parts), but
-    those in `rebuild`, and the list of queries (query_summary) built from them; read_as: a table read
-    back under another name, materialized (a merge reads the nodes' attribution as its local_attribution,
-    and replaces the parts it reads); memory_limit: open_capture's."""
+    those in `rebuild`, and the list of queries (query_summary) built from them; read_as: tables read back
+    materialized, under the names given (a merge reads the nodes' attribution as its summed_attribution
+    and rusage_attribution, and replaces the parts it reads); memory_limit: open_capture's."""
     from mwinv.correlator.incremental import written_until
 
     db = open_capture(path, memory_limit=memory_limit)
+    read_as = read_as or {}
     # a capture correlated so far in parts: its statements from the last part's cut on are not attributed yet
     db.modules.variables["attributed_until"] = written_until(db.capture)
     for table in DERIVED_TABLES:
-        if not db.capture.has(table) or table in rebuild or db.modules.holds(table):   # traced_statement: built
+        if not db.capture.parts(table) or table in rebuild or db.modules.holds(table):   # traced_statement: built
             continue
-        name = (read_as or {}).get(table, table)
-        kind = "TABLE" if name != table else "VIEW"
+        name = read_as.get(table, STORED_AS.get(table, table))
+        kind = "TABLE" if table in read_as else "VIEW"
         db.con.execute(f"CREATE {kind} {name} AS SELECT * FROM {parts_view(db.capture.table_dir(table))}")
         db.modules.provide(name)
         db.tables.add(name)
+    for table, compact in COMPACT.items():
+        # an older correlation's parts hold every row (no compact ones), a later one's may hold none
+        names = [read_as.get(t, STORED_AS.get(t, t)) for t in (table, compact)]
+        if table in rebuild or not any(map(db.modules.holds, names)):
+            continue
+        for t, name in zip((table, compact), names):
+            if not db.modules.holds(name):
+                create_empty(db.con, t, "TABLE" if t in read_as else "VIEW", name=name)
+                db.modules.provide(name)
+        if table not in read_as:
+            db.build(table)
+            db.tables.add(table)
     if db.has("statement") and (db.modules.holds("statement_attribution")
                                 or db.modules.variables["attributed_until"] is not None):
         # what a correlation writes only when it has rows (the first part of a capture correlated in
@@ -333,8 +362,9 @@ PARALLEL_PARTS = 8
 
 
 def write_derived(db: CaptureDB, table: str, where: str | None, prefix: str) -> None:
-    """`table`'s rows (`where`: an SQL condition, or None for all) as parts of the capture's table named by
-    prefix, after those already there; a large one in parts written at once (PARALLEL_ROWS), streamed."""
+    """`table`'s rows (its stored ones: STORED_AS; `where`: an SQL condition, or None for all) as parts of the
+    capture's table named by prefix, after those already there; a large one in parts written at once
+    (PARALLEL_ROWS), streamed."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
@@ -343,13 +373,14 @@ def write_derived(db: CaptureDB, table: str, where: str | None, prefix: str) -> 
     from mwinv.correlator.modules import sql_literal
 
     conds = [where] if where else []
-    rows = db.sql(f"SELECT count(*) FROM {table}" + "".join(f" WHERE {c}" for c in conds)).fetchone()[0]
+    source = STORED_AS.get(table, table)
+    rows = db.sql(f"SELECT count(*) FROM {source}" + "".join(f" WHERE {c}" for c in conds)).fetchone()[0]
     if not rows:
         return
     threads = int(db.sql("SELECT current_setting('threads')").fetchone()[0])
     n = min(threads, PARALLEL_PARTS) if rows > PARALLEL_ROWS else 1
     if n == 1:
-        query = f"SELECT * FROM {table}" + "".join(f" WHERE {c}" for c in conds)
+        query = f"SELECT * FROM {source}" + "".join(f" WHERE {c}" for c in conds)
         db.capture.write_part(table, db.sql(query).to_arrow_reader(1 << 20), node=prefix)
         return
 
@@ -360,7 +391,7 @@ def write_derived(db: CaptureDB, table: str, where: str | None, prefix: str) -> 
         for name, value in db.modules.variables.items():
             cur.execute(f"SET VARIABLE {name} = {sql_literal(value)}")
         cond = " AND ".join([*conds, f"hash(statement_id) % {literal(n)} = {literal(i)}"])
-        reader = cur.execute(f"SELECT * FROM {table} WHERE {cond}").to_arrow_reader(1 << 20)
+        reader = cur.execute(f"SELECT * FROM {source} WHERE {cond}").to_arrow_reader(1 << 20)
 
         def batches():
             for batch in reader:

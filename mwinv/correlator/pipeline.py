@@ -44,7 +44,8 @@ class StatementSummary:
 
 # What a node's own correlation derives (it needs only that node's tables); the links between nodes and
 # the coordinator's waits for them are the merge's.
-PER_NODE_TABLES = ("statement_attribution", "statement_kernel_function", "statement_io", "traced_statement")
+PER_NODE_TABLES = ("statement_attribution", "rusage_attribution", "statement_kernel_function", "statement_io",
+                   "traced_statement")
 
 
 def correlate(capture_dir: str | Path, write: bool = True, progress=None, node: str | None = None,
@@ -127,14 +128,14 @@ ATTRIBUTION_STEPS = (
 def merge(capture_dir: str | Path, progress=None, memory: str | None = None, write: bool = True) -> CaptureDB:
     """The cluster view from per-node correlations (correlate(node=...) for every node): the links between
     the nodes' statements and the coordinator's waits for its nodes, over their derived tables only (the
-    nodes' attribution read back as local_attribution); statement_attribution and statement_link are
-    rewritten whole (write=False: kept in the session, as correlate's)."""
-    db = open_correlated(capture_dir, rebuild=("statement_link",),
-                         read_as={"statement_attribution": "local_attribution"}, memory_limit=memory)
+    nodes' attribution read back as summed_attribution and rusage_attribution); statement_attribution and
+    statement_link are rewritten whole (write=False: kept in the session, as correlate's)."""
+    db = open_correlated(capture_dir, rebuild=("statement_link",), memory_limit=memory,
+                         read_as={"statement_attribution": "summed_attribution", "rusage_attribution": "rusage_attribution"})
     if not db.has("statement"):
         return db
-    done = {n for (n,) in db.sql("SELECT DISTINCT node FROM local_attribution").fetchall()} \
-        if db.modules.holds("local_attribution") else set()
+    done = {n for (n,) in db.sql("SELECT node FROM summed_attribution UNION SELECT node FROM rusage_attribution")
+            .fetchall()} if db.modules.holds("summed_attribution") else set()
     # a node with top-level statements has attribution rows once correlated (nested ones have none)
     todo = [n for (n,) in db.sql("SELECT DISTINCT node FROM statement_clean WHERE coalesce(nesting_level, 0) = 0 "
                                  "ORDER BY node").fetchall() if n not in done]
@@ -146,7 +147,7 @@ def merge(capture_dir: str | Path, progress=None, memory: str | None = None, wri
     db.build("statement_link", "statement_attribution", "query_summary")
     if write:
         remove_stale(db.capture)
-        _write(db, ("statement_attribution", "statement_link"), "all", replace=("*",))
+        _write(db, ("statement_attribution", "rusage_attribution", "statement_link"), "all", replace=("*",))
     return db
 
 

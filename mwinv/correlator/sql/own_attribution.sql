@@ -7,8 +7,8 @@
 -- whole in integer ns).
 --
 -- One statement slice at a time (a parallel worker's rows in its leader's slice), each row with its
--- statement's slice key: local_attribution reads it per slice. A statement of its rusage alone
--- (slice_statement.rusage_only) has no rows: local_attribution derives its own.
+-- statement's slice key: summed_attribution reads it per slice. A statement of its rusage alone
+-- (slice_statement.rusage_only) has no rows: rusage_attribution derives its own.
 --
 -- builds:  own_attribution
 -- inputs:  slice_statement, seg_component, seg_io, dbms_attribution, in_slice; the variables

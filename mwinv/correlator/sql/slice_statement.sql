@@ -5,8 +5,8 @@
 -- statements are read once, the workers' leaders looked up from the workers (a CTE of every statement
 -- read twice was materialized, and the leaders' join hashed every statement: 60 s at 60 M).
 -- rusage_only: a top-level statement whose time is its rusage alone (no trace window covers it, no
--- parallel worker, no DBMS account): own_attribution has no rows for it, local_attribution derives
--- its rows from these columns directly (in a duty-cycled capture, ~93 % of the statements).
+-- parallel worker, no DBMS account): own_attribution has no rows for it, rusage_attribution takes
+-- its components from these columns directly (in a duty-cycled capture, ~93 % of the statements).
 --
 -- builds:  slice_statement
 -- inputs:  statement_clean, traced_statement, dbms_attribution
