@@ -12,10 +12,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import fcntl
+import itertools
 import json
 import os
 import re
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -303,6 +305,14 @@ def _open(path: Path) -> pq.ParquetFile:
     return f
 
 
+def _check_part(path: Path, schema: pa.Schema) -> None:
+    with _unreadable(path):
+        f = _open(path)
+        _check_types(path, f.schema_arrow, schema)
+        for _ in f.iter_batches(batch_size=1 << 16, use_threads=False):   # the parts are in threads
+            pass
+
+
 def _next_part(d: Path, prefix: str) -> Path:
     # the node's own parts: a name with glob characters or another node's prefix matched others
     n = sum(1 for p in d.iterdir() if re.fullmatch(re.escape(prefix) + r"-\d{5}\.parquet", p.name))
@@ -442,19 +452,35 @@ class Capture:
             return pa.Table.from_arrays([t[f.name].cast(f.type) if f.name in t.column_names
                                          else pa.nulls(t.num_rows, f.type) for f in schema], schema=schema)
 
-    def check(self, table: str) -> None:
-        """Every part of `table` read through once, its pages' checksums verified and its columns'
+    def check(self, *tables: str) -> None:
+        """Every part of `tables` read through once, its pages' checksums verified and its columns'
         types checked: DuckDB verifies no checksum (a flipped bit changed a sum silently) and a column
-        of another type turned a query's comparison into a string one. A bad part: a one-line error.
-        It costs a read of the parts: 3 M kernel events (136 MB) in 0.17 s warm, 0.55 s cold."""
-        for p in self.parts(table):
-            with _unreadable(p):
-                f = _open(p)
-                _check_types(p, f.schema_arrow, SCHEMAS[table])
-                for _ in f.iter_batches(batch_size=1 << 16):
-                    pass
-        # Arrow's mimalloc keeps the pages it read into: 234 MiB once a 120 s capture's parts were checked
-        pa.default_memory_pool().release_unused()
+        of another type turned a query's comparison into a string one. A bad part: a one-line error,
+        the first bad one in the order of the tables and their parts. It costs a read of the parts,
+        in threads (Arrow's reader releases the GIL): a 600 s capture's 60 M statements and 52 M kernel
+        events in 4.9 s on 2 cores, 7.0-7.3 s one part at a time."""
+        todo = [(p, SCHEMAS[t]) for t in tables for p in self.parts(t)]
+        taken, failed = itertools.count(), []
+
+        def work() -> None:
+            i = -1
+            try:
+                while not failed and (i := next(taken)) < len(todo):
+                    _check_part(*todo[i])
+            except BaseException as exc:   # Ctrl-C too: the other threads stop at their next part
+                failed.append((i, exc))
+            finally:   # Arrow's mimalloc keeps the pages a thread read into (234 MiB of a 120 s capture's)
+                pa.default_memory_pool().release_unused()
+
+        # each thread holds a row group's batch: 4 threads peaked at 907 MiB on the 600 s capture
+        threads = [threading.Thread(target=work) for _ in range(min(len(os.sched_getaffinity(0)), 4) - 1)]
+        for t in threads:
+            t.start()
+        work()
+        for t in threads:
+            t.join()
+        if failed:   # every part before the first bad one was taken, hence checked
+            raise min(failed, key=lambda f: f[0])[1]
 
     def glob(self, table: str) -> str:
         """A glob DuckDB's read_parquet() takes."""

@@ -217,6 +217,7 @@ def open_capture(path: str | Path, threads: int | None = None, memory_limit: str
                   memory_limit=memory_limit or default_memory(),
                   **({"threads": threads} if threads else {}))
     present = set()
+    cap.check(*(t for t in SCHEMAS if t not in DERIVED_TABLES))
     for table in SCHEMAS:
         if table in DERIVED_TABLES:
             continue
@@ -224,7 +225,6 @@ def open_capture(path: str | Path, threads: int | None = None, memory_limit: str
         if not parts:
             create_empty(con, table, "VIEW")
             continue
-        cap.check(table)
         only = (f" WHERE node IN ({', '.join(literal(n) for n in nodes)})"
                 if nodes and "node" in SCHEMAS[table].names else "")
         try:
