@@ -525,6 +525,25 @@ def test_a_statement_of_its_rusage_alone_is_written_as_one_row_and_read_as_its_r
     assert sorted(open_correlated(cap_dir).sql("SELECT * FROM statement_attribution").fetchall()) == rows
 
 
+def test_an_older_mwinvs_correlation_supersedes_the_compact_rows_it_left(tmp_path):
+    """A capture correlated with the compact rows, then by an mwinv from before them (statement_attribution
+    parts of every row, without the compact mark; rusage_attribution, which it does not know, left): read
+    with every row once, the stale compact parts left out (they were read on top: twice the rows)."""
+    cap_dir = tmp_path / "cap"
+    shutil.copytree(CAPTURE, cap_dir)
+    _duty_cycled(cap_dir)
+    rows = sorted(correlate(cap_dir).sql("SELECT * FROM statement_attribution").fetchall())
+    cap = Capture(cap_dir)
+    assert cap.parts("rusage_attribution")
+    full = cap.read("statement_attribution")
+    for p in cap.parts("statement_attribution"):
+        p.unlink()
+    pq.write_table(full, cap.table_dir("statement_attribution") / "all-00000.parquet")
+    assert not cap.parts("rusage_attribution")
+    assert sorted(open_correlated(cap_dir).sql("SELECT * FROM statement_attribution").fetchall()) == rows
+    assert cap.read("statement_attribution").num_rows == len(rows)
+
+
 def test_the_walks_slices_follow_the_memory_limit(tmp_path, monkeypatch):
     """The segment walk's slices (outside DuckDB's limit) hold a point per POINT_BYTES of --memory: the
     golden capture at 64 MB walks in twice the slices it walks in at 128 MB (a byte budget scaled to

@@ -202,6 +202,9 @@ DERIVED_TABLES = ("statement_attribution", "rusage_attribution", "statement_kern
 # its rusage alone are one rusage_attribution row, 12 once read (rusage_rows). Written as they are read,
 # they took 60 of 208 s of a 600 s pgbench capture's correlation (661 M rows)
 COMPACT = {"statement_attribution": "rusage_attribution"}
+# A part of such a table written with its rows so stored says so in its footer: one an older mwinv wrote
+# has every row, and the compact parts of its name (left by a later mwinv's correlation) are stale
+COMPACT_MARK = b"mwinv.compact"
 
 
 def rusage_rows(relation: str) -> str:
@@ -313,6 +316,12 @@ def _check_part(path: Path, schema: pa.Schema) -> None:
             pass
 
 
+def _marked(p: Path) -> bool:
+    """A part written with its table's compact rows apart (COMPACT_MARK)."""
+    with _unreadable(p):
+        return COMPACT_MARK in (pq.read_schema(p).metadata or {})
+
+
 def _next_part(d: Path, prefix: str) -> Path:
     # the node's own parts: a name with glob characters or another node's prefix matched others
     n = sum(1 for p in d.iterdir() if re.fullmatch(re.escape(prefix) + r"-\d{5}\.parquet", p.name))
@@ -388,6 +397,8 @@ class Capture:
         """Write one part of `table` (typed by SCHEMAS); parts are never rewritten. A record batch
         reader is written batch by batch, so a large derived table is never whole in memory."""
         schema = SCHEMAS[table]
+        if table in COMPACT:
+            schema = schema.with_metadata({COMPACT_MARK: COMPACT[table].encode()})
         if isinstance(data, list):
             data = table_from_rows(data, schema)
         elif isinstance(data, dict):
@@ -410,7 +421,7 @@ class Capture:
                     for batch in data:
                         writer.write_table(conform(pa.Table.from_batches([batch]), schema).cast(schema))
             else:
-                pq.write_table(data, f, **options)
+                pq.write_table(data.replace_schema_metadata(schema.metadata), f, **options)
         return path
 
     def take_parts(self, other: "Capture") -> None:
@@ -424,7 +435,12 @@ class Capture:
 
     def parts(self, table: str) -> list[Path]:
         d = self.table_dir(table)
-        return sorted(d.glob("*.parquet")) if d.exists() else []
+        found = sorted(d.glob("*.parquet")) if d.exists() else []
+        for full in (t for t, compact in COMPACT.items() if compact == table and found):
+            # an older mwinv's correlation (every row, no mark) supersedes the compact parts of its name
+            older = {p.name.rsplit("-", 1)[0] for p in self.parts(full) if not _marked(p)}
+            found = [p for p in found if p.name.rsplit("-", 1)[0] not in older]
+        return found
 
     def has(self, table: str) -> bool:
         return bool(self.parts(table)) or (table in COMPACT and self.has(COMPACT[table]))
