@@ -29,4 +29,4 @@ SELECT node, sid AS statement_id,
       ELSE 'other_wait'
     END AS component,
     sum(ts_end - ts)::BIGINT AS ns
-FROM segment_code, c WHERE keep AND sid > 0 AND ts_end >= 0 GROUP BY ALL;
+FROM segment_code, c WHERE ts_end >= 0 GROUP BY ALL;

@@ -21,5 +21,5 @@ SELECT node, sid AS statement_id,
                                        AND ret > 0), 0)::BIGINT AS net_tx_bytes
 -- only the rows a sum counts go to the grouping: its six filters over every segment took 2.8 of the
 -- 600 s capture's walk's 30 s, on the walk's critical path
-FROM segment_code, c WHERE keep AND sid > 0 AND (kind = k.io_start OR (kind = k.exit AND ret > 0)) GROUP BY ALL
+FROM segment_code, c WHERE (kind = k.io_start OR (kind = k.exit AND ret > 0)) GROUP BY ALL
 HAVING seq_reqs > 0 OR random_reqs > 0 OR net_rx_bytes > 0 OR net_tx_bytes > 0;

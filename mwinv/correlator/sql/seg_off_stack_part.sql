@@ -9,5 +9,5 @@ CREATE TABLE seg_off_stack_part AS
 SELECT node, sid AS statement_id, off_stack AS stack_id, count(*)::BIGINT AS segments,
        sum(ts_end - ts)::BIGINT AS ns
 FROM segment_code
-WHERE keep AND sid > 0 AND ts_end >= 0 AND off_stack >= 0 AND cpu_state = getvariable('segment_codes').cpu.sleeping
+WHERE ts_end >= 0 AND off_stack >= 0 AND cpu_state = getvariable('segment_codes').cpu.sleeping
 GROUP BY ALL;
