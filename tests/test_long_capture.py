@@ -191,8 +191,9 @@ def test_statement_clean_fits_a_small_memory_limit_and_keeps_the_first_of_a_dupl
 def test_a_statement_column_of_one_value_is_not_copied_and_reads_as_before(tmp_path):
     """statement_clean copied every column of every statement (20 s of a 600 s capture's opening), most
     of the cost in columns of one value (its node, DBMS, database and user, the rusage its recorder left
-    NULL): such a column is a constant of its view, not copied; its rows and columns read as before. A
-    statement with another thread (statement_thread) keeps its pid, one of one value or not."""
+    NULL): such a column is a constant of its view, not copied (slice_statement's too); its rows and
+    columns read as before. A statement with another thread (statement_thread) keeps its pid, one of one
+    value or not."""
     cap_dir = tmp_path / "cap"
     shutil.copytree(CAPTURE, cap_dir)
     cap = Capture(cap_dir)
@@ -209,6 +210,11 @@ def test_a_statement_column_of_one_value_is_not_copied_and_reads_as_before(tmp_p
     valid = "SELECT * FROM statement_typed WHERE start_ns IS NOT NULL AND end_ns >= start_ns"
     assert sorted(db.sql("SELECT * FROM statement_clean").fetchall(), key=repr) \
         == sorted(db.sql(valid).fetchall(), key=repr)
+    # slice_statement likewise (60 M statements sorted with their node's text: 15 s)
+    db.build("slice_statement")
+    assert not {n for n, *_ in db.sql("DESCRIBE slice_varying").fetchall()} & set(db.one_valued)
+    assert db.sql("SELECT count(*), count(DISTINCT statement_id), min(node), max(node) FROM slice_statement"
+                  ).fetchone() == (len(db.sql(valid).fetchall()),) * 2 + (db.one_valued["node"],) * 2
     db.con.execute("DROP VIEW statement_clean; DROP TABLE statement_varying; DROP TABLE statement_thread; "
                    f"CREATE TABLE statement_thread AS SELECT node, statement_id, 8 AS pid FROM ({valid}) LIMIT 1")
     db.modules.available -= {"statement_clean", "statement_varying"}

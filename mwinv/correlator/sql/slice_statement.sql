@@ -7,12 +7,16 @@
 -- rusage_only: a top-level statement whose time is its rusage alone (no trace window covers it, no
 -- parallel worker, no DBMS account): own_attribution has no rows for it, rusage_attribution takes
 -- its components from these columns directly (in a duty-cycled capture, ~93 % of the statements).
+-- A column of one value (the variable one_valued) is left out, as in statement_varying: the view
+-- slice_statement (load.slice_statement) adds it back as a constant.
 --
--- builds:  slice_statement
--- inputs:  statement_clean, traced_statement, dbms_attribution
+-- builds:  slice_varying
+-- inputs:  statement_clean, traced_statement, dbms_attribution; the variable one_valued
 -- columns: key_ns, node, statement_id, query_id, query_text_hash, pid, leader_pid, parent_statement_id,
 --          start_ns, end_ns, cpu_user_ns, cpu_sys_ns, client_wait_ns, nesting_level, worker, traced, rusage_only
-CREATE TABLE slice_statement AS
+--          (those of the variable one_valued left out)
+CREATE TABLE slice_varying AS
+SELECT COLUMNS(c -> NOT list_contains(getvariable('one_valued')::VARCHAR[], c)) FROM (
 WITH workers AS NOT MATERIALIZED (
     SELECT node, statement_id, parent_statement_id FROM statement_clean
     WHERE leader_pid IS NOT NULL AND leader_pid <> pid AND parent_statement_id IS NOT NULL),
@@ -31,5 +35,5 @@ SELECT coalesce(leader.key_ns, s.start_ns) AS key_ns, s.node, s.statement_id, s.
        coalesce(s.nesting_level, 0) = 0 AND t.statement_id IS NULL AND o.statement_id IS NULL AND NOT worker
            AS rusage_only
 FROM statement_clean s LEFT JOIN leader USING (node, statement_id) LEFT JOIN traced_statement t USING (node, statement_id)
-     LEFT JOIN own_rows o USING (node, statement_id)
+     LEFT JOIN own_rows o USING (node, statement_id))
 ORDER BY key_ns;
