@@ -207,15 +207,16 @@ COMPACT = {"statement_attribution": "rusage_attribution"}
 COMPACT_MARK = b"mwinv.compact"
 
 
-def rusage_rows(relation: str) -> str:
+def rusage_rows(relation: str, keys: str = "node, statement_id, query_id") -> str:
     """SQL: statement_attribution's rows of the statements in `relation` (rusage_attribution's columns), one
     per component: the one expansion every reader of statement_attribution goes through (the correlation's
     session, a correlated capture's read back, Capture.read). A cross join with a table of the components,
     not an unnest of a list per statement: summed per component over 10.5 M statements in 0.28 s against
-    1.67 s, and a filter on the component or the statement reaches the statements' scan."""
+    1.67 s, and a filter on the component or the statement reaches the statements' scan. `keys`: the
+    columns kept (a relation of sums per query keeps its own)."""
     ns = " ".join(f"WHEN '{c}' THEN {c}_ns" for c in RUSAGE_COMPONENTS)
     components = ", ".join(f"('{c}')" for c in ATTRIBUTION_COMPONENTS)
-    return (f"SELECT node, statement_id, query_id, component, CASE component {ns} ELSE 0 END::BIGINT AS ns, "
+    return (f"SELECT {keys}, component, CASE component {ns} ELSE 0 END::BIGINT AS ns, "
             f"0::BIGINT AS from_workers_ns FROM {relation}, (VALUES {components}) AS c(component)")
 
 

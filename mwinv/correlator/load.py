@@ -16,7 +16,8 @@ from pathlib import Path
 
 import duckdb
 
-from mwinv.capture.tables import COMPACT, DERIVED_TABLES, FROM_ATTRIBUTION, SCHEMAS, Capture, rusage_rows
+from mwinv.capture.tables import (COMPACT, DERIVED_TABLES, FROM_ATTRIBUTION, RUSAGE_COMPONENTS, SCHEMAS, Capture,
+                                  rusage_rows)
 from mwinv.correlator.modules import Modules, _names, header, modules, step
 from mwinv.errors import MwinvError
 
@@ -305,6 +306,25 @@ def statement_attribution(db: CaptureDB) -> None:
                    f"UNION ALL {rusage_rows('rusage_attribution')}")
 
 
+@step(builds=("query_attribution",),
+      inputs=("stored_attribution", "rusage_attribution", "traced_statement", "statement_link"), variables=("duty_cycled",))
+def query_attribution(db: CaptureDB) -> None:
+    """query_attribution: statement_attribution summed per query key (query_summary's), node, component and
+    whether the statement is traced (duty-cycled only), a linked data node statement left out: the stored
+    rows summed, and rusage_attribution's one row a statement summed before it is expanded (rusage_rows of
+    the sums): 18 M rows read, not the 124 M expanded ones, on a 120 s capture (1.3 s -> 0.6 s)."""
+    traced = "(SELECT node, statement_id FROM traced_statement WHERE getvariable('duty_cycled'))"
+    unlinked = "(node, statement_id) NOT IN (SELECT (node, statement_id) FROM statement_link)"
+    sums = ", ".join(f"sum({c}_ns)::BIGINT AS {c}_ns" for c in RUSAGE_COMPONENTS)
+    keys = "coalesce(a.query_id, -a.statement_id) AS key, a.node, t.statement_id IS NOT NULL AS traced"
+    db.con.execute(
+        "CREATE VIEW query_attribution AS "
+        f"SELECT {keys}, a.component, sum(a.ns) AS ns, sum(a.from_workers_ns) AS from_workers_ns "
+        f"FROM stored_attribution a LEFT JOIN {traced} t USING (node, statement_id) WHERE {unlinked} GROUP BY ALL "
+        "UNION ALL " + rusage_rows(f"(SELECT {keys}, {sums} FROM rusage_attribution a LEFT JOIN {traced} t "
+                                   f"USING (node, statement_id) WHERE {unlinked} GROUP BY ALL)", keys="key, node, traced"))
+
+
 # What a derived table's parts hold, read back and written from: statement_attribution's the rows of the
 # statements whose rows are summed (the others' are rusage_attribution's)
 STORED_AS = {"statement_attribution": "stored_attribution"}
@@ -346,10 +366,13 @@ def open_correlated(path: str | Path, rebuild: tuple[str, ...] = (),
                                 or db.modules.variables["attributed_until"] is not None):
         # what a correlation writes only when it has rows (the first part of a capture correlated in
         # parts may have none yet), and links before links were made (or a node's own correlation): none
-        for table in ("statement_attribution", "statement_link", "statement_io", "statement_kernel_function"):
-            if not db.modules.holds(table) and table not in rebuild:
-                create_empty(db.con, table)
-                db.modules.provide(table)
+        stored = {name: table for table, name in STORED_AS.items()}
+        for name in ("statement_attribution", "stored_attribution", "rusage_attribution", "statement_link",
+                     "statement_io", "statement_kernel_function"):
+            table = stored.get(name, name)
+            if not db.modules.holds(name) and table not in rebuild:
+                create_empty(db.con, table, name=name)
+                db.modules.provide(name)
         db.build("query_summary")
     return db
 

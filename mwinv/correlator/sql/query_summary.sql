@@ -6,27 +6,25 @@
 -- those of its executions a window covered whole (traced_statement), scaled to the time of all of
 -- them, where any was, and its example (for advice) the longest of those. Linear in the statements:
 -- the components are summed per query straight from the attribution rows (they carry the query id),
--- joined only with the small sets of linked and (duty-cycled) traced statements, and the executions
--- counted from the statements' narrow copy (slice_statement), those the attribution covers (top-level,
--- not a parallel worker, of a node it has rows of, keyed below the cut of a capture correlated so far
--- in parts: attributed_until, incremental.py). Joining every attribution row with its statement
--- spilled and took 27 s on a 120 s capture (12 M statements) against 3.1 s on a 30 s one.
+-- joined only with the small sets of linked and (duty-cycled) traced statements (query_attribution: a
+-- statement of its rusage alone summed as its one row, expanded to components once summed), and the
+-- executions counted from the statements' narrow copy (slice_statement), those the attribution covers
+-- (top-level, not a parallel worker, of a node it has rows of, keyed below the cut of a capture
+-- correlated so far in parts: attributed_until, incremental.py). Joining every attribution row with its statement
+-- spilled and took 27 s on a 120 s capture (12 M statements) against 3.1 s on a 30 s one. The nodes
+-- the attribution has rows of are a list looked up, not a semi join: DuckDB built that join's hash
+-- table on the statements (11 M), out of a correlated capture's opening's 768 MiB.
 --
 -- builds:  query_summary
--- inputs:  slice_statement, statement_attribution, statement_link, traced_statement; the variables duty_cycled,
+-- inputs:  slice_statement, query_attribution, statement_link; the variables duty_cycled,
 --          attributed_until
 -- columns: key, query_id, query_text_hash, node (of its longest execution), nodes, calls, traced_calls,
 --          total_ns, from_workers_ns, example_id, components (list of {c, ns}: ns a DOUBLE)
 CREATE TABLE query_summary AS
 WITH per_node AS (
-    SELECT coalesce(a.query_id, -a.statement_id) AS key, a.node, a.component, sum(a.ns) AS ns,
-           coalesce(sum(a.ns) FILTER (WHERE t.statement_id IS NOT NULL), 0) AS traced_ns,
-           sum(a.from_workers_ns) AS from_workers_ns
-    FROM statement_attribution a
-    LEFT JOIN (SELECT node, statement_id FROM traced_statement WHERE getvariable('duty_cycled')) t
-           USING (node, statement_id)
-    WHERE (a.node, a.statement_id) NOT IN (SELECT (node, statement_id) FROM statement_link)
-    GROUP BY ALL),
+    SELECT key, node, component, sum(ns) AS ns, coalesce(sum(ns) FILTER (WHERE traced), 0) AS traced_ns,
+           sum(from_workers_ns) AS from_workers_ns
+    FROM query_attribution GROUP BY ALL),
 per AS (
     SELECT key, component, sum(ns) AS ns, sum(traced_ns) AS traced_ns, sum(from_workers_ns) AS from_workers_ns
     FROM per_node GROUP BY ALL),
@@ -36,7 +34,7 @@ stmt AS (
     FROM slice_statement s
     WHERE coalesce(s.nesting_level, 0) = 0 AND NOT s.worker
       AND s.key_ns < coalesce(getvariable('attributed_until'), 9223372036854775807)
-      AND s.node IN (SELECT node FROM per_node)
+      AND list_contains((SELECT list(DISTINCT node) FROM per_node), s.node)
       AND (s.node, s.statement_id) NOT IN (SELECT (node, statement_id) FROM statement_link)),
 g AS (
     SELECT key, any_value(query_id) AS query_id, any_value(query_text_hash) AS query_text_hash,
