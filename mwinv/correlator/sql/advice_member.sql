@@ -4,7 +4,8 @@
 -- (the others' time is rusage or not_allocated).
 --
 -- builds:  advice_member
--- inputs:  advice_example, statement, statement_attribution, traced_statement; the variables min_wall_ns, duty_cycled
+-- inputs:  advice_example, statement, statement_attribution, traced_statement; the variables min_wall_ns, duty_cycled,
+--          advice_ids
 -- scope:   request
 -- columns: key (the example's statement_id), statement_id
 CREATE TABLE advice_member AS
@@ -12,7 +13,8 @@ SELECT statement_id AS key, statement_id FROM advice_example
 UNION
 SELECT e.statement_id, s.statement_id FROM advice_example e JOIN statement s ON s.query_id = e.query_id
 WHERE e.end_ns - e.start_ns - coalesce((SELECT sum(a.ns) FROM statement_attribution a
-                                         WHERE a.statement_id = e.statement_id AND a.component = 'client_wait'), 0)
+                                         WHERE a.statement_id = e.statement_id AND a.component = 'client_wait'
+                                           AND list_contains(getvariable('advice_ids'), a.statement_id)), 0)
       < getvariable('min_wall_ns')
   AND s.parent_statement_id IS NULL
   AND (NOT getvariable('duty_cycled') OR s.statement_id IN (SELECT statement_id FROM traced_statement));
