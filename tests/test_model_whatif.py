@@ -121,7 +121,10 @@ def check_what_if(server, tmp_path, query: tuple[str, str], what_if: str, cgroup
     finally:
         cgroup.remove()
     if control_sql:
-        achieved = median([c / f for f, c in zip(control[False], control[True])])
+        # the fastest run of each: a slow spell of the shared machine only adds time, and the median of the
+        # ratios took one (capped controls 308-384 ms against free 157-162) for the cap's effect (x2.30, not
+        # the x1.96 of the fastest), which failed a CI run
+        achieved = min(control[True]) / min(control[False])
         if achieved < 1.3:
             pytest.skip(f"the cap hardly slows pure CPU work here (x{achieved:.2f})")
         k = 1 / achieved
