@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from mwinv.capture.tables import COMPACT, Capture
 from mwinv.correlator import attribution, incremental, modules
-from mwinv.correlator.load import connect, literal, open_capture, open_correlated
+from mwinv.correlator.load import connect, ident, literal, open_capture, open_correlated, read_parquet
 from mwinv.correlator.pipeline import PER_NODE_TABLES, correlate, merge
 from mwinv.kernel_trace.parse import count_events
 from tests.test_golden_capture import CAPTURE, derived_tables
@@ -221,6 +221,25 @@ def test_a_statement_column_of_one_value_is_not_copied_and_reads_as_before(tmp_p
     db.build("statement_clean")
     assert db.sql("SELECT count(*) FILTER (pid = 8), count(*) FILTER (pid = 7) FROM statement_clean").fetchone() \
         == (1, len(db.sql(valid).fetchall()) - 1)
+
+
+def test_a_statement_column_beyond_the_contract_goes_into_sql_only_quoted(tmp_path):
+    """A part may hold a column the contract does not name, named as its writer chose: the names of the
+    statements' columns went into the SQL of statement_clean's view and of the one-value search as
+    written, so a quote in one ended the identifier (here, a column that would read another file)."""
+    cap_dir = tmp_path / "cap"
+    shutil.copytree(CAPTURE, cap_dir)
+    cap = Capture(cap_dir)
+    rows = cap.read("statement")
+    name = 'x" , (SELECT count(*) FROM read_text(\'/etc/hostname\')) AS "y'
+    rows = rows.append_column(name, pa.array(["z"] * rows.num_rows))
+    for p in cap.parts("statement"):
+        p.unlink()
+    pq.write_table(rows, cap.table_dir("statement") / "all-00000.parquet")
+    db = open_capture(cap_dir)
+    assert db.sql("DESCRIBE statement_clean").fetchall() == db.sql("DESCRIBE statement_typed").fetchall()
+    assert "y" not in {n for n, *_ in db.sql("DESCRIBE statement_clean").fetchall()}
+    assert db.sql(f"SELECT DISTINCT {ident(name)} FROM statement_clean").fetchall() == [("z",)]
 
 
 def test_statement_dup_groups_a_million_statements_in_a_small_memory_limit(tmp_path):
@@ -521,8 +540,7 @@ def test_a_statement_of_its_rusage_alone_is_written_as_one_row_and_read_as_its_r
     cap = Capture(cap_dir)
     compact = cap.read("rusage_attribution")
     assert sorted(zip(compact["node"].to_pylist(), compact["statement_id"].to_pylist())) == alone
-    stored = set(duckdb.sql(f"SELECT node, statement_id FROM read_parquet({[str(p) for p in cap.parts('statement_attribution')]})"
-                            ).fetchall())
+    stored = set(duckdb.sql(f"SELECT node, statement_id FROM {read_parquet(cap.parts('statement_attribution'))}").fetchall())
     assert stored and not stored & set(alone)
     assert sorted(open_correlated(cap_dir).sql("SELECT * FROM statement_attribution").fetchall()) == rows
     assert sorted(tuple(r.values()) for r in cap.read("statement_attribution").to_pylist()) == rows

@@ -66,6 +66,12 @@ def literal(value: int | str | os.PathLike | None) -> str:
     return "'" + os.fspath(value).replace("'", "''") + "'"
 
 
+def ident(name: str) -> str:
+    """A column's name as a SQL identifier, the one way a name read from a capture's files goes into SQL
+    text (a part may hold columns beyond the contract's, named as its writer chose)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 def read_parquet(paths: list[Path]) -> str:
     """DuckDB's read_parquet() of exactly these files: each name a literal with its glob characters
     bracketed (DuckDB expands *, ? and [ in a file name: a part named `*.parquet` read every part)."""
@@ -522,9 +528,11 @@ def _typed_statement(db: CaptureDB) -> None:
     # 3.9 s a 120 s capture's statements took to copy, 2.1 s went to its node, DBMS, database and user
     # (one value each), 0.8 s to copy the rest but its 20 columns of one value; this finds them in 0.6 s.
     # pid: statement_thread's may differ
-    names = [n for n, *_ in db.sql("DESCRIBE statement_typed").fetchall() if n != "pid"]
-    one = db.sql("SELECT " + ", ".join(f'min("{n}") IS NOT DISTINCT FROM max("{n}") AND count("{n}") IN (0, count(*)), '
-                                       f'min("{n}")' for n in names) + " FROM statement_typed").fetchone()
+    # the contract's columns only, whose types the capture's check verified
+    names = [n for n in SCHEMAS["statement"].names if n != "pid"]
+    one = db.sql("SELECT " + ", ".join(f'min({ident(n)}) IS NOT DISTINCT FROM max({ident(n)}) AND count({ident(n)}) '
+                                       f'IN (0, count(*)), min({ident(n)})' for n in names)
+                 + " FROM statement_typed").fetchone()
     db.one_valued = {n: v for i, n in enumerate(names)
                      if one[2 * i] and isinstance(v := one[2 * i + 1], (int, str, type(None)))}
     db.modules.variables["one_valued"] = list(db.one_valued)
@@ -551,7 +559,7 @@ def _constants_view(db: CaptureDB, view: str, table: str, names: list[str]) -> N
     """The view `view` of `table`'s rows in the columns `names`, those of one value (db.one_valued) as
     constants typed as in statement_typed."""
     types = dict(db.sql("SELECT column_name, column_type FROM (DESCRIBE statement_typed)").fetchall())
-    cols = (f'CAST({literal(db.one_valued[n])} AS {types[n]}) AS "{n}"' if n in db.one_valued else f'"{n}"'
+    cols = (f'CAST({literal(db.one_valued[n])} AS {types[n]}) AS {ident(n)}' if n in db.one_valued else ident(n)
             for n in names)
     db.con.execute(f"CREATE VIEW {view} AS SELECT {', '.join(cols)} FROM {table}")
 
