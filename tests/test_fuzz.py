@@ -8,6 +8,7 @@ from the clock, printed on failure); a failing case is rerun with MWINV_FUZZ_SEE
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -391,6 +392,10 @@ def _case(target: str, seed: int, tmp_path: Path) -> None:
         assert "\n" not in str(exc), f"seed {seed} ({how}): error of more than one line: {exc}"
     except Exception:
         pytest.fail(f"MWINV_FUZZ_SEED={seed} MWINV_FUZZ_ONE=1 ({target}: {how}):\n{traceback.format_exc()}")
+    # a session the case left in a reference cycle (a CaptureDB and its Modules) is finalized, and removes
+    # its spill directory in the capture, when the cycle collector runs: at once, not inside the rmtree
+    # below, which found a file of that directory gone (a CI run)
+    gc.collect()
     shutil.rmtree(work)
 
 
