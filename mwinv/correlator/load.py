@@ -322,13 +322,16 @@ def query_attribution(db: CaptureDB) -> None:
     traced = "(SELECT node, statement_id FROM traced_statement WHERE getvariable('duty_cycled'))"
     unlinked = "(node, statement_id) NOT IN (SELECT (node, statement_id) FROM statement_link)"
     sums = ", ".join(f"sum({c}_ns)::BIGINT AS {c}_ns" for c in RUSAGE_COMPONENTS)
-    keys = "coalesce(a.query_id, -a.statement_id) AS key, a.node, t.statement_id IS NOT NULL AS traced"
+    key = "coalesce(a.query_id, -a.statement_id) AS key, a.node"
     db.con.execute(
         "CREATE VIEW query_attribution AS "
-        f"SELECT {keys}, a.component, sum(a.ns) AS ns, sum(a.from_workers_ns) AS from_workers_ns "
+        f"SELECT {key}, t.statement_id IS NOT NULL AS traced, a.component, sum(a.ns) AS ns, "
+        f"sum(a.from_workers_ns) AS from_workers_ns "
         f"FROM stored_attribution a LEFT JOIN {traced} t USING (node, statement_id) WHERE {unlinked} GROUP BY ALL "
-        "UNION ALL " + rusage_rows(f"(SELECT {keys}, {sums} FROM rusage_attribution a LEFT JOIN {traced} t "
-                                   f"USING (node, statement_id) WHERE {unlinked} GROUP BY ALL)", keys="key, node, traced"))
+        # a statement of its rusage alone is one no trace window covers: not looked up in traced_statement
+        # (probing it with 10.5 M rusage statements took 0.35 of query_summary's 1.37 s at 120 s)
+        "UNION ALL " + rusage_rows(f"(SELECT {key}, false AS traced, {sums} FROM rusage_attribution a "
+                                   f"WHERE {unlinked} GROUP BY ALL)", keys="key, node, traced"))
 
 
 # What a derived table's parts hold, read back and written from: statement_attribution's the rows of the
