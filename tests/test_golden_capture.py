@@ -5,6 +5,7 @@ table lock another session held, 50 prepared point selects."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import duckdb
 import pytest
 
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS, COMPACT, DERIVED_TABLES, Capture
+from mwinv.correlator.modules import modules
 
 GOLDEN = Path(__file__).parent / "golden"
 CAPTURE = GOLDEN / "pg_small_capture"
@@ -32,9 +34,10 @@ def correlated(tmp_path_factory):
     cap = out / "cap"
     shutil.copytree(CAPTURE, cap)
     cli = Path(sys.executable).parent / "mwinv-correlate"
-    r = subprocess.run([sys.executable, str(cli), str(cap), "--format", "json", "--report", str(out / "report")],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, str(cli), str(cap), "--format", "json", "--report", str(out / "report"),
+                        "--profile"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
+    (out / "stderr").write_text(r.stderr)
     return cap, json.loads(r.stdout), out / "report"
 
 
@@ -167,3 +170,16 @@ def test_a_later_advice_request_appends_only_the_statements_not_advised_yet(tmp_
     assert len(Capture(tmp_path / "cap").parts("statement_advice")) == 2
     again = open_correlated(tmp_path / "cap")
     assert sorted(again.sql("SELECT * FROM statement_advice").fetchall(), key=repr) == now
+
+
+def test_profile_accounts_for_the_wall_time(correlated):
+    """--profile: the steps' seconds, the small ones' and the rest sum to the wall time its title states;
+    a step is named by its module (a sliced one's summed over its slices) or the table it wrote."""
+    _, _, report = correlated
+    err = (report.parent / "stderr").read_text()
+    wall = float(re.search(r"where the correlation's ([0-9.]+) s went: [0-9,]+ statements/s", err)[1])
+    steps = dict((m[0].strip(), float(m[1])) for m in re.findall(r"│ ([^│]+?)\s+│\s+([0-9.]+) │", err))
+    names = {m.name for m in modules()} | {f"writing {t}" for t in DERIVED_TABLES}
+    assert sum(k in names for k in steps) >= 3 and any(k.startswith("the rest") for k in steps), steps
+    assert all(k in names or k.startswith("the rest") or k.endswith("under 0.5 %") for k in steps), steps
+    assert abs(sum(steps.values()) - wall) <= 0.005 * len(steps) + 0.01, (wall, steps)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import resource
+import time
 
 import click
 from rich.console import Console
@@ -45,9 +47,11 @@ from mwinv.options import CorrelateOptions
 @click.option("--until", "until_s", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="correlate up to SECONDS after the first statement, keeping what the rest needs: a later run "
                    "goes on from there and appends its tables (a capture still recorded, or rotated).")
+@click.option("--profile", is_flag=True,
+              help="then print (to stderr) each step's time, the statements per second and the peak memory.")
 @group_option
 def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge, timeline_file, timeline_top,
-        timeline_range, memory, until_s) -> None:
+        timeline_range, memory, until_s, profile) -> None:
     """Attribute every statement's wall time in CAPTURE to CPU (user/sys), disk (sequential/random),
     network, lock waits, run queue, other waits and not-allocated time; show the top statements with
     their breakdown, hot kernel functions and what to change (advice with the model's expected gain).
@@ -68,6 +72,7 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge, time
       mwinv-correlate CAPTURE --timeline out/timeline.json --timeline-range 10:20   # open it in Perfetto UI
       mwinv-correlate LONG_CAPTURE --memory 4GB   # more room for DuckDB before it spills
       mwinv-correlate LONG_CAPTURE --until 3600   # the first hour; run again later to go on from there
+      mwinv-correlate LONG_CAPTURE --top-sql 5 --profile   # which steps took the time
     """
     if baseline and not report_dir:
         raise click.UsageError("--baseline needs --report DIR")
@@ -78,6 +83,7 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge, time
     if report_dir:
         privfile.make_dir(report_dir)   # a place it may go: said before the work, not after
     span = parse_range(timeline_range)
+    t0 = time.monotonic()
     err = progress_console()
     progress = progress_logger(err) if fmt == "table" else None
     # a capture shared with this user's group is read-only to them: correlated in this session alone
@@ -123,6 +129,10 @@ def cli(capture, top, by, query_id, fmt, report_dir, baseline, node, merge, time
         tl = timeline(db, top=timeline_top, range_s=span)
         privfile.write(timeline_file, tl.json())
         err.print(f"timeline: {timeline_file}: {tl.summary()}", highlight=False, markup=False)
+    if profile:
+        (statements,) = db.sql("SELECT count(*) FROM statement").fetchone()
+        err.print(terminal.profile_table(db.modules.timings, time.monotonic() - t0,
+                                         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, statements))
 
 
 def main() -> None:

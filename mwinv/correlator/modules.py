@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -254,6 +255,9 @@ class Modules:
     seeds: dict[str, str] = field(default_factory=dict)
 
     parent: "Modules | None" = None   # a request's: the session it runs in
+    # seconds each module took (a sliced one's summed over its slices) and each derived table's writing:
+    # mwinv-correlate --profile; a request's go to its session's
+    timings: dict[str, float] = field(default_factory=dict)
 
     def holds(self, table: str) -> bool:
         return table in self.available
@@ -262,7 +266,8 @@ class Modules:
     def request(self, **variables):
         """A request's runner: it builds `scope: request` modules with these variables (and what they
         read from the session, in the session), and drops them at the end."""
-        req = Modules(self.db, set(self.available), {**self.variables, **variables}, self.slices, parent=self)
+        req = Modules(self.db, set(self.available), {**self.variables, **variables}, self.slices, parent=self,
+                      timings=self.timings)
         try:
             yield req
         finally:
@@ -350,13 +355,18 @@ class Modules:
         if clash := set(m.builds) & (session_tables(self.db) | self.available):
             raise ModuleError(f"{m.where}: {sorted(clash)[0]} exists already (a derived table is built once)")
 
+    def timed(self, name: str, seconds: float) -> None:
+        self.timings[name] = self.timings.get(name, 0.0) + seconds
+
     def _run(self, m: Module) -> None:
         self._fresh(m)
         self._set_variables(m)
+        t0 = time.monotonic()
         if m.is_python:
             m.step(self.db)
         else:
             self.db.con.execute(m.sql)
+        self.timed(m.name, time.monotonic() - t0)
         self.available.update(m.builds)
         self.built.append(m.name)
 
@@ -370,10 +380,12 @@ class Modules:
                 self.variables.update(slice_lo=lo, slice_hi=hi)
                 for m in group:
                     self._set_variables(m)
+                    t0 = time.monotonic()
                     if m.is_python:
                         next(walks[m.name])
                     else:   # the first slice creates the table, the others append to it
                         self.db.con.execute(m.sql if i == 0 else _appending(m))
+                    self.timed(m.name, time.monotonic() - t0)
         finally:
             for w in walks.values():
                 w.close()

@@ -3,6 +3,7 @@ answer the questions of `mwinv-correlate` as queries over those tables."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,7 +163,9 @@ def _write(db: CaptureDB, names: tuple[str, ...], prefix: str, replace: tuple[st
         for old in d.glob("*.parquet") if d.exists() else []:
             if "*" in replace or old.name.rsplit("-", 1)[0] in replace:
                 old.unlink()
+        t0 = time.monotonic()
         write_derived(db, name, only, prefix)
+        db.modules.timed(f"writing {name}", time.monotonic() - t0)
 
 
 def query_summaries(db: CaptureDB) -> list[dict]:

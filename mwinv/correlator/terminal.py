@@ -154,3 +154,23 @@ def as_csv(rows: list[StatementSummary], advice: dict[int, list[Advice]] | None 
                     "top_advice": next((a.rule for a in ranked_advice((advice or {}).get(s.example_id, []))), ""),
                     "text": " ".join(s.text.split())})
     return buf.getvalue()
+
+
+def profile_table(timings: dict[str, float], wall_s: float, peak_bytes: int, statements: int) -> Table:
+    """mwinv-correlate --profile: the steps by time (a sliced module summed over its slices), the rest of
+    the wall time (no step's: reading and checking the parts, Python, the report), the statements per
+    second and peak memory; the steps under 0.5 % of the wall time in one row."""
+    wall = max(wall_s, 1e-9)
+    table = Table(title=f"where the correlation's {wall_s:.2f} s went: {statements / wall:,.0f} statements/s, "
+                        f"peak memory {peak_bytes / 2**20:,.0f} MiB")
+    for col in ("step", "seconds", "share"):
+        table.add_column(col, justify="left" if col == "step" else "right")
+    rest = ("the rest (reading and checking the parts, Python, the report)", wall_s - sum(timings.values()))
+    steps = sorted([*timings.items(), rest], key=lambda x: -x[1])
+    small = [s for name, s in steps if s < 0.005 * wall and name != rest[0]]
+    for name, s in steps:
+        if s >= 0.005 * wall or name == rest[0]:
+            table.add_row(name, f"{s:.2f}", f"{s / wall:.1%}")
+    if small:
+        table.add_row(f"{len(small)} other steps, each under 0.5 %", f"{sum(small):.2f}", f"{sum(small) / wall:.1%}")
+    return table
