@@ -458,6 +458,26 @@ def test_the_noise_floor_from_queries_the_nodes_take_no_part_in():
     assert noise(runs[2:]) is None
 
 
+def test_the_noise_of_one_run_from_a_cells_repetitions():
+    """Three repetitions of Q6 in one cell (100, 110 and 125 ms), one of Q1 and a failed one: the ordered
+    pairs of the same cell and query, taken as the errors are (|a - b| / b), failed runs left out."""
+    import duckdb
+
+    from mwinv.experiment.predict import repeat_noise
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE results (cell VARCHAR, query INT, repetition INT, stream INT, wall_ns BIGINT, "
+                "error VARCHAR)")
+    assert repeat_noise(con) is None
+    con.execute("INSERT INTO results VALUES ('a', 6, 0, 0, 100, NULL), ('a', 6, 1, 0, 110, NULL), "
+                "('a', 6, 2, 0, 125, NULL), ('b', 6, 0, 0, 300, NULL), ('a', 1, 0, 0, 50, NULL), "
+                "('a', 1, 1, 0, 500, 'timeout')")
+    d = [10 / 110, 10 / 100, 25 / 125, 25 / 100, 15 / 125, 15 / 110]
+    got = repeat_noise(con)
+    assert got["pairs"] == 6 and got["median"] == pytest.approx(sorted(d)[2] / 2 + sorted(d)[3] / 2)
+    assert got["mean"] == pytest.approx(sum(d) / 6)
+
+
 def test_only_reads_in_place_wait_for_the_disk_when_the_cache_stops_fitting():
     """SF 1, 2-part: on 2 nodes a node's pass (540 MB) does not fit its page cache; Q1 and Q6, sequential
     scans, waited 53 and 52 ms on the disk (the kernel's read-ahead runs behind their CPU), Q14 and Q15, bitmap

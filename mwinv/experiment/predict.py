@@ -717,6 +717,18 @@ def winners(preds: list[CellPrediction], differ: float = 0.10) -> dict[str, int]
     return {"pairs": len(pairs_), "hits": hits}
 
 
+def repeat_noise(con) -> dict | None:
+    """How much one cell's runs of a query differ (its repetitions and streams), |a - b| / b over their
+    ordered pairs as a prediction's error is taken: the noise a cell's median of its runs is compared
+    through (results: every run's row)."""
+    n, median, mean = con.execute("""
+        SELECT count(*), median(abs(a.wall_ns - b.wall_ns) / b.wall_ns), avg(abs(a.wall_ns - b.wall_ns) / b.wall_ns)
+        FROM results a JOIN results b ON a.cell = b.cell AND a.query = b.query
+             AND (a.repetition, a.stream) <> (b.repetition, b.stream)
+        WHERE a.error IS NULL AND b.error IS NULL AND b.wall_ns > 0""").fetchone()
+    return {"pairs": n, "median": median, "mean": mean} if n else None
+
+
 def noise(runs: list[Run]) -> dict | None:
     """The run-to-run noise no model of the cluster can predict: a query that ran on the coordinator alone in
     two cells (no foreign scan: its tables in the same place, the data nodes idle) takes the same time in both

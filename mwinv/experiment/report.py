@@ -271,7 +271,7 @@ def model_summary(con, out: Path) -> tuple[dict, list[CellPrediction]]:
                 rules.append({"rule": rule, "queries": half, **predict.errors(made), **predict.winners(made),
                               "unchanged": predict.errors([replace(p, predicted_ns=p.from_ns) for p in made]),
                               "cannot": len(mine) - len(made)})
-    return ({"constants": asdict(k), "rules": rules, "noise": predict.noise(runs),
+    return ({"constants": asdict(k), "rules": rules, "noise": predict.noise(runs), "repeats": predict.repeat_noise(con),
              "predictions": [{**asdict(p), "error": p.error} for p in preds]}, preds)
 
 
@@ -529,6 +529,10 @@ def _predictions_sections(s: dict, md: list[str], html: list[str]) -> None:
                f"(Q{', Q'.join(map(str, n['queries']))}: their tables in the same place, the data nodes idle) differ "
                f"between cells by a median of {n['median']:.0%}, a mean of {n['mean']:.0%} ({n['pairs']} pairs, "
                "taken as the errors are); a cell's time is the median of its runs, so repetitions lower it."]
+    if m.get("repeats"):
+        n = m["repeats"]
+        md += ["", f"One cell's runs of a query (its repetitions and streams) differ by a median of {n['median']:.0%}, "
+               f"a mean of {n['mean']:.0%} ({n['pairs']} pairs): the noise of a single run."]
     md += ["", "| query | from | to | from ms | predicted ms | measured ms | error |", "|---|---|---|---|---|---|---|"]
     for p in m["predictions"]:
         got = (f"{ms(p['predicted_ns'])} | {ms(p['measured_ns'])} | {p['error']:+.0%}" if p["predicted_ns"] is not None
