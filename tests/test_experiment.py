@@ -478,6 +478,35 @@ def test_the_noise_of_one_run_from_a_cells_repetitions():
     assert got["mean"] == pytest.approx(sum(d) / 6)
 
 
+def test_a_cells_parts_are_its_middle_runs(tmp_path):
+    """Three repetitions of Q6 (100, 300 and 120 ms, the second slowed by the host): the cell's time is the
+    median, 120 ms, and its components and data node's are that run's, not means the slow one pulls up;
+    Q9 timed out in both of its runs: its parts are still shown, from the middle of those."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mwinv.experiment.report import open_results
+    from mwinv.experiment.results import NODE_SCHEMA, RESULT_SCHEMA
+
+    def rows(schema, items):
+        return pa.Table.from_pylist([{f.name: item.get(f.name) for f in schema} for item in items], schema=schema)
+
+    cell = {"cell": "c1", "nodes": 1, "scheme": "1-part", "streams": 1, "cold": False, "stream": 0}
+    runs = [dict(cell, query=6, repetition=r, wall_ns=w, c_cpu_user=u) for r, (w, u) in
+            enumerate([(100, 90), (300, 280), (120, 100)])]
+    runs += [dict(cell, query=9, repetition=r, wall_ns=w, c_remote_wait=w, error="timeout", timed_out=True)
+             for r, w in enumerate([60_000, 60_010])]
+    nodes = [dict(cell="c1", query=6, repetition=r, stream=0, node="d1", execution_ns=e, c_cpu_user=e)
+             for r, e in enumerate([80, 270, 95])]
+    for table, schema, items in (("results", RESULT_SCHEMA, runs), ("results_node", NODE_SCHEMA, nodes)):
+        (tmp_path / table).mkdir()
+        pq.write_table(rows(schema, items), tmp_path / table / "c1.parquet")
+    got = {r[0]: r[1:] for r in open_results(tmp_path).execute(
+        "SELECT query, runs, wall_ns, c_cpu_user, c_remote_wait, node_work_ns, n_cpu_user FROM cell_query").fetchall()}
+    assert got[6] == (3, 120, 100, None, 95, 95)
+    assert got[9][0] == 2 and got[9][1] is None and got[9][3] == 60_005
+
+
 def test_only_reads_in_place_wait_for_the_disk_when_the_cache_stops_fitting():
     """SF 1, 2-part: on 2 nodes a node's pass (540 MB) does not fit its page cache; Q1 and Q6, sequential
     scans, waited 53 and 52 ms on the disk (the kernel's read-ahead runs behind their CPU), Q14 and Q15, bitmap

@@ -261,7 +261,8 @@ def model_summary(con, out: Path) -> tuple[dict, list[CellPrediction]]:
     cal = out / "calibration.json"
     disk = json.loads(cal.read_text()).get("disk", {}).get("disk_rate_bps") if cal.exists() else None
     k = predict.fit(pairs, disk)
-    preds = sorted(predict.predict_all(pairs, k, disk), key=lambda p: (RULES.index(p.rule), p.query, p.from_cell))
+    preds = sorted(predict.predict_all(pairs, k, disk),
+                   key=lambda p: (RULES.index(p.rule), p.query, p.from_cell, p.to_cell))
     rules = []
     for rule in RULES:
         for half, parity in (("odd (fitted)", 1), ("even (unseen)", 0), ("all", None)):

@@ -1,7 +1,8 @@
 -- cell_query: one row per cell and query: the median wall time over its runs (repetitions and
--- streams), the components' means, bytes shipped, the model's estimate, the critical data node's
--- execution (the median over the runs of the longest node's), and whether it timed out or failed
--- (then its time is not a measurement).
+-- streams), the components and the data nodes' figures of the middle run (of an even number, the mean
+-- of the two middle ones: the median's own, so the parts of a cell's time are those of its time, and a
+-- run the host's other load slowed moves neither), bytes shipped, the model's estimate, the critical
+-- data node's execution, and whether it timed out or failed (then its time is not a measurement).
 --
 -- inputs:  results (RESULT_SCHEMA, every cell's part), results_node (NODE_SCHEMA)
 -- columns: the factor levels (kernel and storage: their defaults for an older runner's NULL), cell, query, runs, wall_ns, timed_out, failed, error, estimated_ns,
@@ -12,15 +13,28 @@
 --          n_<component> (the data nodes' summed, mean ns); and
 --          cell_level, cell_others (below)
 CREATE OR REPLACE TABLE cell_query AS
-WITH node_work AS (
-    SELECT cell, query, CAST(median(ns) AS BIGINT) AS node_work_ns, CAST(median(total) AS BIGINT) AS node_sum_ns
+WITH middle AS (   -- of the runs without an error; where every one has (a timeout), of them all
+    SELECT cell, query, repetition, stream
+    FROM (SELECT cell, query, repetition, stream,
+                 row_number() OVER (PARTITION BY cell, query ORDER BY error IS NOT NULL, wall_ns, repetition, stream)
+                     AS k,
+                 coalesce(nullif(count(*) FILTER (WHERE error IS NULL) OVER (PARTITION BY cell, query), 0),
+                          count(*) OVER (PARTITION BY cell, query)) AS n
+          FROM results)
+    WHERE k IN ((n + 1) // 2, n // 2 + 1)),
+node_work AS (
+    SELECT cell, query, CAST(avg(ns) AS BIGINT) AS node_work_ns, CAST(avg(total) AS BIGINT) AS node_sum_ns
     FROM (SELECT cell, query, repetition, stream, max(execution_ns) AS ns, sum(execution_ns) AS total
-          FROM results_node GROUP BY ALL)
+          FROM results_node SEMI JOIN middle USING (cell, query, repetition, stream) GROUP BY ALL)
     GROUP BY ALL),
 node_comp AS (
     SELECT cell, query, CAST(avg(COLUMNS('^c_(.*)')) AS BIGINT) AS "n_\1"
-    FROM (SELECT cell, query, repetition, stream, sum(COLUMNS('^c_(.*)')) AS "c_\1" FROM results_node GROUP BY ALL)
+    FROM (SELECT cell, query, repetition, stream, sum(COLUMNS('^c_(.*)')) AS "c_\1"
+          FROM results_node SEMI JOIN middle USING (cell, query, repetition, stream) GROUP BY ALL)
     GROUP BY ALL),
+comp AS (
+    SELECT cell, query, CAST(avg(COLUMNS('^c_(.*)')) AS BIGINT) AS "c_\1"
+    FROM results SEMI JOIN middle USING (cell, query, repetition, stream) GROUP BY ALL),
 q AS (
 SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, link_latency_ms, parallel_workers,
        streams, cold, coalesce(kernel, 'default') AS kernel, coalesce(storage, 'local') AS storage, query,
@@ -31,13 +45,13 @@ SELECT cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit,
        CAST(avg(estimated_ns) AS BIGINT) AS estimated_ns, CAST(avg(net_bytes) AS BIGINT) AS net_bytes,
        mode("limit") AS "limit", any_value(kernel_advice) AS kernel_advice,
        CAST(avg(planning_ns) AS BIGINT) AS planning_ns, CAST(avg(analyze_ns) AS BIGINT) AS analyze_ns,
-       max(host_cpus) AS host_cpus,
-       CAST(avg(COLUMNS('^c_(.*)')) AS BIGINT) AS "c_\1"
+       max(host_cpus) AS host_cpus
 FROM results
 GROUP BY cell, nodes, scheme, node_cpu, node_memory_mb, node_read_mbps, link_mbit, link_latency_ms, parallel_workers,
          streams, cold, coalesce(kernel, 'default'), coalesce(storage, 'local'), query)
-SELECT q.*, w.node_work_ns, w.node_sum_ns, n.* EXCLUDE (cell, query)
-FROM q LEFT JOIN node_work w USING (cell, query) LEFT JOIN node_comp n USING (cell, query);
+SELECT q.*, c.* EXCLUDE (cell, query), w.node_work_ns, w.node_sum_ns, n.* EXCLUDE (cell, query)
+FROM q LEFT JOIN comp c USING (cell, query) LEFT JOIN node_work w USING (cell, query)
+     LEFT JOIN node_comp n USING (cell, query);
 
 -- cell_level: each cell's level of every factor, as text (for grouping cells that differ in one).
 CREATE OR REPLACE TABLE cell_level AS
