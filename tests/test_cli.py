@@ -27,6 +27,18 @@ def test_bad_input_is_one_line_error(args, message):
     assert len(lines) == 1 and message in lines[0]
 
 
+def test_experiment_memory_is_checked_before_anything_starts(tmp_path):
+    """`mwinv experiment run --memory` sets the cells' correlation limit (a cell of 135 M kernel events ran
+    out of the default 768 MiB): a size it cannot read is one line before any cluster starts."""
+    plan = tmp_path / "plan.toml"
+    plan.write_text('name = "m"\nscale = 0.01\nqueries = [6]\n[factors]\nnodes = [1]\n')
+    proc = subprocess.run([BIN / "mwinv", "experiment", "run", str(plan), "-o", str(tmp_path / "out"), "--memory",
+                           "lots"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == ["mwinv: error: --memory 'lots': a size such as 512MB or 2GB"]
+    assert not (tmp_path / "out").exists()
+
+
 def test_port_in_use_cli(pg):
     import socket
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import click
 
 from mwinv.cli.common import group_option, progress_console, progress_logger
+from mwinv.errors import MwinvError
+from mwinv.options import memory_bytes
 
 
 @click.group("experiment")
@@ -23,8 +25,10 @@ def experiment_cli() -> None:
 @click.option("-o", "--out", "out", required=True, type=click.Path(file_okay=False),
               help="the experiment's directory: results, a capture per cell, the report.")
 @click.option("--drop-captures", is_flag=True, help="keep only the results of each cell, not its capture.")
+@click.option("--memory", default=None, metavar="SIZE",
+              help="DuckDB's memory limit for each cell's correlation, e.g. 4GB (default: mwinv-correlate's).")
 @group_option
-def run_cmd(plan, out, drop_captures) -> None:
+def run_cmd(plan, out, drop_captures, memory) -> None:
     """Run every cell of PLAN (a TOML file: factors and levels, queries, repetitions; see
     examples/plans/) on a fresh cluster each, under a capture of every node; write one results row per
     query and run, then the report. Cells already done are skipped: an interrupted run resumes.
@@ -35,12 +39,17 @@ def run_cmd(plan, out, drop_captures) -> None:
       mwinv experiment run examples/plans/memory-sweep.toml -o out/mem --drop-captures
       mwinv experiment run examples/plans/kernel-settings.toml -o out/kern   # restored after each cell
       mwinv experiment run examples/plans/memory-sweep.toml -o out/mem --group dba   # dba may read it
+      mwinv experiment run examples/plans/nodes-and-schemes-sf1.toml -o out/sf1 --memory 4GB
     """
+    import duckdb
+
     from mwinv.experiment.plan import load_plan
     from mwinv.experiment.report import render
     from mwinv.experiment.runner import run_plan
     from mwinv.ntier import plan as ntier_plan
 
+    if memory is not None:
+        memory_bytes(memory, "--memory")
     err = progress_console()
     if ntier_plan.is_ntier_plan(plan):   # replicas, clients and pgpool's policy as factors (docs/ntier.md)
         from mwinv.cli.ntier import print_plan
@@ -50,7 +59,11 @@ def run_cmd(plan, out, drop_captures) -> None:
     p = load_plan(plan)
     err.print(f"plan {p.name}: {len(p.cells())} cells x {len(p.queries)} queries x {p.repetitions} "
               f"repetitions, SF {p.scale:g}", highlight=False)
-    summary = run_plan(p, out, progress=progress_logger(err), keep_captures=not drop_captures)
+    try:
+        summary = run_plan(p, out, progress=progress_logger(err), keep_captures=not drop_captures, memory=memory)
+    except duckdb.OutOfMemoryException as exc:   # the cells done are kept: a run resumes at this one
+        raise MwinvError(f"{str(exc).splitlines()[0]} correlating a cell (raise DuckDB's limit with --memory, e.g. "
+                         "--memory 4GB; a rerun resumes at this cell)") from None
     err.print(f"{summary['ran']} cells run, {summary['skipped']} already done", highlight=False)
     for f in summary["failed"]:
         err.print(f"[yellow]cell failed:[/] {f}")

@@ -57,9 +57,10 @@ def node_caps(cell: Cell):
 
 
 def run_plan(plan: Plan, out: str | Path, progress: Callable[[str], None] | None = None,
-             keep_captures: bool = True) -> dict:
-    """Run every cell not yet done, those that can share a cluster one after the other. Returns
-    {"ran": n, "skipped": n, "failed": [labels]}."""
+             keep_captures: bool = True, memory: str | None = None) -> dict:
+    """Run every cell not yet done, those that can share a cluster one after the other; memory: DuckDB's
+    limit for each cell's correlation (load.open_capture's default if None). Returns {"ran": n,
+    "skipped": n, "failed": [labels]}."""
     from mwinv.cluster.harness import Cluster
 
     say = progress or (lambda _: None)
@@ -99,7 +100,7 @@ def run_plan(plan: Plan, out: str | Path, progress: Callable[[str], None] | None
                 cluster.set_kernel(cell.levels["kernel"])
                 try:
                     cluster.set_storage(cell.levels["storage"])
-                    rows, node_rows, op_rows = run_cell(plan, cell, cluster, out, say, keep_captures)
+                    rows, node_rows, op_rows = run_cell(plan, cell, cluster, out, say, keep_captures, memory)
                     # tables back on the local disk, every mount and daemon gone (after a failure or a
                     # signal the cluster goes down, and its storage with it)
                     cluster.set_storage(storage.LOCAL)
@@ -175,8 +176,8 @@ def kernel_advice(db, statement_ids: list) -> dict[int, str]:
             for sid, by in gains.items()}
 
 
-def run_cell(plan: Plan, cell: Cell, cluster, out: Path, say,
-             keep_captures: bool = True) -> tuple[list[dict], list[dict], list[dict]]:
+def run_cell(plan: Plan, cell: Cell, cluster, out: Path, say, keep_captures: bool = True,
+             memory: str | None = None) -> tuple[list[dict], list[dict], list[dict]]:
     """One cell on a cluster with its levels: a warm-up pass (unless cold), the measured passes under
     a capture of every node, the measured plans (untimed, after them: measure.py), calibration (disk
     and CPU once per experiment, the link per cell), then the correlation and the cell's rows."""
@@ -238,7 +239,7 @@ def run_cell(plan: Plan, cell: Cell, cluster, out: Path, say,
     cal = {**cal, "links": {d1.address: calibrate_link(f"{d1.netns}:{d1.address}", bulk_mb=8, pings=50)}}
     store(capture_dir, cal)
     say("correlate")
-    db = correlate(capture_dir)
+    db = correlate(capture_dir, memory=memory)
     try:
         derive(db, MODEL_TABLES)
         rows, node_rows = cell_rows(db, plan.name, cell.id, _levels(cell), runs)
