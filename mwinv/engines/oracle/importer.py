@@ -36,12 +36,12 @@ class Imported:
     problems: list[str]      # 'FILE:LINE: what' for every malformed or truncated line
 
 
-def _next_statement_id(capture: Capture, node: str) -> int:
+def _next_statement_id(capture: Capture) -> int:
+    """Statement ids are unique in the capture, not per node: the analysis links a statement to its parent
+    by id alone (two hosts' recursive statements numbered alike made a cycle of parents)."""
     if not capture.has("statement"):
         return 1
-    t = capture.read("statement")
-    ids = [sid for n, sid in zip(t.column("node").to_pylist(), t.column("statement_id").to_pylist()) if n == node]
-    return max(ids, default=0) + 1
+    return max(capture.read("statement").column("statement_id").to_pylist(), default=0) + 1
 
 
 def _to_ns(tf: TraceFile, offset_us: int, node_info: dict):
@@ -249,7 +249,7 @@ def import_file(capture: Capture, path: str | Path, node: str | None = None, pid
     offset_us -= round(clock_offset_s * 1e6)
     session = ex_mod.build(tf)
     info = capture.manifest().get("nodes", {}).get(node, {})
-    base = _next_statement_id(capture, node)
+    base = _next_statement_id(capture)
     f = _File(tf, session, node, tf.os_pid, _to_ns(tf, offset_us, info), _to_ns(tf, offset_us, {}),
               {id(e): base + e.seq for e in session.executions})
     statements, texts = _statement_rows(f)
