@@ -58,7 +58,9 @@ def import_cmd(files, out, node, pid, clock_offset, lenient) -> None:
                         progress=lambda s: err.print(s, highlight=False))
     problems = [p for d in done for p in d.problems]
     for d in done:
-        err.print(f"{d.path}: node {d.node}, pid {d.pid}: {d.statements} executions, {d.waits} waits", highlight=False)
+        other = f", {d.other_lines} other lines skipped (no 10046 record)" if d.other_lines else ""
+        err.print(f"{d.path}: node {d.node}, pid {d.pid}: {d.statements} executions, {d.waits} waits{other}",
+                  highlight=False)
     for p in problems[1:6]:
         err.print(f"warning: {p}", highlight=False)
     if problems and not lenient:

@@ -34,6 +34,7 @@ class Imported:
     statements: int
     waits: int
     problems: list[str]      # 'FILE:LINE: what' for every malformed or truncated line
+    other_lines: int         # lines that are no 10046 record (e.g. an Oracle Net trace's), skipped
 
 
 def _next_statement_id(capture: Capture) -> int:
@@ -216,7 +217,7 @@ def _update_manifest(capture: Capture, f: _File, info: dict, offsets: tuple[int,
         "path": file, "os_pid": f.pid, "lines": tf.lines, "tim_to_wall_offset_us": offsets[0],
         "offset_spread_us": offsets[1], "zone_known": tf.zone_known, "version": ".".join(map(str, tf.version)),
         "instance": tf.header.get("instance"), "sessions": [s.get("session_id") for s in tf.sessions],
-        "problems": problems[:20], "statements": len(statements),
+        "problems": problems[:20], "statements": len(statements), "other_lines": tf.other_lines,
     }]
     software = {**info.get("software", {}), "oracle": tf.header.get("banner", "")}
     if info.get("clock") == "mono":   # a kernel capture's node: its clock and span stay
@@ -263,7 +264,7 @@ def import_file(capture: Capture, path: str | Path, node: str | None = None, pid
     for table, data in tables:
         capture.write_part(table, data, node=node)
     _update_manifest(capture, f, info, (offset_us, spread_us), problems, statements, waits)
-    return Imported(tf.path, node, f.pid, len(statements), len(waits), problems)
+    return Imported(tf.path, node, f.pid, len(statements), len(waits), problems, tf.other_lines)
 
 
 def import_files(capture_dir: str | Path, paths: list[str | Path], node: str | None = None, pid: int | None = None,
