@@ -308,6 +308,61 @@ def test_fetch_array_whatif(capture):
     assert w[100].fetches > w[100].fetches_after and w[100].saved_ns > 0
 
 
+SQLNET_WAIT = re.compile(r"^WAIT #\d+: nam='(SQL\*Net [^']*)' ela= (\d+) driver id=\d+ #bytes=(\d+) ")
+
+
+def raw_trips(path: Path) -> list[tuple[int, int, int, int]]:
+    """(fetches, rows, bytes, cost µs) of each round trip that answered a dep=0 FETCH or a LOBREAD, read
+    from the raw lines in their order: the SQL*Net waits to the client (#bytes of the more-data and
+    vector-data ones) since the previous message from client, and the message from client ending it."""
+    trips, sent, nbytes, fetches, rows, answered = [], 0, 0, 0, 0, False
+    for line in path.read_text(errors="replace").splitlines():
+        if m := SQLNET_WAIT.match(line):
+            name, ela, b = m.group(1), int(m.group(2)), int(m.group(3))
+            if name == "SQL*Net message from client":
+                if answered:
+                    trips.append((fetches, rows, nbytes, sent + ela))
+                sent, nbytes, fetches, rows, answered = 0, 0, 0, 0, False
+            elif name.endswith(" to client"):
+                sent += ela
+                nbytes += b if name != "SQL*Net message to client" else 0
+        elif m := re.match(r"^FETCH #\d+:.*,r=(\d+),dep=0,", line):
+            fetches, rows, answered = fetches + 1, rows + int(m.group(1)), True
+        elif line.startswith("LOBREAD:"):
+            answered = True
+    return trips
+
+
+def test_round_trip_cost_grows_with_the_bytes(capture):
+    """jkstill/sqlnet's traces: each round trip's bytes (its more-data and vector-data packets) and its
+    SQL*Net time, against the raw WAIT lines; the node's per-trip base and per-byte cost are the least
+    squares line through them, computed here; and the cost grows with the bytes."""
+    db = profile.open_oracle(capture)
+    node = "ora112304a.jks.com"
+    got = sorted(db.con.execute("SELECT fetches, rows, bytes, cost_ns // 1000 FROM client_trip WHERE node = ?",
+                                [node]).fetchall())
+    want = sorted(t for p in SQLNET for t in raw_trips(p))
+    assert got == want and len(want) > 100
+    # every more-data and vector-data packet of the files is in a trip
+    packets = [int(m.group(3)) for p in SQLNET for line in p.read_text(errors="replace").splitlines()
+               if (m := SQLNET_WAIT.match(line)) and m.group(1) in ("SQL*Net more data to client",
+                                                                    "SQL*Net vector data to client")]
+    assert sum(b for *_, b, _ in want) == sum(packets) and min(packets) > 100
+    n = len(want)
+    mx, my = sum(t[2] for t in want) / n, sum(t[3] * 1000 for t in want) / n
+    slope = sum((t[2] - mx) * (t[3] * 1000 - my) for t in want) / sum((t[2] - mx) ** 2 for t in want)
+    trips, nbytes, base, per_byte = db.con.execute(
+        "SELECT trips, bytes, base_ns, ns_per_byte FROM trip_cost WHERE node = ?", [node]).fetchone()
+    assert (trips, nbytes) == (n, sum(packets))
+    assert per_byte == pytest.approx(slope) and abs(base - (my - slope * mx)) <= 1
+    assert per_byte > 0 and 0 < base < my
+    big = [t[3] for t in want if t[2] > 8000]   # trips of one more-data packet or more
+    assert min(big) > base / 1000 and sum(big) / len(big) > 2 * my / 1000
+    # a node whose trips all fit one packet: no slope, the base is their mean cost
+    assert db.sql("SELECT ns_per_byte IS NULL AND base_ns = cost_ns // trips FROM trip_cost "
+                  "WHERE bytes = 0").fetchall() == [(True,)]
+
+
 def test_a_given_round_trip_splits_the_client_waits(capture):
     """With the client's round trip given (--rtt), each SQL*Net message from client is its round trip (at
     most the wait) and the client's think time: the two sum to the waits, the round trip part is each
