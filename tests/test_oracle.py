@@ -306,6 +306,8 @@ def test_fetch_array_whatif(capture):
                     checked += 1
     assert checked > 10
     assert w[100].fetches > w[100].fetches_after and w[100].saved_ns > 0
+    assert w[100].saved_ns == (w[100].fetches - w[100].fetches_after) * w[100].base_ns
+    assert 0 < w[100].base_ns <= w[100].trip_wait_ns
 
 
 SQLNET_WAIT = re.compile(r"^WAIT #\d+: nam='(SQL\*Net [^']*)' ela= (\d+) driver id=\d+ #bytes=(\d+) ")
@@ -363,6 +365,30 @@ def test_round_trip_cost_grows_with_the_bytes(capture):
                   "WHERE bytes = 0").fetchall() == [(True,)]
 
 
+def test_fetch_whatif_counts_the_calls_and_keeps_the_bytes(capture):
+    """sqlplus fetching 106 rows as 1 + 105 (jkstill_js02_ora_23952): at an array of N the what-if makes
+    106 // N + 1 calls (the trailing one included), against the raw FETCH lines; the bytes those calls
+    carry and their per-byte cost stay; only the trips' base cost changes hands."""
+    db = profile.open_oracle(capture)
+    path = TRACES / "jkstill_js02_ora_23952_VARCHAR-10046.trc"
+    lines = path.read_text(errors="replace").splitlines()
+    start = next(i for i, line in enumerate(lines) if "sqlid='fwfwngu3123j4'" in line)
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("CLOSE"))
+    rs = [int(m.group(1)) for line in lines[start:end] if (m := re.match(r"^FETCH #\d+:.*,r=(\d+),dep=0,", line))]
+    assert rs == [1, 105]
+    qid = q(capture, "SELECT DISTINCT s.query_id FROM statement s JOIN dbms_call c ON c.node = s.node AND "
+                     f"c.statement_id = s.statement_id WHERE c.file = '{path}' AND c.sql_id = 'fwfwngu3123j4'")[0][0]
+    ws = profile.fetch_whatif(db, qid, (1, 10, 50, 200))
+    assert [w.fetches_after for w in ws] == [sum(rs) // n + 1 for n in (1, 10, 50, 200)] == [107, 11, 3, 1]
+    packets = sum(int(m.group(3)) for line in lines[start:end]
+                  if (m := SQLNET_WAIT.match(line)) and m.group(1) == "SQL*Net more data to client")
+    w = ws[-1]
+    assert (w.fetches, w.rows, w.bytes) == (len(rs), sum(rs), packets) and packets > 5 * 8000
+    assert w.saved_ns == (w.fetches - 1) * w.base_ns > 0
+    assert w.byte_ns == round(packets * w.ns_per_byte) > w.base_ns
+    assert all(x.saved_ns == 0 for x in ws[:-1])   # more calls than it made: nothing saved
+
+
 def test_a_given_round_trip_splits_the_client_waits(capture):
     """With the client's round trip given (--rtt), each SQL*Net message from client is its round trip (at
     most the wait) and the client's think time: the two sum to the waits, the round trip part is each
@@ -383,7 +409,7 @@ def test_a_given_round_trip_splits_the_client_waits(capture):
     qid = q(capture, "SELECT query_id FROM statement WHERE pid = 613102 GROUP BY query_id "
                      "ORDER BY sum(rows) DESC LIMIT 1")[0][0]
     w = profile.fetch_whatif(db, qid)[0]
-    assert w.saved_rtt_ns == (w.fetches - w.fetches_after) * min(w.trip_wait_ns, round(rtt_ms * 1e6)) <= w.saved_ns
+    assert w.saved_rtt_ns == (w.fetches - w.fetches_after) * min(w.base_ns, round(rtt_ms * 1e6)) <= w.saved_ns
     with pytest.raises(MwinvError, match="--rtt -1"):
         profile.open_oracle(capture, rtt_ms=-1)
 

@@ -23,6 +23,7 @@ from mwinv.correlator.model import MODEL_MACROS, Platform, estimate_components, 
 from mwinv.correlator.modules import Modules
 from mwinv.correlator.nodes import node_parts_from
 from mwinv.engines.oracle.executions import fetch_calls
+from mwinv.engines.oracle.profile import SQL_DIR as ORACLE_SQL
 from mwinv.engines.registry import rules_for
 from mwinv.fmt import duration
 from mwinv.options import AdviceOptions
@@ -171,7 +172,8 @@ FETCH_ARRAY_WHAT_IF = 100  # the array size the fetch round-trip what-if tries
 
 def _dbms_evidence(con: duckdb.DuckDBPyConnection) -> dict[int, dict]:
     """Per advised statement, the DBMS's own evidence (sql/dbms_evidence.sql, built), with the fetch round
-    trips an array of FETCH_ARRAY_WHAT_IF rows would save at its mean client wait per trip."""
+    trips an array of FETCH_ARRAY_WHAT_IF rows would save, each at its node's base cost per trip (the
+    Oracle engine's client_trip and trip_cost: the bytes' part of a trip stays)."""
     out: dict[int, dict] = {}
     for key, event, comp, ns, count, obj, obj_ns, op in con.execute(
             "SELECT * FROM dbms_wait_of ORDER BY key, ns DESC, event, obj_ns DESC").fetchall():
@@ -187,21 +189,27 @@ def _dbms_evidence(con: duckdb.DuckDBPyConnection) -> dict[int, dict]:
                                                   variants=variants or 1)
     for key, name, value in con.execute("SELECT * FROM dbms_stat_of").fetchall():
         out.setdefault(key, {"waits": []}).setdefault("stats", {})[name] = int(value)
+    for name in ("client_trip", "trip_cost"):
+        con.execute((ORACLE_SQL / f"{name}.sql").read_text())
     trips = con.execute("""
-        SELECT m.key, list(r ORDER BY m.statement_id), sum(f), sum(w) FROM advice_member m JOIN (
-            SELECT c.statement_id, count(*) FILTER (WHERE c.call = 'FETCH') AS f,
-                   coalesce(sum(c.r) FILTER (WHERE c.call = 'FETCH'), 0) AS r,
-                   (SELECT coalesce(sum(w.ela_ns), 0) FROM dbms_wait w JOIN statement s ON s.node = w.node
-                    AND s.statement_id = c.statement_id AND w.statement_id = s.statement_id
-                    WHERE w.event = 'SQL*Net message from client' AND w.end_ns > s.start_ns
-                      AND w.end_ns <= s.end_ns) AS w
-            FROM dbms_call c GROUP BY c.statement_id) x USING (statement_id)
+        WITH x AS (
+            SELECT statement_id, count(*) FILTER (WHERE call = 'FETCH') AS f,
+                   coalesce(sum(r) FILTER (WHERE call = 'FETCH'), 0) AS r
+            FROM dbms_call GROUP BY statement_id),
+        t AS (
+            SELECT t.statement_id, count(*) AS trips, sum(t.cost_ns) AS cost_ns, sum(t.bytes) AS bytes,
+                   any_value(greatest(k.base_ns, 0)) AS base_ns, any_value(k.ns_per_byte) AS ns_per_byte
+            FROM client_trip t JOIN trip_cost k USING (node) GROUP BY t.statement_id)
+        SELECT m.key, list(x.r ORDER BY m.statement_id), sum(x.f), sum(t.trips), sum(t.cost_ns), sum(t.bytes),
+               avg(t.base_ns), avg(t.ns_per_byte)
+        FROM advice_member m JOIN x USING (statement_id) LEFT JOIN t USING (statement_id)
         GROUP BY m.key""").fetchall()
-    for key, rows_each, fetches, wait_ns in trips:
-        if key in out and fetches:
+    for key, rows_each, fetches, n_trips, cost_ns, nbytes, base_ns, per_byte in trips:
+        if key in out and fetches and n_trips:
             after = sum(fetch_calls(r or 0, FETCH_ARRAY_WHAT_IF) for r in rows_each)
-            per_trip = wait_ns / max(fetches - len(rows_each), 1)
-            out[key].update(fetch_saved_ns=int(max(0, fetches - after) * per_trip), fetch_size_to=FETCH_ARRAY_WHAT_IF)
+            base = min(base_ns, cost_ns / n_trips)   # a trip's base, at most what its trips cost on the mean
+            out[key].update(fetch_saved_ns=int(max(0, fetches - after) * base), fetch_size_to=FETCH_ARRAY_WHAT_IF,
+                            fetch_base_ns=int(base), fetch_ns_per_byte=per_byte, fetch_bytes=int(nbytes))
     return out
 
 

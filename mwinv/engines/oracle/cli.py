@@ -210,10 +210,13 @@ def tkprof_cmd(capture, query_id, top, rtt_ms) -> None:
                 at_rtt = (f"; {ms(w.saved_rtt_ns, 3)} ms at the network round trip alone (the rest of a "
                           "trip's wait is the client's own work, which the array does not save)"
                           if w.saved_rtt_ns is not None else "")
+                per_byte = (f" + {w.ns_per_byte:.0f} ns per byte; the {w.bytes:,} bytes' {ms(w.byte_ns, 3)} ms stay, "
+                            f"{w.bytes // max(w.fetches_after, 1):,} bytes a call"
+                            if w.ns_per_byte and w.bytes else "")
                 console.print(f"what-if fetch array size {w.array_size}: {w.fetches} → {w.fetches_after} fetch calls "
                               f"for {w.rows} rows in {w.executions} executions, up to {ms(w.saved_ns, 3)} ms of "
-                              f"client round trips saved (at {ms(w.trip_wait_ns, 3)} ms per trip){at_rtt}",
-                              highlight=False)
+                              f"client round trips saved (at their base {ms(w.base_ns, 3)} ms per trip{per_byte}; "
+                              f"{ms(w.trip_wait_ns, 3)} ms per trip measured){at_rtt}", highlight=False)
     for recursive in (False, True):
         mine = [(None, None, r[0], *r[1:]) for r in prof.overall(db) if r[0] == recursive]
         if mine:

@@ -133,27 +133,37 @@ class FetchWhatIf:
     executions: int
     fetches: int
     rows: int
-    trip_wait_ns: int
+    bytes: int                 # what its round trips carried beyond their first packets
+    trip_wait_ns: int          # their mean cost: SQL*Net waits to and from the client per trip
+    base_ns: int               # what a trip costs whatever it carries (trip_cost), at most trip_wait_ns
+    ns_per_byte: float | None  # the per-byte part (None: the trips' bytes did not vary)
     array_size: int
     fetches_after: int
     saved_ns: int
     saved_rtt_ns: int | None = None   # the same trips at the client's network round trip (when known)
 
+    @property
+    def byte_ns(self) -> int:
+        """The per-byte part of the trips' cost: the same bytes flow at any array size, so it stays."""
+        return round(self.bytes * self.ns_per_byte) if self.ns_per_byte else 0
+
 
 def fetch_whatif(db: CaptureDB, query_id: int, array_sizes=(100, 500)) -> list[FetchWhatIf]:
-    """Fetch calls a larger array size would need (each execution's rows // size + 1: the last is partial) and
-    the client round trips saved, each at the trace's mean SQL*Net client wait per trip: an upper bound,
-    since that wait holds the client's own work on the rows too, which a larger array does not save.
-    With a known round trip (client_rtt: measured or given) also the trips at it: the lower bound."""
-    row = db.sql(f"SELECT executions, fetches, rows, rows_per_execution, trip_wait_ns, rtt_ns FROM fetch_trips "
-                 f"WHERE query_id = {literal(query_id)}").fetchone()
+    """Fetch calls a larger array size would need (each execution's rows // size + 1: the last is partial)
+    and the client round trips saved, each at the trip's base cost measured on its node (trip_cost): the
+    same bytes then flow in fewer, bigger calls, so their per-byte cost stays. An upper bound: the base
+    holds the client's time between calls that does not grow with the bytes, its think time too, which
+    fewer calls need not save. With a known round trip (client_rtt: measured or given) also the trips at
+    it: the lower bound."""
+    row = db.con.execute("SELECT executions, fetches, rows, rows_per_execution, bytes, trip_wait_ns, base_ns, "
+                         "ns_per_byte, rtt_ns FROM fetch_trips WHERE query_id = ?", [query_id]).fetchone()
     if not row:
         return []
-    execs, fetches, rows, per_exec, trip, rtt = row
+    execs, fetches, rows, per_exec, nbytes, trip, base, per_byte, rtt = row
     out = []
     for size in array_sizes:
         after = sum(fetch_calls(r or 0, size) for r in per_exec)
         saved = max(0, fetches - after)
-        out.append(FetchWhatIf(query_id, execs, fetches, rows, trip, size, after, saved * trip,
-                               saved * min(trip, rtt) if rtt is not None else None))
+        out.append(FetchWhatIf(query_id, execs, fetches, rows, nbytes, trip, base, per_byte, size, after,
+                               saved * base, saved * min(base, rtt) if rtt is not None else None))
     return out

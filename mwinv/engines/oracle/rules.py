@@ -127,12 +127,17 @@ def fetch_size(e: Evidence) -> Advice | None:
     trips, saved = d.get("fetches", 0), d.get("fetch_saved_ns", 0)
     if trips <= 2 * max(e.executions, 1) or saved < MIN_EVENT_SHARE * (e.db_ns + e.ns.get("client_wait", 0)):
         return None
+    per_byte = d.get("fetch_ns_per_byte")
+    grows = (f" + {per_byte:.0f} ns per byte carried ({d.get('fetch_bytes', 0):,} bytes beyond the first packets, "
+             "whose cost stays)" if per_byte else "")
     return e.advice("oracle.fetch_size", f"raise the client's fetch array size (to {d.get('fetch_size_to')}): "
                     "each fetch is a round trip", f"{trips:,} fetch calls for {d.get('rows', 0):,} rows; client "
-                    f"round trips {duration(e.ns.get('client_wait', 0))}", saved,
-                    "round trips saved x the trace's mean SQL*Net client wait per trip: an upper bound (that "
-                    "wait also holds the client's own work on the rows; `mwinv oracle tkprof --rtt` gives the "
-                    "lower bound at the network round trip)")
+                    f"round trips {duration(e.ns.get('client_wait', 0))}; a trip costs "
+                    f"{duration(d.get('fetch_base_ns', 0))}{grows}", saved,
+                    "round trips saved x a trip's base cost (least squares over the node's round trips in SQL*Net "
+                    "waits against the bytes they carried): an upper bound (the base also holds the client's "
+                    "time between calls; `mwinv oracle tkprof --rtt` gives the lower bound at the network round "
+                    "trip)")
 
 
 def sleeps(e: Evidence) -> Advice | None:
