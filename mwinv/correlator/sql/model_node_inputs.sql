@@ -12,10 +12,14 @@ CREATE MACRO model_node_inputs(inputs) AS TABLE
 -- roots materialized: inlined in the joins and grouping below, the recursion ran out of DuckDB's 768 MiB
 -- in 4 of 6 runs on an SF 1 cell's capture (2.2 M statements under 72 roots, 24 M attribution rows),
 -- materialized in none of 6 (2.5-3.4 s)
+-- 64 levels at most: Oracle stops recursive SQL at 50 (ORA-00036); parents that loop (ids two nodes share in
+-- a capture an older Oracle import numbered per node) made the recursion run without end
 WITH RECURSIVE roots AS MATERIALIZED (  -- remote sub-statements and parallel workers belong to their root
-    SELECT statement_id, statement_id AS root_id, node AS root_node FROM query_table(inputs || '_statement') WHERE parent_statement_id IS NULL
+    SELECT statement_id, statement_id AS root_id, node AS root_node, 0 AS depth
+    FROM query_table(inputs || '_statement') WHERE parent_statement_id IS NULL
     UNION ALL
-    SELECT s.statement_id, r.root_id, r.root_node FROM query_table(inputs || '_statement') s JOIN roots r ON s.parent_statement_id = r.statement_id
+    SELECT s.statement_id, r.root_id, r.root_node, r.depth + 1
+    FROM query_table(inputs || '_statement') s JOIN roots r ON s.parent_statement_id = r.statement_id WHERE r.depth < 64
 ),
 worker AS (  -- a parallel worker: its own pid, its leader's statement as parent
     SELECT statement_id FROM query_table(inputs || '_statement')
