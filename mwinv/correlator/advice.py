@@ -173,7 +173,7 @@ FETCH_ARRAY_WHAT_IF = 100  # the array size the fetch round-trip what-if tries
 def _dbms_evidence(con: duckdb.DuckDBPyConnection) -> dict[int, dict]:
     """Per advised statement, the DBMS's own evidence (sql/dbms_evidence.sql, built), with the fetch round
     trips an array of FETCH_ARRAY_WHAT_IF rows would save, each at its node's base cost per trip (the
-    Oracle engine's client_trip and trip_cost: the bytes' part of a trip stays)."""
+    Oracle engine's statement_trip: the bytes' part of a trip stays)."""
     out: dict[int, dict] = {}
     for key, event, comp, ns, count, obj, obj_ns, op in con.execute(
             "SELECT * FROM dbms_wait_of ORDER BY key, ns DESC, event, obj_ns DESC").fetchall():
@@ -189,20 +189,16 @@ def _dbms_evidence(con: duckdb.DuckDBPyConnection) -> dict[int, dict]:
                                                   variants=variants or 1)
     for key, name, value in con.execute("SELECT * FROM dbms_stat_of").fetchall():
         out.setdefault(key, {"waits": []}).setdefault("stats", {})[name] = int(value)
-    for name in ("client_trip", "trip_cost"):
+    for name in ("client_trip", "trip_cost", "statement_trip"):
         con.execute((ORACLE_SQL / f"{name}.sql").read_text())
     trips = con.execute("""
         WITH x AS (
             SELECT statement_id, count(*) FILTER (WHERE call = 'FETCH') AS f,
                    coalesce(sum(r) FILTER (WHERE call = 'FETCH'), 0) AS r
-            FROM dbms_call GROUP BY statement_id),
-        t AS (
-            SELECT t.statement_id, count(*) AS trips, sum(t.cost_ns) AS cost_ns, sum(t.bytes) AS bytes,
-                   any_value(greatest(k.base_ns, 0)) AS base_ns, any_value(k.ns_per_byte) AS ns_per_byte
-            FROM client_trip t JOIN trip_cost k USING (node) GROUP BY t.statement_id)
+            FROM dbms_call GROUP BY statement_id)
         SELECT m.key, list(x.r ORDER BY m.statement_id), sum(x.f), sum(t.trips), sum(t.cost_ns), sum(t.bytes),
                avg(t.base_ns), avg(t.ns_per_byte)
-        FROM advice_member m JOIN x USING (statement_id) LEFT JOIN t USING (statement_id)
+        FROM advice_member m JOIN x USING (statement_id) LEFT JOIN statement_trip t USING (statement_id)
         GROUP BY m.key""").fetchall()
     for key, rows_each, fetches, n_trips, cost_ns, nbytes, base_ns, per_byte in trips:
         if key in out and fetches and n_trips:

@@ -33,7 +33,7 @@ def open_oracle(capture_dir: str | Path, rtt_ms: float | None = None) -> Capture
         raise MwinvError(f"{capture_dir}: no Oracle trace in this capture (import one with `mwinv oracle import`)")
     db.con.execute(f"SET VARIABLE client_rtt_ns = {round(rtt_ms * 1e6) if rtt_ms is not None else 'NULL'}")
     for name in ("client_rtt", "response_item", "tkprof", "tkprof_waits", "plan_waits", "client_trip", "trip_cost",
-                 "fetch_trips"):
+                 "statement_trip", "fetch_trips"):
         db.con.execute((SQL_DIR / f"{name}.sql").read_text())
     return db
 

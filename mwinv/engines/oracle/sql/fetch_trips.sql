@@ -3,7 +3,7 @@
 -- trips that carry the same bytes, so what it saves is each trip's base cost (trip_cost), not the
 -- per-byte part. The base is at most the query's own mean cost per trip.
 --
--- inputs:  statement, dbms_call, client_trip, trip_cost, client_rtt
+-- inputs:  statement, dbms_call, statement_trip, client_rtt
 -- columns: query_id, executions, fetches, rows, rows_per_execution (array of per-execution row counts),
 --          trips (its client_trip rows), bytes (theirs), trip_wait_ns (their mean cost: SQL*Net waits to
 --          and from the client per trip), base_ns (its node's trip_cost base, at most trip_wait_ns),
@@ -15,11 +15,10 @@ WITH per_exec AS (
            sum(c.r) FILTER (WHERE c.call = 'FETCH') AS rows
     FROM dbms_call c JOIN statement s ON s.node = c.node AND s.statement_id = c.statement_id
     WHERE coalesce(s.nesting_level, 0) = 0 GROUP BY ALL),
-trip AS (
-    SELECT s.query_id, count(*) AS trips, sum(t.bytes) AS bytes, CAST(avg(t.cost_ns) AS BIGINT) AS trip_wait_ns,
-           avg(greatest(k.base_ns, 0)) AS base_ns, avg(k.ns_per_byte) AS ns_per_byte
-    FROM client_trip t JOIN statement s ON s.node = t.node AND s.statement_id = t.statement_id
-    JOIN trip_cost k ON k.node = t.node
+trip AS (  -- the node's figures weighed by the trips
+    SELECT s.query_id, sum(t.trips) AS trips, sum(t.bytes) AS bytes, CAST(sum(t.cost_ns) / sum(t.trips) AS BIGINT) AS trip_wait_ns,
+           sum(t.base_ns * t.trips) / sum(t.trips) AS base_ns, sum(t.ns_per_byte * t.trips) / sum(t.trips) FILTER (WHERE t.ns_per_byte IS NOT NULL) AS ns_per_byte
+    FROM statement_trip t JOIN statement s ON s.node = t.node AND s.statement_id = t.statement_id
     GROUP BY ALL),
 rtt AS (
     SELECT s.query_id, CAST(avg(r.rtt_ns) AS BIGINT) AS rtt_ns
