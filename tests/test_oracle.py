@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from mwinv.correlator.load import literal, read_parquet
 from mwinv.correlator.pipeline import correlate
 from mwinv.engines.oracle import importer, profile
 from mwinv.engines.oracle.trace10046 import parse
@@ -53,12 +54,17 @@ def capture(tmp_path_factory) -> Path:
     return out
 
 
+def parts(capture: Path, table: str) -> str:
+    """SQL reading a table's parts, the path quoted by the project's one helper."""
+    return read_parquet(sorted((capture / table).glob("*.parquet")))
+
+
 def q(capture: Path, sql: str):
     con = duckdb.connect()
     for t in ("statement", "statement_attribution", "dbms_call", "dbms_wait", "plan_operation", "statement_text",
               "tcp_sample"):
         if (capture / t).is_dir():
-            con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{capture}/{t}/*.parquet', union_by_name=true)")
+            con.execute(f"CREATE VIEW {t} AS SELECT * FROM {parts(capture, t)}")
     return con.execute(sql).fetchall()
 
 
@@ -174,7 +180,7 @@ def test_profile_accounts_for_each_file_span(capture):
             else:
                 continue
             t0, t1 = min(t0 or start, start), max(t1 or end, end)
-        rows, total = profile.profile(db, where=f"file = '{path}'")
+        rows, total = profile.profile(db, where=f"file = {literal(str(path))}")
         assert total == (t1 - t0) * 1000, path
         assert any(r.group == "unaccounted-for within calls" for r in rows)
 
@@ -184,7 +190,7 @@ def test_waits_placed_in_their_calls(capture):
     rows = {(ev, ela): (in_call, dep, nest) for ev, ela, in_call, dep, nest in q(capture, f"""
         SELECT w.event, w.ela_ns // 1000, w.in_call, w.call_dep, s.nesting_level
         FROM dbms_wait w LEFT JOIN statement s ON s.node = w.node AND s.statement_id = w.statement_id
-        WHERE w.file = '{path}'""")}
+        WHERE w.file = {literal(str(path))}""")}
     # before the block's PARSING IN CURSOR line, inside its PARSE call
     assert rows[("cursor: pin S wait on X", 262717)] == (True, 0, 0)
     assert rows[("library cache: mutex X", 7325)] == (True, 0, 0)
@@ -196,7 +202,7 @@ def test_waits_placed_in_their_calls(capture):
     block = q(capture, f"""
         SELECT a.component, a.ns // 1000 FROM statement_attribution a JOIN statement s USING (node, statement_id)
         JOIN dbms_call c ON c.node = s.node AND c.statement_id = s.statement_id AND c.call = 'EXEC'
-        WHERE c.file = '{path}' AND s.nesting_level = 0 AND c.e_ns = 5134386000""")
+        WHERE c.file = {literal(str(path))} AND s.nesting_level = 0 AND c.e_ns = 5134386000""")
     shares = dict(block)
     assert shares["other_wait"] >= 10 * 499000   # ten DBMS_LOCK.SLEEP(.5)
     assert shares["lock_wait"] == 262717 + 7325 + 68182 + 7044
@@ -216,7 +222,7 @@ def test_client_round_trips_are_not_the_statements(capture):
         SELECT s.client_wait_ns, a.ns FROM statement s JOIN statement_attribution a USING (node, statement_id)
         JOIN statement_text t USING (query_text_hash)
         WHERE a.component = 'client_wait' AND s.pid = 613102 AND t.text LIKE 'select ...'
-          AND s.statement_id IN (SELECT statement_id FROM dbms_call WHERE file = '{path}')
+          AND s.statement_id IN (SELECT statement_id FROM dbms_call WHERE file = {literal(str(path))})
         ORDER BY s.end_ns - s.start_ns DESC LIMIT 1""")
     assert got == [(idle * 1000, idle * 1000)]
 
@@ -377,7 +383,7 @@ def test_fetch_whatif_counts_the_calls_and_keeps_the_bytes(capture):
     rs = [int(m.group(1)) for line in lines[start:end] if (m := re.match(r"^FETCH #\d+:.*,r=(\d+),dep=0,", line))]
     assert rs == [1, 105]
     qid = q(capture, "SELECT DISTINCT s.query_id FROM statement s JOIN dbms_call c ON c.node = s.node AND "
-                     f"c.statement_id = s.statement_id WHERE c.file = '{path}' AND c.sql_id = 'fwfwngu3123j4'")[0][0]
+                     f"c.statement_id = s.statement_id WHERE c.file = {literal(str(path))} AND c.sql_id = 'fwfwngu3123j4'")[0][0]
     ws = profile.fetch_whatif(db, qid, (1, 10, 50, 200))
     assert [w.fetches_after for w in ws] == [sum(rs) // n + 1 for n in (1, 10, 50, 200)] == [107, 11, 3, 1]
     packets = sum(int(m.group(3)) for line in lines[start:end]
@@ -607,7 +613,7 @@ def test_advice_lines_are_cut_between_words(tmp_path):
                        env={**os.environ, "COLUMNS": "250"})
     assert r.returncode == 0, r.stderr
     line = next(x for x in r.stdout.splitlines() if x.startswith("#1 oracle.sleep"))
-    full = duckdb.sql(f"SELECT advice FROM read_parquet('{tmp_path}/cap/statement_advice/*.parquet') "
+    full = duckdb.sql(f"SELECT advice FROM {parts(tmp_path / 'cap', 'statement_advice')} "
                       "WHERE rule = 'oracle.sleep'").fetchone()[0].split()
     shown = line.split(") ", 1)[1]
     assert len(full) > len(shown.split()) - 1 and shown.endswith(" …")
@@ -621,15 +627,15 @@ def test_advice_states_its_base(tmp_path):
     importer.import_files(tmp_path / "cap", [p for p in CLEAN if p not in SQLNET])
     r = run_cli("--top-sql", "10", str(tmp_path / "cap"), tool="mwinv-correlate")
     assert r.returncode == 0, r.stderr
-    (qid, evidence), = duckdb.sql(f"SELECT query_id, evidence FROM read_parquet('{tmp_path}/cap/statement_advice/"
-                                  "*.parquet') WHERE rule = 'oracle.unaccounted'").fetchall()
+    (qid, evidence), = duckdb.sql(f"SELECT query_id, evidence FROM {parts(tmp_path / 'cap', 'statement_advice')} "
+                                  "WHERE rule = 'oracle.unaccounted'").fetchall()
     m = re.search(r"unaccounted-for ([\d,.]+) ms of ([\d,.]+) ms in the database \(client waits, ([\d,.]+) ms, "
                   r"excluded\)", evidence)
     assert m, evidence
     client = q(tmp_path / "cap", f"SELECT sum(client_wait_ns) FROM statement WHERE query_id = {qid}")[0][0]
     assert 0 < float(m.group(3).replace(",", "")) <= client / 1e6 + 0.05
     # the terminal says which advice sums several executions (the heading spoke of the longest only)
-    summed = duckdb.sql(f"SELECT rule, evidence FROM read_parquet('{tmp_path}/cap/statement_advice/*.parquet') "
+    summed = duckdb.sql(f"SELECT rule, evidence FROM {parts(tmp_path / 'cap', 'statement_advice')} "
                         "WHERE evidence LIKE 'over %'").fetchall()
     assert summed and "all its executions summed" in " ".join(r.stdout.split())
     for rule, ev in summed:
