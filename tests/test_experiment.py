@@ -402,6 +402,22 @@ def test_the_page_cache_is_the_pass_s():
     assert _on_nodes(tables, SCHEMES["2-part"].describe(), 2) == 540.5 * mb
 
 
+def test_nodes_beyond_a_scheme_s_parts_stay_idle():
+    """A scheme of 4 parts on 8 nodes places them on 4 (round robin): the what-if of 8 nodes is 4 nodes'
+    work, not 8 (examples/schemes/partsupp-too.toml asked about 8 nodes, from its 4-node cell, came out at
+    8 nodes' contention and shares); 3 parts on 2 nodes leave 2 of them on the busiest."""
+    from mwinv.experiment.predict import Constants, _on_nodes, change, plan_tree, predict
+
+    own = {"name": "own", "partitioned": {"lineitem": "l_orderkey"}, "parts": 4}
+    root = plan_tree([_op(0, -1, "Aggregate", 1, 5.0), _op(1, 0, "Foreign Scan", 1000, 1.0, ["lineitem"]),
+                      _op(2, 1, "Seq Scan", 1000, 400.0, ["lineitem"], side="d1")])
+    src = _run(root, 4, "own", 500)
+    src.node_sum_ns = src.node_max_ns = src.node_cpu_ns = 400_000_000
+    at = {n: predict(src, n, change(src, n, "own", {"own": own}), Constants(), None) for n in (4, 8)}
+    assert at[8] == at[4]
+    assert _on_nodes({"lineitem": 900}, {**own, "parts": 3}, 2) == 600 and _on_nodes({"lineitem": 900}, own, 8) == 225
+
+
 def _run(root, nodes, scheme, wall_ms):
     from mwinv.experiment.predict import Run
 

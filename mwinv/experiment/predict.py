@@ -244,6 +244,12 @@ def _parts(scheme: dict, nodes: int) -> int:
     return scheme.get("parts") or nodes
 
 
+def _working(scheme: dict, nodes: int) -> int:
+    """The data nodes that hold a part: a scheme of fewer parts than nodes leaves the others idle (parts
+    are placed round robin)."""
+    return min(nodes, _parts(scheme, nodes))
+
+
 def _per_outer_row(op: Op, side: str | None = None, workers: int = 1):
     """The table scans under `op` (on `side`: the coordinator's, or its remote plans) that ran once per outer
     row: more loops than the processes that ran them (a Gather's workers and leader each loop once)."""
@@ -433,8 +439,10 @@ def pass_tables(rows: list[dict], partitioned: set[str]) -> dict[str, int]:
 
 
 def _on_nodes(tables: dict[str, int], scheme: dict, nodes: int) -> float:
-    """The bytes of `tables` a data node holds under `scheme` on `nodes` (its share of the partitioned)."""
-    return sum(b for t, b in tables.items() if t in scheme.get("partitioned", {})) / nodes
+    """The bytes of `tables` the busiest data node holds under `scheme` on `nodes` (its parts' share of the
+    partitioned: 2 of 3 parts on 2 nodes)."""
+    parts = _parts(scheme, nodes)
+    return sum(b for t, b in tables.items() if t in scheme.get("partitioned", {})) * math.ceil(parts / nodes) / parts
 
 
 @dataclass
@@ -453,6 +461,7 @@ class Change:
     waited: float = 1.0     # the share of the nodes' reads that wait for the disk (random_share)
     one_at_a_time: tuple[float, float] = (0.0, 0.0)   # the share of the nodes' work fetched one node after
     # another (one_at_a_time), in the source and the target
+    working: tuple[int, int] = (0, 0)   # the data nodes that hold a part, source and target (_working)
 
 
 def change(src: Run, nodes: int, scheme: str, schemes: dict[str, dict]) -> Change | None:
@@ -470,7 +479,8 @@ def change(src: Run, nodes: int, scheme: str, schemes: dict[str, dict]) -> Chang
                   _on_nodes(mine, frm, 1), _on_nodes(mine, to, 1),
                   scheme == src.scheme or bool(placed_otherwise(frm, to) & src.root.tabs()), moved.unseen,
                   random_share(src.root),
-                  (one_at_a_time(src.root, src.nodes), one_at_a_time(src.root, src.nodes, frm, to)))
+                  (one_at_a_time(src.root, src.nodes), one_at_a_time(src.root, src.nodes, frm, to)),
+                  (_working(frm, src.nodes), _working(to, nodes)))
 
 
 RANDOM = {"Bitmap Heap Scan", "Index Scan"}
@@ -526,7 +536,8 @@ def _node_wall(cpu_ns: float, rest_ns: float, nodes: int, skew: float, quota: fl
 
 def predict(src: Run, nodes: int, c: Change, k: Constants, disk_bps: float | None) -> int:
     """The query's time at `nodes` after the change `c` (see the module's doc)."""
-    n0, quota = src.nodes, src.node_cpu
+    quota = src.node_cpu
+    n0, nodes = c.working if all(c.working) else (src.nodes, nodes)   # the nodes that do the work
     # the instrumented run's operators scaled to the timed run's (instrumentation's overhead), within reason
     scale = min(3.0, max(0.3, src.wall_ns / src.analyze_ns)) if src.analyze_ns else 1.0
     # rows that stop coming save no more than the coordinator's foreign scans took to take them in (SF 1, Q22
