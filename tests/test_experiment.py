@@ -125,6 +125,52 @@ def test_every_cell_is_predicted_from_the_others(experiment):
     assert re.search(r"\| Q3 \| 2 × 1-part \| 2 × 2-part \| [\d,.]+ \| [\d,.]+ \| [\d,.]+ \| [+-]\d+% \|", md)
 
 
+def test_a_scheme_never_run_is_predicted_from_the_run(experiment, tmp_path):
+    """Issue 31: "what if I co-partition these tables", asked of a run that never loaded the scheme: every
+    query on every node count asked (one the run did not have too) predicted from the cells that can, the
+    fastest scheme run there beside it, the model's record on this run; a scheme the run did run is checked
+    against its measured time. Mechanics only, as above."""
+    out = experiment[0] / "out"
+    own = str(Path(__file__).parents[1] / "examples/schemes/partsupp-too.toml")
+    r = subprocess.run([MWINV, "experiment", "whatif", str(out), "--scheme", own, "--nodes", "2,3",
+                        "--json", str(tmp_path / "w.json")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    w = json.loads((tmp_path / "w.json").read_text())
+    assert w["scheme"]["name"] == "partsupp-too" and w["scheme"]["parts"] == 4
+    assert [t["nodes"] for t in w["targets"]] == [2, 3]
+    cells = {c for (c,) in q(out, "SELECT DISTINCT cell FROM results")}
+    measured = {(c, qq): ns for c, qq, ns in q(out, "SELECT cell, query, median(wall_ns) FROM results GROUP BY ALL")}
+    for t in w["targets"]:
+        assert [x["query"] for x in t["queries"]] == [3, 12]
+        for x in t["queries"]:
+            # every cell is a source; each prediction made or its reason given; the kept one from its rule
+            assert {s["cell"] for s in x["sources"]} == cells
+            assert all((s["predicted_ns"] is None) == bool(s["unseen"]) for s in x["sources"])
+            assert x["predicted_ns"] is None or x["predicted_ns"] in range(
+                min(s["predicted_ns"] for s in x["sources"] if s["rule"] == x["rule"] and s["predicted_ns"]),
+                max(s["predicted_ns"] for s in x["sources"] if s["rule"] == x["rule"] and s["predicted_ns"]) + 1)
+            assert x["measured_ns"] is None   # never run
+            # the fastest scheme run at 2 nodes is the measured one; none ran on 3
+            if t["nodes"] == 2:
+                best = min(ns for (c, qq), ns in measured.items() if qq == x["query"] and c in {
+                    s["cell"] for s in x["sources"] if s["nodes"] == 2})
+                assert x["best_ns"] == pytest.approx(best, rel=0.01)
+            else:
+                assert x["best_ns"] is None and {s["rule"] for s in x["sources"]} == {"nodes and scheme"}
+    assert "# What if: partsupp-too" in r.stdout and "## The model's record on this run" in r.stdout
+    assert re.search(r"\| Q3 \| ([\d,.]+ \| \d cells? \(|cannot predict: )", r.stdout)
+    # a scheme the run ran: at 2 nodes its cell is the check, not a source
+    r = subprocess.run([MWINV, "experiment", "whatif", str(out), "--scheme", "2-part", "--nodes", "2",
+                        "--json", str(tmp_path / "w2.json")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (t,) = json.loads((tmp_path / "w2.json").read_text())["targets"]
+    for x in t["queries"]:
+        assert x["measured_ns"] and len(x["sources"]) == 3 and x["best_scheme"] == "1-part"
+    r = subprocess.run([MWINV, "experiment", "whatif", str(out), "--scheme", str(tmp_path / "none.toml")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "none.toml" in r.stderr
+
+
 @pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason="chromium is not installed")
 def test_report_charts_render_in_chromium(experiment, tmp_path):
     html = experiment[0] / "out" / "report" / "report.html"

@@ -94,3 +94,43 @@ def report_cmd(out) -> None:
         return
     html, md = render(out)
     click.echo(f"report: {html} (and {md})")
+
+
+def _node_counts(ctx, param, value: str | None) -> list[int] | None:
+    if value is None:
+        return None
+    try:
+        return [int(v) for v in value.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: node counts, comma-separated (e.g. 2,4)") from None
+
+
+@experiment_cli.command("whatif")
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--scheme", required=True, metavar="SCHEME",
+              help="a scheme file (examples/schemes/) or a built-in scheme's name.")
+@click.option("--nodes", default=None, callback=_node_counts, metavar="N[,N...]",
+              help="the data node counts to predict (default: the run's).")
+@click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False),
+              help="also write every prediction, per query and source cell, as JSON.")
+@group_option
+def whatif_cmd(out, scheme, nodes, json_out) -> None:
+    """Predict SCHEME, on the run's node counts or others, from an experiment's cells, before loading
+    anything: every query from every cell that can predict it (the model the report checks against the
+    runs), the fastest scheme run there to compare with, and the model's record on this run.
+
+    \b
+    Examples:
+      mwinv experiment whatif out/exp1 --scheme examples/schemes/partsupp-too.toml
+      mwinv experiment whatif out/sf1 --scheme examples/schemes/partsupp-too.toml --nodes 4,8
+      mwinv experiment whatif out/sf1 --scheme 2-part --nodes 8 --json /tmp/2part-8.json
+    """
+    import json
+
+    from mwinv import privfile
+    from mwinv.experiment.whatif import markdown, whatif
+
+    w = whatif(out, scheme, nodes)
+    if json_out:
+        privfile.write(json_out, json.dumps(w, indent=1))
+    click.echo(markdown(w))

@@ -246,6 +246,12 @@ def plan_schemes(out: Path) -> dict[str, dict]:
     return found
 
 
+def disk_rate(out: Path) -> float | None:
+    """The data nodes' calibrated disk rate, bytes a second (calibration.json), if it was measured."""
+    cal = out / "calibration.json"
+    return json.loads(cal.read_text()).get("disk", {}).get("disk_rate_bps") if cal.exists() else None
+
+
 RULES = ("nodes", "scheme", "nodes and scheme")
 TRUSTED = {"median": 0.10, "hits": 0.90}   # the issue's bar for advice to act on
 
@@ -258,8 +264,7 @@ def model_summary(con, out: Path) -> tuple[dict, list[CellPrediction]]:
     schemes = plan_schemes(out)
     runs = predict.load_runs(con, schemes)
     pairs = predict.pairs(runs, schemes)
-    cal = out / "calibration.json"
-    disk = json.loads(cal.read_text()).get("disk", {}).get("disk_rate_bps") if cal.exists() else None
+    disk = disk_rate(out)
     k = predict.fit(pairs, disk)
     preds = sorted(predict.predict_all(pairs, k, disk),
                    key=lambda p: (RULES.index(p.rule), p.query, p.from_cell, p.to_cell))
@@ -291,10 +296,10 @@ def _trust(model: dict) -> str:
 def summarize(out: str | Path) -> dict:
     con = open_results(out)
     try:
-        varied = _varied(con)
+        varied = varied_factors(con)
         shares = shares_by_nodes(con)
         for r in shares:
-            r["grp"] = _label(r["grp"], varied)
+            r["grp"] = group_label(r["grp"], varied)
         model, preds = model_summary(con, Path(out))
         return {
             "plan": json.loads((Path(out) / "plan.json").read_text()) if (Path(out) / "plan.json").exists() else {},
@@ -302,11 +307,11 @@ def summarize(out: str | Path) -> dict:
                                 "link_latency_ms, parallel_workers, streams, cold, kernel, storage, count(*) AS queries, "
                                 "count(*) FILTER (WHERE timed_out) AS timeouts, count(*) FILTER (WHERE failed) AS failures "
                                 "FROM cell_query GROUP BY ALL ORDER BY scheme, nodes, cell"),
-            "speedup": [{**r, "grp": _label(r["grp"], varied)} for r in _rows(con, "SELECT * FROM speedup")],
+            "speedup": [{**r, "grp": group_label(r["grp"], varied)} for r in _rows(con, "SELECT * FROM speedup")],
             "shares": [{k: v for k, v in r.items() if k in ("grp", "nodes", "wall_ns", "shares")} for r in shares],
             "growing": growing(shares),
             "scheme_diff": _rows(con, "SELECT * FROM scheme_diff"),
-            "sweeps": [{**f, "others": _label(f["others"], varied)} for f in sweep_findings(con)],
+            "sweeps": [{**f, "others": group_label(f["others"], varied)} for f in sweep_findings(con)],
             "model": model,
             "scheme_advice": scheme_advice(con, plan_schemes(Path(out)), [p for p in preds if p.rule == "scheme"]),
             "kernel_checks": kernel_checks(con),
@@ -338,12 +343,12 @@ def _sweep_charts(sweeps: list[dict]) -> list[str]:
     return charts
 
 
-def _varied(con) -> set[str]:
+def varied_factors(con) -> set[str]:
     return {f for (f,) in con.execute("SELECT factor FROM cell_level GROUP BY factor HAVING count(DISTINCT level) > 1")
             .fetchall()}
 
 
-def _label(others: str, varied: set[str]) -> str:
+def group_label(others: str, varied: set[str]) -> str:
     """A group's levels, only of the factors the plan varies (the fixed ones are in the cell table)."""
     kept = [kv for kv in others.split(" ") if kv.split("=", 1)[0] in varied]
     return " ".join(kept) or "all cells"
