@@ -133,9 +133,13 @@ def test_a_scheme_never_run_is_predicted_from_the_run(experiment, tmp_path):
     out = experiment[0] / "out"
     own = str(Path(__file__).parents[1] / "examples/schemes/partsupp-too.toml")
     r = subprocess.run([MWINV, "experiment", "whatif", str(out), "--scheme", own, "--nodes", "2,3",
-                        "--json", str(tmp_path / "w.json")], capture_output=True, text=True, timeout=300)
+                        "--json", str(tmp_path / "w.json"), "--html", str(tmp_path / "w.html")],
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     w = json.loads((tmp_path / "w.json").read_text())
+    # the HTML: a bar per predicted query and node count, and one for the fastest scheme run there
+    bars = sum((x["predicted_ns"] is not None) * (1 + bool(x["best_ns"])) for t in w["targets"] for x in t["queries"])
+    assert (tmp_path / "w.html").read_text().count('<svg class="bar"') == bars > 0
     assert w["scheme"]["name"] == "partsupp-too" and w["scheme"]["parts"] == 4
     assert [t["nodes"] for t in w["targets"]] == [2, 3]
     cells = {c for (c,) in q(out, "SELECT DISTINCT cell FROM results")}

@@ -113,8 +113,10 @@ def _node_counts(ctx, param, value: str | None) -> list[int] | None:
               help="the data node counts to predict (default: the run's).")
 @click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False),
               help="also write every prediction, per query and source cell, as JSON.")
+@click.option("--html", "html_out", default=None, type=click.Path(dir_okay=False),
+              help="also write the report as HTML, with a chart per node count.")
 @group_option
-def whatif_cmd(out, scheme, nodes, json_out) -> None:
+def whatif_cmd(out, scheme, nodes, json_out, html_out) -> None:
     """Predict SCHEME, on the run's node counts or others, from an experiment's cells, before loading
     anything: every query from every cell that can predict it (the model the report checks against the
     runs), the fastest scheme run there to compare with, and the model's record on this run.
@@ -124,13 +126,17 @@ def whatif_cmd(out, scheme, nodes, json_out) -> None:
       mwinv experiment whatif out/exp1 --scheme examples/schemes/partsupp-too.toml
       mwinv experiment whatif out/sf1 --scheme examples/schemes/partsupp-too.toml --nodes 4,8
       mwinv experiment whatif out/sf1 --scheme 2-part --nodes 8 --json /tmp/2part-8.json
+      mwinv experiment whatif out/exp1 --scheme my-scheme.toml --html /tmp/whatif.html
     """
     import json
 
     from mwinv import privfile
-    from mwinv.experiment.whatif import markdown, whatif
+    from mwinv.experiment.whatif import render, whatif
 
     w = whatif(out, scheme, nodes)
+    md, html = render(w)
     if json_out:
         privfile.write(json_out, json.dumps(w, indent=1))
-    click.echo(markdown(w))
+    if html_out:
+        privfile.write(html_out, html)
+    click.echo(md)

@@ -14,6 +14,8 @@ COMPONENT_COLORS = {
     "client_wait": "#f1ce63", "remote_wait": "#8cd17d", "not_allocated": "#bab0ac",
     # a remote storage wait's blocks (mwinv/cluster/storage.py), the rest of the query's time
     "link": "#59a14f", "daemons": "#a0cbe8", "disk": "#f28e2b", "client": "#b07aa1", "rest": "#bab0ac",
+    # the experiment's what-if: a query's predicted time against the fastest scheme that ran it
+    "predicted": "#4e79a7", "fastest run": "#bab0ac",
 }
 SERIES_COLORS = ["#4e79a7", "#e15759", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2"]
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from mwinv.cluster.distribute import resolve_scheme
 from mwinv.errors import MwinvError
+from mwinv.correlator import svg
+from mwinv.experiment import html as report_html
 from mwinv.experiment import predict, report
 from mwinv.fmt import ms
 
@@ -99,6 +101,25 @@ def whatif(out: str | Path, spec: str, nodes: list[int] | None = None) -> dict:
 
 def _pct(a: float, b: float) -> str:
     return f"{(a - b) / b:+.0%}" if b else ""
+
+
+def render(w: dict) -> tuple[str, str]:
+    """The what-if as markdown, and as HTML with a chart per node count: each query's predicted time
+    against the fastest scheme run there."""
+    md: list[str] = []
+    charts: list[tuple[int, str]] = []
+    for line in markdown(w).splitlines():
+        md.append(line)
+        if line.startswith("## ") and line.endswith(("data node", "data nodes")):
+            t = w["targets"][sum(1 for x in md if x.startswith("## ")) - 1]
+            made = [r for r in t["queries"] if r["predicted_ns"] is not None]
+            peak = max((max(r["predicted_ns"], r["best_ns"] or 0) for r in made), default=0)
+            bars = [svg.stacked_bar([(kind, v)], v, peak, label=f"Q{r['query']} {kind} {ms(v)} ms"
+                                    + (f" ({r['best_scheme']})" if kind == "fastest run" else ""))
+                    for r in made for kind, v in (("predicted", r["predicted_ns"]), ("fastest run", r["best_ns"])) if v]
+            if bars:
+                charts.append((len(md), "<br>".join(bars) + svg.legend(["predicted", "fastest run"])))
+    return "\n".join(md), report_html.page(md, charts)
 
 
 def markdown(w: dict) -> str:
