@@ -133,6 +133,9 @@ def whatif_cmd(out, scheme, nodes, json_out, html_out) -> None:
     from mwinv import privfile
     from mwinv.experiment.whatif import render, whatif
 
+    # the fit tries 4,500 sets of constants on every pair of the run's cells: the whole what-if took 14 s on the
+    # 4 cells of the SF 0.1 check in docs/experiments.md
+    progress_console().print(f"fitting the model on the cells of {out}, then predicting {scheme}", highlight=False)
     w = whatif(out, scheme, nodes)
     md, html = render(w)
     if json_out:
