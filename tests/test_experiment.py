@@ -173,6 +173,9 @@ def test_a_scheme_never_run_is_predicted_from_the_run(experiment, tmp_path):
     r = subprocess.run([MWINV, "experiment", "whatif", str(out), "--scheme", str(tmp_path / "none.toml")],
                        capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "none.toml" in r.stderr
+    r = subprocess.run([MWINV, "experiment", "whatif", str(out), "--scheme", "2-part", "--nodes", "2,0"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.splitlines()[-1] == "mwinv: error: --nodes 0: a node count is 1 or more"
 
 
 @pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason="chromium is not installed")

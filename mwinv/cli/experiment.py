@@ -131,8 +131,10 @@ def whatif_cmd(out, scheme, nodes, json_out, html_out) -> None:
     import json
 
     from mwinv import privfile
+    from mwinv.cluster.distribute import resolve_scheme
     from mwinv.experiment.whatif import render, whatif
 
+    resolve_scheme(scheme)   # a wrong scheme is its one-line error, before the fit
     # the fit tries 4,500 sets of constants on every pair of the run's cells: the whole what-if took 14 s on the
     # 4 cells of the SF 0.1 check in docs/experiments.md
     progress_console().print(f"fitting the model on the cells of {out}, then predicting {scheme}", highlight=False)

@@ -48,6 +48,9 @@ def whatif(out: str | Path, spec: str, nodes: list[int] | None = None) -> dict:
     (the median of the predictions of the rule that did best on this run) and the fastest measured cell at
     that node count to compare it with."""
     out = Path(out)
+    for n in nodes or ():
+        if n < 1:
+            raise MwinvError(f"--nodes {n}: a node count is 1 or more")
     schemes = report.plan_schemes(out)
     target = target_scheme(spec, schemes)
     schemes = {**schemes, target["name"]: target}
@@ -70,8 +73,6 @@ def whatif(out: str | Path, spec: str, nodes: list[int] | None = None) -> dict:
         by.setdefault((r.others, r.query), []).append(r)
     targets = []
     for n in sorted(set(nodes or (r.nodes for r in runs))):
-        if n < 1:
-            raise MwinvError(f"--nodes {n}: a node count is 1 or more")
         rows = []
         for (others, query), group in sorted(by.items()):
             sources, measured = [], None
