@@ -630,15 +630,20 @@ def pairs(runs: list[Run], schemes: dict[str, dict]) -> list[tuple[Run, Run, Cha
     return out
 
 
+def rule_of(src: Run, nodes: int, scheme: str) -> str:
+    """What differs between a run and a target: "nodes", "scheme" or "nodes and scheme"."""
+    if src.nodes != nodes and src.scheme != scheme:
+        return "nodes and scheme"
+    return "nodes" if src.nodes != nodes else "scheme"
+
+
 def predict_all(pairs_: list[tuple[Run, Run, Change]], k: Constants, disk_bps: float | None,
                 queries: set[int] | None = None) -> list[CellPrediction]:
     out = []
     for a, b, c in pairs_:
         if queries is not None and a.query not in queries:
             continue
-        rule = ("nodes and scheme" if a.nodes != b.nodes and a.scheme != b.scheme
-                else "nodes" if a.nodes != b.nodes else "scheme")
-        out.append(CellPrediction(rule, a.query, a.cell, b.cell, a.nodes, a.scheme, b.nodes, b.scheme, a.wall_ns,
+        out.append(CellPrediction(rule_of(a, b.nodes, b.scheme), a.query, a.cell, b.cell, a.nodes, a.scheme, b.nodes, b.scheme, a.wall_ns,
                                   None if c.unseen else predict(a, b.nodes, c, k, disk_bps), b.wall_ns,
                                   " ".join(map(str, a.others)), c.moves, c.unseen))
     return out

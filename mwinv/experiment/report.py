@@ -281,12 +281,17 @@ def model_summary(con, out: Path) -> tuple[dict, list[CellPrediction]]:
              "predictions": [{**asdict(p), "error": p.error} for p in preds]}, preds)
 
 
+def trusted(r: dict) -> bool:
+    """Whether a rule's record on a run (model_summary's rules) meets the bar to act on."""
+    return r["median"] <= TRUSTED["median"] and (not r["pairs"] or r["hits"] >= TRUSTED["hits"] * r["pairs"])
+
+
 def _trust(model: dict) -> str:
     """Whether the model's record on this run for the other scheme makes its expectations worth acting on."""
     r = next((r for r in model["rules"] if r["rule"] == "scheme" and r["queries"] == "all"), None)
     if r is None:
         return ""
-    ok = r["median"] <= TRUSTED["median"] and (not r["pairs"] or r["hits"] >= TRUSTED["hits"] * r["pairs"])
+    ok = trusted(r)
     return (f" The model's record for the other scheme on this run: median error {r['median']:.0%}, the faster scheme "
             f"foreseen in {r['hits']} of {r['pairs']} pairs that differ by a tenth or more: "
             + ("good enough to act on." if ok else f"not enough to act on alone (the bar: a median of "

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mwinv.cluster.distribute import resolve_scheme
-from mwinv.errors import MwinvError
 from mwinv.correlator import svg
+from mwinv.errors import MwinvError
 from mwinv.experiment import html as report_html
 from mwinv.experiment import predict, report
 from mwinv.fmt import ms
@@ -26,12 +26,6 @@ class Source:
     measured_ns: int
     predicted_ns: int | None
     unseen: str
-
-
-def _rule(src: predict.Run, nodes: int, scheme: str) -> str:
-    if src.nodes != nodes and src.scheme != scheme:
-        return "nodes and scheme"
-    return "nodes" if src.nodes != nodes else "scheme"
 
 
 def target_scheme(spec: str, schemes: dict[str, dict]) -> dict:
@@ -65,8 +59,10 @@ def whatif(out: str | Path, spec: str, nodes: list[int] | None = None) -> dict:
         raise MwinvError(f"{out}: no cell has a measured plan to predict from (results of an older runner?)")
     k = predict.Constants(**model["constants"])
     record = {r["rule"]: r for r in model["rules"] if r["queries"] == "all"}
-    # the rules from the most trustworthy on this run: their median error, then their mean
+    # the rules from the most trustworthy on this run (their median error, then their mean), then those the
+    # run has no record of (one node count: no pair of cells differs in it)
     ranked = sorted(record, key=lambda r: (record[r]["median"], record[r]["mean"]))
+    ranked += [r for r in report.RULES if r not in record]
     disk = report.disk_rate(out)
     by: dict[tuple, list[predict.Run]] = {}
     for r in runs:
@@ -83,8 +79,9 @@ def whatif(out: str | Path, spec: str, nodes: list[int] | None = None) -> dict:
                 c = predict.change(src, n, target["name"], schemes)
                 if c is None:
                     continue
-                sources.append(Source(src.cell, src.nodes, src.scheme, _rule(src, n, target["name"]), src.wall_ns,
-                                      None if c.unseen else predict.predict(src, n, c, k, disk), c.unseen))
+                sources.append(Source(src.cell, src.nodes, src.scheme, predict.rule_of(src, n, target["name"]),
+                                      src.wall_ns, None if c.unseen else predict.predict(src, n, c, k, disk),
+                                      c.unseen))
             made = [s for s in sources if s.predicted_ns is not None]
             rule = next((r for r in ranked if any(s.rule == r for s in made)), None)
             kept = int(statistics.median(s.predicted_ns for s in made if s.rule == rule)) if rule else None
@@ -159,8 +156,7 @@ def markdown(w: dict) -> str:
     for rule, r in w["record"].items():
         md.append(f"| {rule} | {r['n']} | {r['median']:.0%} | {r['mean']:.0%} | {r['hits']} of {r['pairs']} |")
     bar = report.TRUSTED
-    good = [rule for rule, r in w["record"].items()
-            if r["median"] <= bar["median"] and (not r["pairs"] or r["hits"] >= bar["hits"] * r["pairs"])]
+    good = [rule for rule, r in w["record"].items() if report.trusted(r)]
     md += ["", f"A prediction is as good as its rule's record: the bar to act on is a median error of "
            f"{bar['median']:.0%} and the faster cell foreseen in {bar['hits']:.0%} of the pairs that differ by a "
            "tenth or more; " + (f"met on this run by: {', '.join(good)}." if good else "no rule meets it on this run."),
