@@ -50,14 +50,19 @@ def _cpu_by_query(out: Path) -> dict[int, list[tuple[int, int, int]]]:
 
 
 @pytest.fixture(scope="module")
-def degraded(tmp_path_factory):
+def degraded_server():
     server = tpch_server(0.01, name="pytest-degraded", gucs={"shared_buffers": "'16MB'"})
     try:
-        out = tmp_path_factory.mktemp("degraded") / "capture"
-        _capture(server, out)
-        return out
+        yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def degraded(degraded_server, tmp_path_factory):
+    out = tmp_path_factory.mktemp("degraded") / "capture"
+    _capture(degraded_server, out)
+    return out
 
 
 def test_statements_come_from_the_query_probes(degraded):
@@ -74,18 +79,32 @@ def test_statements_come_from_the_query_probes(degraded):
             assert 0 < cpu <= wall
 
 
-def test_cpu_agrees_with_the_extension(degraded, tpch_pg, tmp_path):
+def test_cpu_agrees_with_the_extension(degraded, degraded_server, tpch_pg, tmp_path):
     """The extension's capture of the same queries on a server that preloads it: per query, the CPU of the
     fastest warm execution within 30 % + 5 ms (two servers, two runs: the windows differ by the
-    extension's parse-to-end against the probes' Query message). The fastest of three, because one
-    execution alone is at the mercy of the shared VM: a CI run had Q1 at 58 ms under the probes and
-    31 ms under the extension, where three local runs agreed within 1 ms at 33 ms."""
+    extension's parse-to-end against the probes' Query message). The fastest, because one execution
+    alone is at the mercy of the shared VM: a CI run had Q1 at 58 ms under the probes and 31 ms under the
+    extension, where three local runs agreed within 1 ms at 33 ms; on a slower day a whole capture's
+    warm runs of Q1 took 102-107 ms under the probes, 59-80 ms in others. Noise only adds CPU, so where
+    the two disagree both sides are captured again (at most twice) and each keeps its fastest."""
     with tpch_pg.connect("tpch") as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS mwinv")
-    _capture(tpch_pg, tmp_path / "ext")
-    ext, probes = _cpu_by_query(tmp_path / "ext"), _cpu_by_query(degraded)
+    probes = _cpu_by_query(degraded)
+    best: dict[str, dict[int, int]] = {"ext": {}, "probes": {}}
+    for attempt in range(3):
+        _capture(tpch_pg, tmp_path / f"ext{attempt}")
+        if attempt:
+            _capture(degraded_server, tmp_path / f"probes{attempt}")
+            probes = _cpu_by_query(tmp_path / f"probes{attempt}")
+        for side, got in (("ext", _cpu_by_query(tmp_path / f"ext{attempt}")), ("probes", probes)):
+            for q in QUERIES:
+                fastest = min(cpu for cpu, _, _ in got[q][1:])
+                best[side][q] = min(best[side].get(q, fastest), fastest)
+        if all(abs(best["ext"][q] - best["probes"][q]) <= 0.3 * max(best["ext"][q], best["probes"][q]) + 5e6
+               for q in QUERIES):
+            break
     for q in QUERIES:
-        a, b = (min(cpu for cpu, _, _ in runs[1:]) for runs in (ext[q], probes[q]))
+        a, b = best["ext"][q], best["probes"][q]
         print(f"Q{q}: CPU extension {a / 1e6:.1f} ms, probes {b / 1e6:.1f} ms")
         assert abs(a - b) <= 0.3 * max(a, b) + 5e6, (q, a, b)
 
