@@ -235,17 +235,21 @@ def test_a_capture_begun_under_load_drops_nothing(installed, tmp_path):
     """pgbench -S fills the 65,536-record ring in under a second before any reader is there, and keeps
     it full (dropping) until one drains it. The drainer frees it, then reads the drop counter and begins
     its statements: nothing it counts as the capture's is dropped (reading the counter through SQL
-    first, ~1,000 records were dropped uncounted-for between the two)."""
+    first, ~1,000 records were dropped uncounted-for between the two). The ring is waited for until full:
+    on a slower machine 1.5 s of load left it at 61,519."""
     with PgServer(name="ext-load", shared_preload_libraries=["mwinv"], gucs=GUCS) as srv:
         srv.psql("CREATE EXTENSION mwinv")
         bench = [str(pg_bindir() / "pgbench"), "-h", str(srv.socket_dir), "-p", str(srv.port), "-U", "postgres"]
         subprocess.run([*bench, "-i", "-q", "-s", "1", "postgres"], check=True, capture_output=True)
-        load = subprocess.Popen([*bench, "-n", "-S", "-M", "prepared", "-c", "2", "-j", "2", "-T", "4", "postgres"],
+        load = subprocess.Popen([*bench, "-n", "-S", "-M", "prepared", "-c", "2", "-j", "2", "-T", "8", "postgres"],
                                 stdout=subprocess.DEVNULL)
         try:
-            time.sleep(1.5)
+            deadline = time.monotonic() + 5
             with srv.connect() as conn:
-                assert conn.execute("SELECT pending FROM mwinv_info()").fetchone()[0] == 65536
+                while (pending := conn.execute("SELECT pending FROM mwinv_info()").fetchone()[0]) < 65536 \
+                        and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                assert pending == 65536
                 since = conn.execute("SELECT mwinv_clock_ns()").fetchone()[0]
             capture = Capture(tmp_path / "cap").create(name="load")
             drainer = StatementDrainer(srv.conninfo(), capture, node="n1", since_ns=since).start()
