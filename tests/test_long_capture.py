@@ -483,7 +483,7 @@ def test_the_statements_between_trace_windows_are_not_walked_and_the_tables_stay
 
 def test_a_statement_of_its_rusage_alone_is_not_summed_and_gets_the_summed_rows(tmp_path, monkeypatch):
     """The golden capture made duty-cycled, with a parallel worker: the statements between its trace
-    windows (rusage alone) have no own_attribution rows and none stored in the session (their
+    windows (rusage alone) have no summed_statement row and none stored in the session (their
     rusage_attribution rows are made as they are read: a table of them took 15 s per 10 M statements to
     write), and every per-statement table and query row is that of the same capture with every
     statement summed from its own rows, row for row."""
@@ -504,7 +504,7 @@ def test_a_statement_of_its_rusage_alone_is_not_summed_and_gets_the_summed_rows(
     fast = correlate(cap_dir, write=False)
     assert fast.sql(f"SELECT count(*) FILTER (WHERE rusage_only) FROM slice_statement WHERE statement_id IN ({ids})"
                     ).fetchone()[0] == len(between) >= 40
-    assert fast.sql(f"SELECT count(*) FROM own_attribution WHERE statement_id IN ({ids})").fetchone()[0] == 0
+    assert fast.sql(f"SELECT count(*) FROM summed_statement WHERE statement_id IN ({ids})").fetchone()[0] == 0
     assert fast.sql(f"SELECT count(*) FROM summed_attribution WHERE statement_id IN ({ids})").fetchone()[0] == 0
     assert fast.sql("SELECT table_type FROM information_schema.tables WHERE table_name = 'rusage_attribution'"
                     ).fetchone()[0] == "VIEW"
@@ -512,14 +512,14 @@ def test_a_statement_of_its_rusage_alone_is_not_summed_and_gets_the_summed_rows(
                     ).fetchall()
     assert {c for c, ns in rows if ns > 0} == {"cpu_user", "cpu_sys", "client_wait", "not_allocated"}
 
-    # the same capture with no statement of its rusage alone: each summed from its own_attribution rows
+    # the same capture with no statement of its rusage alone: each summed from its own rows
     every = [m if m.name != "slice_statement" else dataclasses.replace(
         m, sql=re.sub(r"coalesce\(s\.nesting_level, 0\) = 0 AND t\.statement_id IS NULL AND o\.statement_id IS NULL",
                       "false", m.sql)) for m in modules.modules()]
     monkeypatch.setattr(modules, "_LOADED", every)
     summed = correlate(cap_dir, write=False)
     assert summed.sql("SELECT count(*) FILTER (WHERE rusage_only) FROM slice_statement").fetchone()[0] == 0
-    assert summed.sql(f"SELECT count(DISTINCT statement_id) FROM own_attribution WHERE statement_id IN ({ids})"
+    assert summed.sql(f"SELECT count(DISTINCT statement_id) FROM summed_statement WHERE statement_id IN ({ids})"
                       ).fetchone()[0] == len(between)
     assert _per_statement_tables(fast) == _per_statement_tables(summed)
 

@@ -1,6 +1,6 @@
 -- seg_component: per statement and component the nanoseconds its pid's segments spent (the sum over
 -- the time slices), on its node's name, with the statement's slice key (slice_statement) and ordered by
--- it: own_attribution reads it one statement slice at a time, for the statements a trace window
+-- it: summed_statement reads it one statement slice at a time, for the statements a trace window
 -- covers whole only (the others' come from their rusage), so only theirs are kept: a duty-cycled
 -- capture's others are ~90 % of its statements.
 --

@@ -1,5 +1,5 @@
 -- seg_io: per statement its own block requests and network bytes (the sum over the time slices), with
--- the statement's slice key (slice_statement) and ordered by it: statement_io and own_attribution read
+-- the statement's slice key (slice_statement) and ordered by it: statement_io and summed_statement read
 -- it one statement slice at a time.
 --
 -- builds:  seg_io

@@ -5,7 +5,7 @@
 -- statements are read once, the workers' leaders looked up from the workers (a CTE of every statement
 -- read twice was materialized, and the leaders' join hashed every statement: 60 s at 60 M).
 -- rusage_only: a top-level statement whose time is its rusage alone (no trace window covers it, no
--- parallel worker, no DBMS account): own_attribution has no rows for it, rusage_attribution takes
+-- parallel worker, no DBMS account): summed_statement has no row for it, rusage_attribution takes
 -- its components from these columns directly (in a duty-cycled capture, ~93 % of the statements).
 -- A column of one value (the variable one_valued) is left out, as in statement_varying: the view
 -- slice_statement (load.slice_statement) adds it back as a constant.
