@@ -27,7 +27,7 @@ slice_hi; NULL: open-ended): its first slice creates its table, every later one 
 pid`: a time slice of the point stream (the segment walk and its per-slice sums). `slice: statement`:
 the statements whose slice key (sql/slice_statement.sql: its start, a parallel worker's leader's) lies
 in the slice, so that a per-statement module's joins hold one slice's statements, not the capture's;
-its inputs are ordered by that key, so a slice's scan skips the others' row groups.
+its inputs are in about that key's order, so a slice's scan skips the others' row groups.
 
 `python -m mwinv.correlator.modules --graph` prints the module graph docs/architecture.md shows."""
 
