@@ -4,43 +4,21 @@
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import subprocess
+import functools
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from mwinv.errors import MwinvError
+from mwinv.native import compiled
 
 _SOURCE = Path(__file__).with_name("ringwalk.c")
-_lib = None
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "mwinv"
-
-
+@functools.cache
 def _load():
-    global _lib
-    if _lib is not None:
-        return _lib
-    src = _SOURCE.read_bytes()
-    so = _cache_dir() / f"ringwalk-{hashlib.sha1(src).hexdigest()[:12]}.so"
-    if not so.exists():
-        so.parent.mkdir(parents=True, exist_ok=True)
-        tmp = so.with_suffix(f".{os.getpid()}.tmp")
-        try:
-            subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(tmp), str(_SOURCE)],
-                           check=True, capture_output=True, text=True)
-        except FileNotFoundError:
-            raise MwinvError("the trace.dat parser needs a C compiler: install gcc (scripts/deps.sh)") from None
-        except subprocess.CalledProcessError as exc:
-            raise MwinvError(f"{_SOURCE}: gcc failed: {exc.stderr.strip().splitlines()[0]}") from None
-        tmp.replace(so)  # atomic: concurrent first uses never load half a library
-    lib = ctypes.CDLL(str(so))
+    lib = compiled(_SOURCE, "the trace.dat parser")
     p = ctypes.c_void_p
     lib.ring_walk.restype = ctypes.c_int64
     lib.ring_walk.argtypes = [p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
@@ -51,7 +29,6 @@ def _load():
     lib.format_int_fields.restype = ctypes.c_int64
     lib.format_int_fields.argtypes = [p, ctypes.c_int64, p, ctypes.c_int64, p, ctypes.c_int64, ctypes.c_char_p,
                                       p, ctypes.c_int64, p]
-    _lib = lib
     return lib
 
 
