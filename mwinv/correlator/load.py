@@ -17,7 +17,7 @@ from pathlib import Path
 import duckdb
 
 from mwinv.capture.tables import (COMPACT, DERIVED_TABLES, FROM_ATTRIBUTION, RUSAGE_COMPONENTS, SCHEMAS, Capture,
-                                  rusage_rows)
+                                  one_valued, rusage_rows)
 from mwinv.correlator.modules import Modules, _names, header, modules, step
 from mwinv.errors import MwinvError
 
@@ -533,11 +533,13 @@ def _typed_statement(db: CaptureDB) -> None:
     # pid: statement_thread's may differ
     # the contract's columns only, whose types the capture's check verified
     names = [n for n in SCHEMAS["statement"].names if n != "pid"]
-    one = db.sql("SELECT " + ", ".join(f'min({ident(n)}) IS NOT DISTINCT FROM max({ident(n)}) AND count({ident(n)}) '
-                                       f'IN (0, count(*)), min({ident(n)})' for n in names)
-                 + " FROM statement_typed").fetchone()
-    db.one_valued = {n: v for i, n in enumerate(names)
-                     if one[2 * i] and isinstance(v := one[2 * i + 1], (int, str, type(None)))}
+    found = one_valued(db.capture.parts("statement"), names)
+    if found is None:   # a part without statistics: every column scanned
+        one = db.sql("SELECT " + ", ".join(f'min({ident(n)}) IS NOT DISTINCT FROM max({ident(n)}) AND count({ident(n)}) '
+                                           f'IN (0, count(*)), min({ident(n)})' for n in names)
+                     + " FROM statement_typed").fetchone()
+        found = {n: one[2 * i + 1] for i, n in enumerate(names) if one[2 * i]}
+    db.one_valued = {n: v for n, v in found.items() if isinstance(v, (int, str, type(None)))}
     db.modules.variables["one_valued"] = list(db.one_valued)
 
 
