@@ -709,3 +709,11 @@ def test_the_walk_gives_its_sums_the_rows_of_statements_only(tmp_path, monkeypat
     sids = np.concatenate([sid for _, sid in seen])
     assert (sids > 0).all() and 0 < len(sids) < sum(n for n, _ in seen)
     assert db.sql("SELECT count(DISTINCT statement_id) FROM seg_component").fetchone()[0] > 10
+
+
+def test_the_c_walk_names_the_point_kinds_in_their_order():
+    """walkstate.c reads a point's kind by its code, the index in attribution.POINT_KINDS: a kind added
+    or moved on one side only would walk every point as another kind."""
+    source = (Path(attribution.__file__).with_name("walkstate.c")).read_text()
+    kinds = re.search(r"enum \{ (ON, OFF,[^}]*), NKINDS \}", source, re.S).group(1)
+    assert [k.strip().lower() for k in kinds.split(",")] == list(attribution.POINT_KINDS)

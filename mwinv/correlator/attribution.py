@@ -96,7 +96,7 @@ CHUNK_POINTS = 1_000_000
 # ... at most: the slice follows DuckDB's limit (--memory), a point per POINT_BYTES of it (1 M at 768 MiB,
 # the default's cap), so that a lower limit lowers the walk's share of the process too.
 POINT_BYTES = 768
-# A statement slice's per-statement modules (sql/own_attribution.sql, summed_statement.sql) hold this
+# A statement slice's per-statement modules (sql/statement_io.sql, summed_statement.sql) hold this
 # many statements' rows at once, not the capture's: on a 120 s pgbench capture (12.3 M statements) with
 # DuckDB at 512 MB, slices of 1 M ran out of memory, of 250 k they took 37 s at 2.05 GiB.
 CHUNK_STATEMENTS = 250_000
