@@ -54,7 +54,7 @@ def compiled(source: Path, needs: str) -> ctypes.CDLL:
         cache.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError:
         pass
-    if _ours(cache, directory=True) and (not os.path.lexists(cache / name) or _ours(cache / name, directory=False)):
+    if _ours(cache, directory=True):
         if not os.path.lexists(cache / name):
             _build(source, cache / name, needs)
         if _ours(cache / name, directory=False):

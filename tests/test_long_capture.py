@@ -524,7 +524,7 @@ def test_a_statement_of_its_rusage_alone_is_not_summed_and_gets_the_summed_rows(
     shutil.copytree(CAPTURE, cap_dir)
     _with_worker(cap_dir)
     _, between = _duty_cycled(cap_dir)
-    ids = ", ".join(str(s["statement_id"]) for s in between)
+    ids = ", ".join(literal(s["statement_id"]) for s in between)
     # their rusage and idle time, some beyond the wall time (each part bounded by what the others left)
     cap = Capture(cap_dir)
     stmts = cap.read("statement").to_pylist()

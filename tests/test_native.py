@@ -18,6 +18,7 @@ BUILT = []   # where each library was built
 
 def _fresh(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    BUILT.clear()
     (tmp_path / "private").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "private"))
     build = native._build

@@ -535,8 +535,8 @@ def _typed_statement(db: CaptureDB) -> None:
     names = [n for n in SCHEMAS["statement"].names if n != "pid"]
     found = one_valued(db.capture.parts("statement"), names)
     if found is None:   # a part without statistics: every column scanned
-        one = db.sql("SELECT " + ", ".join(f'min({ident(n)}) IS NOT DISTINCT FROM max({ident(n)}) AND count({ident(n)}) '
-                                           f'IN (0, count(*)), min({ident(n)})' for n in names)
+        one = db.sql("SELECT " + ", ".join(f"min({ident(n)}) IS NOT DISTINCT FROM max({ident(n)}) "
+                                           f"AND count({ident(n)}) IN (0, count(*)), min({ident(n)})" for n in names)
                      + " FROM statement_typed").fetchone()
         found = {n: one[2 * i + 1] for i, n in enumerate(names) if one[2 * i]}
     db.one_valued = {n: v for n, v in found.items() if isinstance(v, (int, str, type(None)))}

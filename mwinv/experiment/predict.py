@@ -643,7 +643,8 @@ def predict_all(pairs_: list[tuple[Run, Run, Change]], k: Constants, disk_bps: f
     for a, b, c in pairs_:
         if queries is not None and a.query not in queries:
             continue
-        out.append(CellPrediction(rule_of(a, b.nodes, b.scheme), a.query, a.cell, b.cell, a.nodes, a.scheme, b.nodes, b.scheme, a.wall_ns,
+        out.append(CellPrediction(rule_of(a, b.nodes, b.scheme), a.query, a.cell, b.cell, a.nodes, a.scheme,
+                                  b.nodes, b.scheme, a.wall_ns,
                                   None if c.unseen else predict(a, b.nodes, c, k, disk_bps), b.wall_ns,
                                   " ".join(map(str, a.others)), c.moves, c.unseen))
     return out
