@@ -81,8 +81,8 @@ class Capture:
 
     def attribution(self, query_id: int | None = None, statement_id: int | None = None):
         """statement_attribution: per top-level statement and component the ns of its wall time (they sum
-        to end_ns - start_ns), of one query id or one statement if asked. Long form: pivot with
-        `df.pivot_table(index="statement_id", columns="component", values="ns")`."""
+        to end_ns - start_ns; a component of 0 has no row), of one query id or one statement if asked. Long
+        form: pivot with `df.pivot_table(index="statement_id", columns="component", values="ns", fill_value=0)`."""
         where = []
         if query_id is not None:
             where.append(f"query_id = {literal(int(query_id))}")

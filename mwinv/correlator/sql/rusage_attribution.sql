@@ -1,9 +1,9 @@
 -- rusage_attribution: per top-level statement of its rusage alone (slice_statement.rusage_only: no trace
 -- window covers it, no parallel worker, no DBMS account; ~93 % of a duty-cycled capture's) the ns of the
 -- components it has: cpu_user, cpu_sys, client_wait, each bounded by what the others left of its wall
--- time, and not_allocated the rest (every other component 0). statement_attribution's 12 rows of it
--- follow from these (tables.rusage_rows): this is what is written, one row a statement, not the 12
--- (writing them took 60 of 208 s on a 600 s capture). A view, read as it is written.
+-- time, and not_allocated the rest (every other component 0). statement_attribution's rows of it (those
+-- of these four that are not 0) follow from these (tables.rusage_rows): this is what is written, one row
+-- a statement (writing 12 rows each took 60 of 208 s on a 600 s capture). A view, read as it is written.
 --
 -- builds:  rusage_attribution
 -- inputs:  slice_statement

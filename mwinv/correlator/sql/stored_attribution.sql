@@ -14,15 +14,14 @@
 -- columns: node, statement_id, query_id, component, ns, from_workers_ns
 CREATE VIEW stored_attribution AS
 WITH parents AS (SELECT DISTINCT parent_node AS node, parent_statement_id AS statement_id FROM statement_link),
+-- a parent's other_wait and remote_wait, summed into its one remote_wait row
 moved AS (
-    SELECT a.node, a.statement_id, sum(a.ns)::BIGINT AS ns, sum(a.from_workers_ns)::BIGINT AS w
+    SELECT a.node, a.statement_id, any_value(a.query_id) AS query_id, sum(a.ns)::BIGINT AS ns,
+           sum(a.from_workers_ns)::BIGINT AS from_workers_ns
     FROM summed_attribution a JOIN parents USING (node, statement_id)
-    WHERE a.component = 'other_wait' GROUP BY ALL)
-SELECT a.node, a.statement_id, a.query_id, a.component,
-       CASE WHEN m.statement_id IS NULL THEN a.ns
-            WHEN a.component = 'other_wait' THEN 0 WHEN a.component = 'remote_wait' THEN a.ns + m.ns
-            ELSE a.ns END AS ns,
-       CASE WHEN m.statement_id IS NULL THEN a.from_workers_ns
-            WHEN a.component = 'other_wait' THEN 0 WHEN a.component = 'remote_wait' THEN a.from_workers_ns + m.w
-            ELSE a.from_workers_ns END AS from_workers_ns
-FROM summed_attribution a LEFT JOIN moved m USING (node, statement_id);
+    WHERE a.component IN ('other_wait', 'remote_wait') GROUP BY a.node, a.statement_id)
+SELECT a.node, a.statement_id, a.query_id, a.component, a.ns, a.from_workers_ns
+FROM summed_attribution a LEFT JOIN moved m USING (node, statement_id)
+WHERE m.statement_id IS NULL OR a.component NOT IN ('other_wait', 'remote_wait')
+UNION ALL
+SELECT node, statement_id, query_id, 'remote_wait', ns, from_workers_ns FROM moved;
