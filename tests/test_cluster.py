@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -324,8 +325,8 @@ def test_a_coordinator_statement_through_its_nodes(cluster, cluster_capture):
                     AND pid = {pids[1]} AND nesting_level = 0 ORDER BY 2 DESC LIMIT 1""").fetchone()
     parts = node_parts(db, q1[0])
     assert [p.node for p in parts] == cluster.data_nodes
-    own = dict(db.sql(f"SELECT component, ns FROM statement_attribution WHERE node = 'coord' AND statement_id = {q1[0]}")
-               .fetchall())
+    own = defaultdict(int, db.sql("SELECT component, ns FROM statement_attribution WHERE node = 'coord' "
+                                  f"AND statement_id = {q1[0]}").fetchall())
     assert sum(own.values()) == q1[1] and own["other_wait"] == 0 and own["remote_wait"] > 0, own
     assert [p.critical for p in parts].count(True) == 1
     assert max(parts, key=lambda p: p.last_end_ns).critical
@@ -542,8 +543,8 @@ def test_remote_commits_are_inside_the_statement_that_ends_their_transaction(clu
     waited = 0
     for parent, text in ends.items():
         mine = [c for c in commits if c["parent"] == parent]
-        own = dict(db.sql(f"SELECT component, ns FROM statement_attribution WHERE node = 'coord' "
-                          f"AND statement_id = {parent}").fetchall())
+        own = defaultdict(int, db.sql("SELECT component, ns FROM statement_attribution WHERE node = 'coord' "
+                                      f"AND statement_id = {parent}").fetchall())
         assert sum(own.values()) == mine[0]["p_end"] - mine[0]["p_start"], own
         waited += own["remote_wait"]
         print(f"{text[:40]}: wall {sum(own.values()) / 1e3:.0f} us, remote_wait {own['remote_wait'] / 1e3:.0f} us, "

@@ -3,6 +3,7 @@ extension, real kernel tracing and a real capture (issue 6)."""
 
 import threading
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,7 @@ def _by_text(db, key):
         JOIN statement_clean s USING (node, statement_id) JOIN statement_text t ON t.query_id = s.query_id
         WHERE t.text = ? GROUP BY a.component""", [STATEMENTS[key]]).fetchall()
     assert rows, f"statement {key!r} not in the capture"
-    comp = dict(rows)
+    comp = defaultdict(int, rows)   # a component of 0 has no row
     comp["wall"] = sum(comp.values())
     return comp
 
@@ -456,7 +457,8 @@ def test_nested_statements_time_is_their_top_level_statements(tmp_path):
                      ORDER BY start_ns""", {"pid": pid}).fetchall()
     (top, _, wall), *nested = rows
     assert [level for _, level, _ in nested] == [1, 1, 1], rows   # sleep, the row lock, sleep
-    parts = dict(db.sql("SELECT component, ns FROM statement_attribution WHERE statement_id = ?", [top]).fetchall())
+    parts = defaultdict(int, db.sql("SELECT component, ns FROM statement_attribution WHERE statement_id = ?",
+                                    [top]).fetchall())
     assert sum(parts.values()) == wall, parts
     assert parts["lock_wait"] >= 0.9 * nested[1][2] and parts["other_wait"] >= 0.9 * (nested[0][2] + nested[2][2]), \
         (parts, rows)
