@@ -209,11 +209,12 @@ COMPACT_MARK = b"mwinv.compact"
 
 def rusage_rows(relation: str, keys: str = "node, statement_id, query_id") -> str:
     """SQL: statement_attribution's rows of the statements in `relation` (rusage_attribution's columns), one
-    per component of some time (RUSAGE_COMPONENTS; no row for one of 0, as in every part): the one expansion every reader of statement_attribution goes through (the correlation's
-    session, a correlated capture's read back, Capture.read). A cross join with a table of the components,
-    not an unnest of a list per statement: summed per component over 10.5 M statements in 0.28 s against
-    1.67 s, and a filter on the component or the statement reaches the statements' scan. `keys`: the
-    columns kept (a relation of sums per query keeps its own)."""
+    per component of some time (of RUSAGE_COMPONENTS; none for one of 0, as in every part): the one
+    expansion every reader of statement_attribution goes through (the correlation's session, a correlated
+    capture's read back, Capture.read). A cross join with a table of the components, not an unnest of a
+    list per statement: summed per component over 10.5 M statements in 0.28 s against 1.67 s, and a filter
+    on the component or the statement reaches the statements' scan. `keys`: the columns kept (a relation
+    of sums per query keeps its own)."""
     ns = " ".join(f"WHEN '{c}' THEN {c}_ns" for c in RUSAGE_COMPONENTS)
     components = ", ".join(f"('{c}')" for c in RUSAGE_COMPONENTS)
     return (f"SELECT * FROM (SELECT {keys}, component, CASE component {ns} END::BIGINT AS ns, "

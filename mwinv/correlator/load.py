@@ -305,9 +305,9 @@ def session_tables(db: CaptureDB, schema: str = "main") -> set[str]:
 def statement_attribution(db: CaptureDB) -> None:
     """statement_attribution: per top-level statement (not a parallel worker) one row per component of some
     time (none for a component of 0), its own time (ns, summing to its wall time) and its parallel workers'
-    (from_workers_ns): the rows its parts hold
-    and those of the statements of their rusage alone, expanded from their one row (tables.COMPACT). A view,
-    the same over a correlation's tables and over a correlated capture's parts."""
+    (from_workers_ns): the rows its parts hold and those of the statements of their rusage alone, expanded
+    from their one row (tables.COMPACT). A view, the same over a correlation's tables and over a
+    correlated capture's parts."""
     cols = ", ".join(SCHEMAS["statement_attribution"].names)
     db.con.execute(f"CREATE VIEW statement_attribution AS SELECT {cols} FROM stored_attribution "
                    f"UNION ALL {rusage_rows('rusage_attribution')}")

@@ -2,7 +2,8 @@
 -- rusage_only: slice_statement) its time per component, a list in the order of the variable components:
 -- its own time (ns), which sums to its wall time — not_allocated closes it (a DBMS's own account brings
 -- its own not_allocated, possibly negative: its unaccounted-for time) — and its parallel workers' time
--- per component (from_workers_ns; NULL: it had none), apart. summed_attribution is its row per component of some time.
+-- per component (from_workers_ns; NULL: it had none), apart. summed_attribution is its row per
+-- component of some time.
 --
 -- A statement's own time by component (a parallel worker's by its own rows, gathered under its leader):
 -- from the segments of its pid (seg_component) where a trace window covers it whole (traced), else from
