@@ -326,7 +326,7 @@ def test_a_coordinator_statement_through_its_nodes(cluster, cluster_capture):
     parts = node_parts(db, q1[0])
     assert [p.node for p in parts] == cluster.data_nodes
     own = defaultdict(int, db.sql("SELECT component, ns FROM statement_attribution WHERE node = 'coord' "
-                                  f"AND statement_id = {q1[0]}").fetchall())
+                                  "AND statement_id = ?", [q1[0]]).fetchall())
     assert sum(own.values()) == q1[1] and own["other_wait"] == 0 and own["remote_wait"] > 0, own
     assert [p.critical for p in parts].count(True) == 1
     assert max(parts, key=lambda p: p.last_end_ns).critical
@@ -544,7 +544,7 @@ def test_remote_commits_are_inside_the_statement_that_ends_their_transaction(clu
     for parent, text in ends.items():
         mine = [c for c in commits if c["parent"] == parent]
         own = defaultdict(int, db.sql("SELECT component, ns FROM statement_attribution WHERE node = 'coord' "
-                                      f"AND statement_id = {parent}").fetchall())
+                                      "AND statement_id = ?", [parent]).fetchall())
         assert sum(own.values()) == mine[0]["p_end"] - mine[0]["p_start"], own
         waited += own["remote_wait"]
         print(f"{text[:40]}: wall {sum(own.values()) / 1e3:.0f} us, remote_wait {own['remote_wait'] / 1e3:.0f} us, "

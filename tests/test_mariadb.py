@@ -225,8 +225,8 @@ def test_reads_that_io_threads_complete_are_disk_waits(tmp_path):
     (sid, wall), = db.sql(f"SELECT s.statement_id, s.end_ns - s.start_ns FROM statement_clean s JOIN statement_text x "
                           f"USING (query_text_hash) WHERE s.pid = {tid} AND starts_with(x.text, 'SELECT count')"
                           ).fetchall()
-    parts = defaultdict(int, db.sql(f"SELECT component, ns FROM statement_attribution WHERE statement_id = {sid}")
-                        .fetchall())
+    parts = defaultdict(int, db.sql("SELECT component, ns FROM statement_attribution WHERE statement_id = ?",
+                                    [sid]).fetchall())
     assert sum(parts.values()) == wall
     timed, reqs = db.sql(f"SELECT count(complete_ns), count(*) FROM disk_request WHERE pid = {tid}").fetchone()
     assert reqs > 100 and timed >= 0.95 * reqs, (timed, reqs)   # pid-filtered, 4 % of them were

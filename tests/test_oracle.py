@@ -60,13 +60,17 @@ def parts(capture: Path, table: str) -> str:
     return read_parquet(sorted((capture / table).glob("*.parquet")))
 
 
-def q(capture: Path, sql: str):
+# a statement's attribution, a component of 0 left out
+COMPONENTS_OF = "SELECT component, ns FROM statement_attribution WHERE statement_id = ?"
+
+
+def q(capture: Path, sql: str, params: list | None = None):
     con = duckdb.connect()
     for t in ("statement", "statement_attribution", "dbms_call", "dbms_wait", "plan_operation", "statement_text",
               "tcp_sample"):
         if (capture / t).is_dir():
             con.execute(f"CREATE VIEW {t} AS SELECT * FROM {parts(capture, t)}")
-    return con.execute(sql).fetchall()
+    return con.execute(sql, params or []).fetchall()
 
 
 def oracle_unaccounted(path: Path) -> int:
@@ -255,8 +259,7 @@ def test_recursive_statement_between_fetches(tmp_path):
     rec = q(tmp_path / "cap", "SELECT statement_id FROM statement WHERE nesting_level = 1")[0][0]
     assert q(tmp_path / "cap", "SELECT statement_id, top_statement_id, in_call, call_dep FROM dbms_wait "
                                "WHERE event = 'log file sync'") == [(rec, rec, True, 1)]
-    comps = defaultdict(int, q(tmp_path / "cap",
-                               f"SELECT component, ns FROM statement_attribution WHERE statement_id = {parent}"))
+    comps = defaultdict(int, q(tmp_path / "cap", COMPONENTS_OF, [parent]))
     assert comps.get("disk_seq", 0) == 0 and sum(comps.values()) == wall
     # the recursive calls' e= (PARSE 5, EXEC 12, CLOSE 1 µs) are in the parent's window, not in its calls
     assert comps["client_wait"] == (186 + 223 + 5 + 12 + 1) * 1000
@@ -568,8 +571,7 @@ def test_kernel_side_of_the_traced_host(tmp_path):
         SELECT s.statement_id, s.end_ns - s.start_ns, s.cpu_user_ns FROM statement s
         WHERE s.nesting_level = 0 ORDER BY 2 DESC LIMIT 1""")[0]
     sid, wall, oracle_cpu = block
-    comps = defaultdict(int, q(tmp_path / "host",
-                               f"SELECT component, ns FROM statement_attribution WHERE statement_id = {sid}"))
+    comps = defaultdict(int, q(tmp_path / "host", COMPONENTS_OF, [sid]))
     assert sum(comps.values()) == wall
     # the kernel saw the replayed c= on the CPU and the sleeps (DBMS_LOCK.SLEEP, waits) off it
     kernel_cpu = comps["cpu_user"] + comps["cpu_sys"] + comps["run_queue"]

@@ -220,8 +220,8 @@ def _attribution(db, where: str) -> tuple[dict, dict]:
     rec = db.sql(f"SELECT * FROM statement_clean s WHERE {where} ORDER BY end_ns - start_ns DESC LIMIT 1")
     names = [d[0] for d in rec.description]
     row = dict(zip(names, rec.fetchone()))
-    comp = defaultdict(int, db.sql(f"SELECT component, ns FROM statement_attribution "
-                                   f"WHERE statement_id = {row['statement_id']}").fetchall())
+    comp = defaultdict(int, db.sql("SELECT component, ns FROM statement_attribution WHERE statement_id = ?",
+                                   [row["statement_id"]]).fetchall())
     return row, comp
 
 
