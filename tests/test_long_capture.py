@@ -20,7 +20,7 @@ import pytest
 import pyarrow.compute as pc
 
 from mwinv.capture.tables import COMPACT, SCHEMAS, Capture, one_valued
-from mwinv.correlator import attribution, incremental, modules
+from mwinv.correlator import attribution, incremental, kernel_points, modules
 from mwinv.correlator.load import connect, ident, literal, open_capture, open_correlated, read_parquet
 from mwinv.correlator.pipeline import PER_NODE_TABLES, correlate, merge
 from mwinv.kernel_trace.parse import count_events
@@ -501,7 +501,7 @@ def test_the_statements_between_trace_windows_are_not_walked_and_the_tables_stay
         "event": "sys_exit_recvfrom", "pid": held["pid"], "syscall_nr": 45, "syscall_ret": 321}
     cap.write_part("kernel_event", [recv], node="late")
     ids = [s["statement_id"] for s in between]
-    walked = "SELECT DISTINCT sid FROM point WHERE kind IN ('stmt_start', 'stmt_end') AND list_contains(?, sid)"
+    walked = "SELECT DISTINCT sid FROM derived_point WHERE kind IN ('stmt_start', 'stmt_end') AND list_contains(?, sid)"
 
     fast = correlate(cap_dir, write=False)
     assert [r[0] for r in fast.sql(walked, [ids]).fetchall()] == [held["statement_id"]]
@@ -721,3 +721,34 @@ def test_the_c_walk_names_the_point_kinds_in_their_order():
     source = (Path(attribution.__file__).with_name("walkstate.c")).read_text()
     kinds = re.search(r"enum \{ (ON, OFF,[^}]*), NKINDS \}", source, re.S).group(1)
     assert [k.strip().lower() for k in kinds.split(",")] == list(attribution.POINT_KINDS)
+
+
+def test_the_c_kernel_points_read_the_columns_in_their_order():
+    """kernelpoints.c reads the event columns, the labels and writes the points by their index in
+    kernel_points' COLUMNS, LABELS and POINT_COLUMNS: one moved on one side only would read one column as another."""
+    source = (Path(kernel_points.__file__).with_name("kernelpoints.c")).read_text()
+
+    def names(first: str, last: str) -> list[str]:
+        found = re.search(rf"enum \{{ ({first}_[^}}]*?)(, {last})? \}}", source, re.S).group(1)
+        return [n.strip()[len(first) + 1:].lower() for n in found.split(",")]
+
+    assert names("C", "NCOLS") == [c.removesuffix("_ns").replace("syscall_", "") for c in kernel_points.COLUMNS]
+    assert names("L", "NLABELS") == list(kernel_points.LABELS)
+    assert names("O", "") == list(kernel_points.POINT_COLUMNS)
+
+
+def test_kernel_parts_without_statistics_or_time_order_give_the_same_tables(tmp_path, monkeypatch):
+    """The walk reads kernel_event's parts itself (kernel_points.py), a row group once for the slices it
+    overlaps, found by its time statistics, a slice's points a range of its time-ordered events: parts
+    of another writer, without statistics, their events shuffled, in row groups of 300, walked in slices
+    of 200 points, give every per-statement table and query row of the recorder's parts."""
+    cap_dir = tmp_path / "cap"
+    shutil.copytree(CAPTURE, cap_dir)
+    before = _per_statement_tables(correlate(cap_dir, write=False))
+    rng = np.random.default_rng(7)
+    for part in Capture(cap_dir).parts("kernel_event"):
+        t = pq.read_table(part)
+        pq.write_table(t.take(pa.array(rng.permutation(t.num_rows))), part, write_statistics=False, row_group_size=300)
+        assert not pq.ParquetFile(part).metadata.row_group(0).column(1).is_stats_set
+    monkeypatch.setattr(attribution, "CHUNK_POINTS", 200)
+    assert _per_statement_tables(correlate(cap_dir, write=False)) == before

@@ -2,9 +2,9 @@
 
 One pass per node: all state-changing points of each DBMS pid — scheduler switches and wakeups,
 syscall entries and exits, block requests issued and completed, PostgreSQL lock-wait probes and the
-statement boundaries themselves — go into one stream ordered by (pid, time) (sql/point.sql). Forward
-fills carry the state, so each stretch between two points has a known CPU state, syscall, lock state,
-I/O in flight and statement. Summing the stretches per statement and component is linear in the
+statement boundaries themselves — go into one stream ordered by (pid, time) (kernel_points.py and
+sql/derived_point.sql). Forward fills carry the state, so each stretch between two points has a known
+CPU state, syscall, lock state, I/O in flight and statement. Summing the stretches per statement and component is linear in the
 number of events; no interval join of statements against events is needed.
 
 The SQL modules (sql/*.sql) build the points and sum the segments; this module is the one step SQL
@@ -23,6 +23,8 @@ import pyarrow as pa
 
 from mwinv.capture.columns import numpy_ints
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
+from mwinv.correlator import kernel_points
+from mwinv.correlator.kernel_points import KernelPoints
 from mwinv.correlator.load import CaptureDB, literal
 from mwinv.correlator.modules import step
 from mwinv.kernel_trace.syscalls import numbers
@@ -46,7 +48,7 @@ NET_TX_SYSCALLS = numbers("sendto", "sendmsg")
 EPOLL_SYSCALLS = numbers("epoll_wait", "epoll_pwait")
 EAGAIN = 11
 
-# The kinds of point (sql/point.sql) and the labels of the segment's code columns (segment_walk).
+# The kinds of point (kernel_points.py, sql/derived_point.sql) and the labels of the segment's code columns (segment_walk).
 POINT_KINDS = ("on", "off", "wake", "enter", "exit", "lock_start", "lock_done", "lwlock_start", "lwlock_done",
                "io_start", "io_done", "stmt_start", "stmt_end", "gap")
 CPU_STATES = ("running", "runnable", "sleeping")
@@ -123,8 +125,8 @@ def _arrays_mapped() -> None:
         pass
 
 
-@step(builds=("segment_code",), inputs=("point", "dbms_node", "kernel_event", "traced_statement", "traced_window"),
-      slice="pid")
+@step(builds=("segment_code",), inputs=("derived_point", "event_kind", "point_ord", "dbms_node", "dbms_pid",
+                                        "kernel_event", "traced_statement", "traced_window"), slice="pid")
 def segment_walk(db: CaptureDB, bounds: list[tuple[int | None, int | None]]):
     """The segments of one time slice at a time as `segment_code` (their code columns, numpy), for the
     sliced modules that sum them per statement (sql/seg_*_part.sql).
@@ -155,45 +157,57 @@ def segment_walk(db: CaptureDB, bounds: list[tuple[int | None, int | None]]):
     ).to_arrow_table()]}
     traced = np.sort(numpy_ints(db.sql("SELECT DISTINCT statement_id::BIGINT AS id FROM traced_statement")
                                 .to_arrow_table()["id"])) if db.duty_cycled else None
-    # the next slice is read (DuckDB, its own threads) while this one is walked
-    with ThreadPoolExecutor(1) as reader:
-        reading = reader.submit(_read_slice, db.con.cursor(), nodes, infos, windows, *bounds[0])
-        try:
-            for i in range(len(bounds)):
-                raw = reading.result()
-                if i + 1 < len(bounds):
-                    reading = reader.submit(_read_slice, db.con.cursor(), nodes, infos, windows, *bounds[i + 1])
-                if carry is not None:
-                    raw = _prepend(carry, raw)
-                last = i == len(bounds) - 1
-                columns, carry = _segment_state(raw, infos, last and not (parts and parts.until_ns), traced)
-                del raw
-                if last and parts:
-                    parts.walked(carry, nodes, infos)
-                db.con.register("segment_code", columns)
-                yield
-        finally:
-            db.con.unregister("segment_code")
+    kernel = KernelPoints(db.con.cursor(), db.sources.get("kernel_event", []), POINT_KINDS, nodes, infos)
+    try:
+        # the next slice is read (Arrow, DuckDB: their own threads) while this one is walked
+        with ThreadPoolExecutor(1) as reader:
+            reading = reader.submit(_read_slice, db.con.cursor(), kernel, nodes, infos, windows, *bounds[0])
+            try:
+                for i in range(len(bounds)):
+                    raw = reading.result()
+                    if i + 1 < len(bounds):
+                        reading = reader.submit(_read_slice, db.con.cursor(), kernel, nodes, infos, windows,
+                                                *bounds[i + 1])
+                    if carry is not None:
+                        raw = _prepend(carry, raw)
+                    last = i == len(bounds) - 1
+                    columns, carry = _segment_state(raw, infos, last and not (parts and parts.until_ns), traced)
+                    del raw
+                    if last and parts:
+                        parts.walked(carry, nodes, infos)
+                    db.con.register("segment_code", columns)
+                    yield
+            finally:
+                db.con.unregister("segment_code")
+    finally:   # after the reader's last read
+        kernel.close()
 
 
-def _read_slice(con, nodes: list[str], infos: list[str], windows: dict[int, tuple[np.ndarray, np.ndarray]],
-                lo: int | None, hi: int | None) -> dict[str, np.ndarray]:
-    """One time slice of the point stream, sorted, as numpy columns (labels as codes), each point marked
-    seen where a trace window of its node covers it (windows: per node code, their sorted lo and hi)."""
+def _read_slice(con, kernel: KernelPoints, nodes: list[str], infos: list[str],
+                windows: dict[int, tuple[np.ndarray, np.ndarray]], lo: int | None, hi: int | None) -> dict[str, np.ndarray]:
+    """One time slice of the point stream, sorted by (node, pid, ts, ord), as numpy columns (labels as
+    codes), each point marked seen where a trace window of its node covers it (windows: per node code,
+    their sorted lo and hi): the kernel's points (kernel_points.py) and those of derived tables."""
     # text columns come out of DuckDB as enums, i.e. Arrow dictionaries whose indices are the codes,
     # and integer columns without nulls (ret is only read on exits and request starts, where it is set)
     t = con.execute(f"""
-        SELECT node::{_enum_type(nodes)} AS node, pid::BIGINT AS pid, ts::BIGINT AS ts,
+        SELECT node::{_enum_type(nodes)} AS node, pid::BIGINT AS pid, ts::BIGINT AS ts, ord::BIGINT AS ord,
                kind::{_enum_type(POINT_KINDS)} AS kind, info::{_enum_type(infos)} AS info,
-               coalesce(stack_id, -1)::BIGINT AS stack_id, coalesce(nr, -1)::BIGINT AS nr,
-               coalesce(ret, 0)::BIGINT AS ret, coalesce(sid, -1)::BIGINT AS sid,
-               coalesce(io_seq, 0)::BIGINT AS io_seq, coalesce(io_rand, 0)::BIGINT AS io_rand
-        FROM point WHERE {range_sql('ts', lo, hi)} ORDER BY node, pid, ts, ord""").to_arrow_table()
+               coalesce(nr, -1)::BIGINT AS nr, coalesce(ret, 0)::BIGINT AS ret, coalesce(sid, -1)::BIGINT AS sid,
+               io_seq::BIGINT AS io_seq, io_rand::BIGINT AS io_rand
+        FROM derived_point WHERE {range_sql('ts', lo, hi)}""").to_arrow_table()
     con.close()
-    raw = {"node": _codes(t["node"]), "pid": numpy_ints(t["pid"]), "ts": numpy_ints(t["ts"]),
-           "kind": _codes(t["kind"]), "info": _codes(t["info"])}
-    raw.update({c: numpy_ints(t[c]) for c in ("stack_id", "nr", "ret", "sid", "io_seq", "io_rand")})
-    raw["context"] = np.zeros(t.num_rows, bool)
+    derived = {"node": _codes(t["node"]), "kind": _codes(t["kind"]), "info": _codes(t["info"]),
+               "stack_id": np.full(t.num_rows, -1, np.int64)}
+    derived.update({c: numpy_ints(t[c]) for c in ("pid", "ts", "ord", "nr", "ret", "sid", "io_seq", "io_rand")})
+    groups = kernel.read(lo, hi)
+    n = sum(len(g["ts"]) for g in groups)
+    every = {c: np.concatenate([*(g[c] for g in groups), derived[c]]) for c in kernel_points.POINT_COLUMNS}
+    every.update({c: np.concatenate([np.full(n, v, np.int64), derived[c]]) for c, v in (("sid", -1), ("io_seq", 0),
+                                                                                          ("io_rand", 0))})
+    order = np.lexsort((every["ord"], every["ts"], every["pid"], every["node"]))
+    raw = {c: every[c][order] for c, _ in WALK_INPUTS if c in every}
+    raw["context"] = np.zeros(len(order), bool)
     raw["seen"] = _in_windows(raw["node"], raw["ts"], windows) & (raw["kind"] != _code(POINT_KINDS, "gap"))
     return raw
 

@@ -32,6 +32,7 @@ class CaptureDB:
     modules: Modules | None = None   # the session's runner: what it holds and has built
     parts: object | None = None      # a correlation of the capture in parts (incremental.Parts)
     one_valued: dict = field(default_factory=dict)   # statement's columns of one value: that value
+    sources: dict = field(default_factory=dict)      # the parts each capture table's view reads, by table
 
     def has(self, table: str) -> bool:
         return table in self.tables
@@ -224,7 +225,7 @@ def open_capture(path: str | Path, threads: int | None = None, memory_limit: str
     con = connect(cap.path if os.access(cap.path, os.W_OK) else None, stored=True,
                   memory_limit=memory_limit or default_memory(),
                   **({"threads": threads} if threads else {}))
-    present = set()
+    present, sources = set(), {}
     cap.check(*(t for t in SCHEMAS if t not in DERIVED_TABLES))
     for table in SCHEMAS:
         if table in DERIVED_TABLES:
@@ -243,8 +244,9 @@ def open_capture(path: str | Path, threads: int | None = None, memory_limit: str
         except duckdb.Error as exc:
             raise MwinvError(f"{cap.table_dir(table)}: unreadable table ({str(exc).splitlines()[0]})") from None
         present.add(table)
+        sources[table] = parts
     with reading_parts(cap):
-        db = CaptureDB(cap, con, present, duty_cycled=is_duty_cycled(con, manifest))
+        db = CaptureDB(cap, con, present, duty_cycled=is_duty_cycled(con, manifest), sources=sources)
         db.modules = Modules(db, set(SCHEMAS) - set(DERIVED_TABLES), session_variables(db, manifest))
         _check(db, manifest)
         if db.has("statement"):

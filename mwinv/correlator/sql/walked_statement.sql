@@ -1,6 +1,6 @@
 -- walked_statement: the top-level statements whose boundaries are points of the segment walk
--- (sql/point.sql), ordered by start: those a trace window of their node overlaps, or that hold a kernel
--- point outside every window which their sums count (a syscall's exit: network bytes; a request's
+-- (sql/derived_point.sql), ordered by start: those a trace window of their node overlaps, or that hold
+-- a kernel point outside every window which their sums count (a syscall's exit: network bytes; a request's
 -- start: seg_io_part), as at a window's opening and closing. Another statement has nothing the walk
 -- could give it: no such point lies within it and its pid's state there is unknown (segment_walk); its
 -- time comes from its rusage (slice_statement). In a duty-cycled capture ~93 % of the statements are
