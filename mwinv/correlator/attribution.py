@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -98,6 +99,10 @@ CHUNK_POINTS = 1_000_000
 # ... at most: the slice follows DuckDB's limit (--memory), a point per POINT_BYTES of it (1 M at 768 MiB,
 # the default's cap), so that a lower limit lowers the walk's share of the process too.
 POINT_BYTES = 768
+# Slices read at once, in threads, while one is walked (each holds its points outside DuckDB's limit too): a
+# slice's read (kernel_points.py, sql/derived_point.sql, the sort) took 0.22-0.29 s of the 600 s pgbench
+# capture's 69. With one reader the walk waited 12.4 s of its 12.8 s for it; with two the walk took 10.2 s.
+READERS = 2
 # A statement slice's per-statement modules (sql/statement_io.sql, summed_statement.sql) hold this
 # many statements' rows at once, not the capture's: on a 120 s pgbench capture (12.3 M statements) with
 # DuckDB at 512 MB, slices of 1 M ran out of memory, of 250 k they took 37 s at 2.05 GiB.
@@ -159,15 +164,17 @@ def segment_walk(db: CaptureDB, bounds: list[tuple[int | None, int | None]]):
                                 .to_arrow_table()["id"])) if db.duty_cycled else None
     kernel = KernelPoints(db.con.cursor(), db.sources.get("kernel_event", []), POINT_KINDS, nodes, infos)
     try:
-        # the next slice is read (Arrow, DuckDB: their own threads) while this one is walked
-        with ThreadPoolExecutor(1) as reader:
-            reading = reader.submit(_read_slice, db.con.cursor(), kernel, nodes, infos, windows, *bounds[0])
+        # the next slices are read (in threads, Arrow's and DuckDB's too) while this one is walked
+        with ThreadPoolExecutor(READERS) as reader:
+            reading = deque(reader.submit(_read_slice, db.con.cursor(), kernel, nodes, infos, windows, *b)
+                            for b in bounds[:READERS])
             try:
                 for i in range(len(bounds)):
-                    raw = reading.result()
-                    if i + 1 < len(bounds):
-                        reading = reader.submit(_read_slice, db.con.cursor(), kernel, nodes, infos, windows,
-                                                *bounds[i + 1])
+                    raw = reading.popleft().result()
+                    kernel.walked(bounds[i][1])
+                    if i + READERS < len(bounds):
+                        reading.append(reader.submit(_read_slice, db.con.cursor(), kernel, nodes, infos, windows,
+                                                     *bounds[i + READERS]))
                     if carry is not None:
                         raw = _prepend(carry, raw)
                     last = i == len(bounds) - 1

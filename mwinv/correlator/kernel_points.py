@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -56,24 +58,19 @@ class KernelPoints:
                             self.ords.ctypes.data, self.pids.ctypes.data, len(self.pids))
         self.groups = [(path, i, *_time_range(md.row_group(i))) for path in parts
                        for md in [_metadata(path)] for i in range(md.num_row_groups)]
-        # by row group: its last ts, its points, whether they are in time order
-        self.kept: dict[tuple[Path, int], tuple[int, dict[str, np.ndarray], bool]] = {}
+        # by row group: its last ts, and its points and whether they are in time order (_decoded) once read
+        self.kept: dict[tuple[Path, int], tuple[int, Future]] = {}
+        self.lock = threading.Lock()
 
     def read(self, lo: int | None, hi: int | None) -> list[dict[str, np.ndarray]]:
-        """The points in [lo, hi) (None: open-ended), per row group, each in its events' order; the slices
-        are read in time order."""
+        """The points in [lo, hi) (None: open-ended), per row group, each in its events' order. Slices
+        may be read at once, in threads; a row group is decoded by the first that needs it."""
         got = []
         for path, i, first, last in self.groups:
             if (lo is not None and last is not None and last < lo) or (hi is not None and first is not None
                                                                        and first >= hi):
                 continue
-            points, ordered = self.kept.get((path, i), (None, None, None))[1:]
-            if points is None:
-                points = self._points(path, i)
-                ts = points["ts"]
-                ordered = bool((ts[1:] >= ts[:-1]).all())
-                if last is not None:   # else (no statistics) read again for every slice
-                    self.kept[path, i] = (last, points, ordered)
+            points, ordered = self._group(path, i, last)
             ts = points["ts"]
             if ordered:   # the recorder's parts: a slice's points are a range of them
                 a, b = (np.searchsorted(ts, v) if v is not None else d for v, d in ((lo, 0), (hi, len(ts))))
@@ -85,9 +82,38 @@ class KernelPoints:
                 if hi is not None:
                     inside &= ts < hi
                 got.append({c: v[inside] for c, v in points.items()})
-        for key in [k for k, (last, _, _) in self.kept.items() if hi is None or last < hi]:
-            del self.kept[key]
         return got
+
+    def walked(self, until: int | None) -> None:
+        """The walk has read every slice before `until` (None: all of them): the row groups that end
+        before it are dropped."""
+        with self.lock:
+            for key in [k for k, (last, _) in self.kept.items() if until is None or last < until]:
+                del self.kept[key]
+
+    def _group(self, path: Path, i: int, last: int | None) -> tuple[dict[str, np.ndarray], bool]:
+        """A row group's points and whether they are in time order, decoded once while kept (a row
+        group without statistics is decoded for every slice)."""
+        if last is None:
+            return self._decoded(path, i)
+        with self.lock:
+            entry = self.kept.get((path, i))
+            if entry is None:
+                entry = self.kept[path, i] = (last, Future())
+                mine = True
+            else:
+                mine = False
+        if mine:
+            try:
+                entry[1].set_result(self._decoded(path, i))
+            except BaseException as exc:
+                entry[1].set_exception(exc)
+        return entry[1].result()
+
+    def _decoded(self, path: Path, i: int) -> tuple[dict[str, np.ndarray], bool]:
+        points = self._points(path, i)
+        ts = points["ts"]
+        return points, bool((ts[1:] >= ts[:-1]).all())
 
     def _points(self, path: Path, i: int) -> dict[str, np.ndarray]:
         """The points of one row group (kernelpoints.c)."""
@@ -113,11 +139,12 @@ class KernelPoints:
     def _event_kinds(self, names: list[str | None]) -> None:
         """event_kind of every event name not seen before, as a point kind code (self.switch: a switch,
         -1: no point)."""
-        new = sorted({n for n in names if n is not None} - set(self.event_kinds))
-        if new:
-            kinds = self.con.execute(_over_values("event_kind", new)).fetchall()
-            self.event_kinds.update({e: -1 if k is None else self.switch if k == "switch" else self.kinds.index(k)
-                                     for e, k in kinds})
+        with self.lock:
+            new = sorted({n for n in names if n is not None} - set(self.event_kinds))
+            if new:
+                kinds = self.con.execute(_over_values("event_kind", new)).fetchall()
+                self.event_kinds.update({e: -1 if k is None else self.switch if k == "switch" else
+                                         self.kinds.index(k) for e, k in kinds})
 
     def close(self) -> None:
         self.con.close()
