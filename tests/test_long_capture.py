@@ -723,18 +723,23 @@ def test_the_c_walk_names_the_point_kinds_in_their_order():
     assert [k.strip().lower() for k in kinds.split(",")] == list(attribution.POINT_KINDS)
 
 
-def test_the_c_kernel_points_read_the_columns_in_their_order():
-    """kernelpoints.c reads the event columns, the labels and writes the points by their index in
-    kernel_points' COLUMNS, LABELS and POINT_COLUMNS: one moved on one side only would read one column as another."""
+def _c_enum(source: str, prefix: str, last: str = "") -> list[str]:
+    """The names of a C enum of `prefix`_ names (its last one `last`, a count, left out), lowercase."""
+    found = re.search(rf"enum \{{ ({prefix}_[^}}]*?)(, {last})? \}}", source, re.S).group(1)
+    return [n.strip()[len(prefix) + 1:].lower() for n in found.split(",")]
+
+
+def test_the_c_kernel_points_and_slice_order_read_the_columns_in_their_order():
+    """kernelpoints.c and slicepoints.c read and write columns by their index in kernel_points' COLUMNS,
+    LABELS and POINT_COLUMNS and attribution's SLICE_COLUMNS and WALK_INPUTS: one moved on one side only
+    would read one column as another."""
     source = (Path(kernel_points.__file__).with_name("kernelpoints.c")).read_text()
-
-    def names(first: str, last: str) -> list[str]:
-        found = re.search(rf"enum \{{ ({first}_[^}}]*?)(, {last})? \}}", source, re.S).group(1)
-        return [n.strip()[len(first) + 1:].lower() for n in found.split(",")]
-
-    assert names("C", "NCOLS") == [c.removesuffix("_ns").replace("syscall_", "") for c in kernel_points.COLUMNS]
-    assert names("L", "NLABELS") == list(kernel_points.LABELS)
-    assert names("O", "") == list(kernel_points.POINT_COLUMNS)
+    assert _c_enum(source, "C", "NCOLS") == [c.removesuffix("_ns").replace("syscall_", "") for c in kernel_points.COLUMNS]
+    assert _c_enum(source, "L", "NLABELS") == list(kernel_points.LABELS)
+    assert _c_enum(source, "O") == list(kernel_points.POINT_COLUMNS)
+    source = (Path(attribution.__file__).with_name("slicepoints.c")).read_text()
+    assert _c_enum(source, "R", "NRUNCOLS") == [c for c, _ in attribution.SLICE_COLUMNS]
+    assert _c_enum(source, "O") == [c for c, _ in attribution.WALK_INPUTS]
 
 
 def test_kernel_parts_without_statistics_or_time_order_give_the_same_tables(tmp_path, monkeypatch):
@@ -752,3 +757,38 @@ def test_kernel_parts_without_statistics_or_time_order_give_the_same_tables(tmp_
         assert not pq.ParquetFile(part).metadata.row_group(0).column(1).is_stats_set
     monkeypatch.setattr(attribution, "CHUNK_POINTS", 200)
     assert _per_statement_tables(correlate(cap_dir, write=False)) == before
+
+
+def test_a_slice_is_put_in_the_walks_order_as_a_stable_sort_would():
+    """slicepoints.c sorts a slice's runs of points by (node, pid, ts, ord), ties in the runs' order, and
+    marks each seen where a window of its node covers it (a window's end inclusive, a gap never seen):
+    against numpy's stable lexsort and searchsorted on 500 random slices of ties, unsorted runs, nodes
+    without windows and columns at their default."""
+    rng = np.random.default_rng(3)
+    gap = attribution.POINT_KINDS.index("gap")
+    defaults = {"stack_id": -1, "sid": -1}
+    for _ in range(500):
+        pids = np.unique([nd << 32 | p for nd in range(2) for p in rng.integers(1, 50, rng.integers(1, 5))])
+        runs = []
+        for _ in range(rng.integers(1, 5)):
+            m = int(rng.integers(0, 60))
+            key = pids[rng.integers(0, len(pids), m)]
+            ts = rng.integers(0, 40, m)
+            runs.append({"node": key >> 32, "pid": key & 0xffffffff, "ts": np.sort(ts) if rng.random() < 0.7 else ts,
+                         "ord": rng.integers(-2, 10, m), "kind": rng.integers(0, len(attribution.POINT_KINDS), m),
+                         "info": rng.integers(-1, 3, m), "nr": rng.integers(-1, 300, m), "ret": rng.integers(-5, 5, m),
+                         **({"stack_id": rng.integers(-1, 9, m)} if rng.random() < 0.5 else
+                            {c: rng.integers(-1, 2, m) for c in ("sid", "io_seq", "io_rand")})})
+        cuts = np.sort(rng.choice(45, size=2 * int(rng.integers(0, 4)), replace=False))
+        windows = {0: (cuts[0::2], cuts[1::2])}   # node 1 has none
+        every = {c: np.concatenate([r[c] if c in r else np.full(len(r["ts"]), defaults.get(c, 0)) for r in runs])
+                 .astype(t) for c, t in attribution.SLICE_COLUMNS}
+        order = np.lexsort((every["ord"], every["ts"], every["pid"], every["node"]))
+        want = {c: every[c][order] for c, _ in attribution.WALK_INPUTS if c in every}
+        lo, hi = windows[0]
+        at = np.searchsorted(lo, want["ts"], side="right") - 1
+        covered = (at >= 0) & (want["ts"] <= np.append(hi, -1)[at])
+        want["seen"] = (want["node"] == 0) & covered & (want["kind"] != gap)
+        got = attribution._in_order(runs, pids, windows)
+        assert not got["context"].any()
+        assert all(np.array_equal(got[c], want[c]) for c in want), runs

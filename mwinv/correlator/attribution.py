@@ -24,7 +24,6 @@ import pyarrow as pa
 
 from mwinv.capture.columns import numpy_ints
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
-from mwinv.correlator import kernel_points
 from mwinv.correlator.kernel_points import KernelPoints
 from mwinv.correlator.load import CaptureDB, literal
 from mwinv.correlator.modules import step
@@ -207,26 +206,31 @@ def _read_slice(con, kernel: KernelPoints, nodes: list[str], infos: list[str],
     derived = {"node": _codes(t["node"]), "kind": _codes(t["kind"]), "info": _codes(t["info"]),
                "stack_id": np.full(t.num_rows, -1, np.int64)}
     derived.update({c: numpy_ints(t[c]) for c in ("pid", "ts", "ord", "nr", "ret", "sid", "io_seq", "io_rand")})
-    groups = kernel.read(lo, hi)
-    n = sum(len(g["ts"]) for g in groups)
-    every = {c: np.concatenate([*(g[c] for g in groups), derived[c]]) for c in kernel_points.POINT_COLUMNS}
-    every.update({c: np.concatenate([np.full(n, v, np.int64), derived[c]]) for c, v in (("sid", -1), ("io_seq", 0),
-                                                                                          ("io_rand", 0))})
-    order = np.lexsort((every["ord"], every["ts"], every["pid"], every["node"]))
-    raw = {c: every[c][order] for c, _ in WALK_INPUTS if c in every}
-    raw["context"] = np.zeros(len(order), bool)
-    raw["seen"] = _in_windows(raw["node"], raw["ts"], windows) & (raw["kind"] != _code(POINT_KINDS, "gap"))
+    return _in_order([*kernel.read(lo, hi), derived], kernel.pids, windows)
+
+
+def _in_order(runs: list[dict[str, np.ndarray]], pids: np.ndarray,
+              windows: dict[int, tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The points of the runs (SLICE_COLUMNS each, those missing at their default) as the walk's input
+    columns, sorted by (node, pid, ts, ord), ties in the runs' order, each marked seen where a trace
+    window of its node covers it (slicepoints.c); pids: the DBMS pids' keys (node code << 32 | pid),
+    sorted, every point's among them."""
+    lib = _slice_lib()
+    kept = [np.ascontiguousarray(r[c], t) for r in runs for c, t in SLICE_COLUMNS if c in r]
+    at = iter(kept)
+    structs = (_Run * len(runs))(*[_Run(len(r["ts"]), (ctypes.c_void_p * len(SLICE_COLUMNS))(
+        *[next(at).ctypes.data if c in r else None for c, _ in SLICE_COLUMNS])) for r in runs])
+    bounds = [windows.get(code, (np.zeros(0, np.int64),) * 2) for code in range(max(windows, default=-1) + 1)]
+    bounds = [(np.ascontiguousarray(lo, np.int64), np.ascontiguousarray(hi, np.int64)) for lo, hi in bounds]
+    wins = (_Windows * len(bounds))(*[_Windows(lo.ctypes.data, hi.ctypes.data, len(lo)) for lo, hi in bounds])
+    raw = {c: np.empty(sum(len(r["ts"]) for r in runs), t) for c, t in WALK_INPUTS}
+    rc = lib.slice_points(structs, len(runs), pids.ctypes.data, len(pids), wins, len(bounds),
+                          _code(POINT_KINDS, "gap"), _pointers(list(raw.values())))
+    if rc == -1:
+        raise MemoryError("the walk's slice")
+    if rc:
+        raise ValueError("a point of the walk's slice is of a pid that ran no statement")
     return raw
-
-
-def _in_windows(node: np.ndarray, ts: np.ndarray, windows: dict[int, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-    """Whether each (node code, ts) lies in one of its node's windows [lo, hi] (sorted, disjoint)."""
-    seen = np.zeros(len(ts), bool)
-    for code, (lo, hi) in windows.items():
-        mine = node == code
-        at = np.searchsorted(lo, ts[mine], side="right") - 1
-        seen[mine] = (at >= 0) & (ts[mine] <= hi[np.maximum(at, 0)])
-    return seen
 
 
 def slice_bounds(db: CaptureDB, chunk_points: int, lo: int | None = None,
@@ -335,6 +339,31 @@ def _walk_lib() -> ctypes.CDLL:
     lib.walk_roles.argtypes = [p, ctypes.c_int64, p, p, ctypes.c_int64, ctypes.c_int, ctypes.c_int64, p, p]
     lib.walk_columns.restype = None
     lib.walk_columns.argtypes = [p, ctypes.c_int64, p, p, p]
+    return lib
+
+
+# A slice's points as slicepoints.c reads them (a run's columns, in this order) before they are put in order.
+SLICE_COLUMNS = (("node", np.int32), ("pid", np.int64), ("ts", np.int64), ("ord", np.int64), ("kind", np.int32),
+                 ("info", np.int32), ("stack_id", np.int64), ("nr", np.int64), ("ret", np.int64), ("sid", np.int64),
+                 ("io_seq", np.int64), ("io_rand", np.int64))
+
+
+class _Run(ctypes.Structure):
+    """slicepoints.c's Run."""
+    _fields_ = [("n", ctypes.c_int64), ("cols", ctypes.c_void_p * len(SLICE_COLUMNS))]
+
+
+class _Windows(ctypes.Structure):
+    """slicepoints.c's Windows."""
+    _fields_ = [("lo", ctypes.c_void_p), ("hi", ctypes.c_void_p), ("n", ctypes.c_int64)]
+
+
+@functools.cache
+def _slice_lib() -> ctypes.CDLL:
+    lib = compiled(Path(__file__).with_name("slicepoints.c"), "the correlator's segment walk")
+    p = ctypes.c_void_p
+    lib.slice_points.restype = ctypes.c_int
+    lib.slice_points.argtypes = [p, ctypes.c_int64, p, ctypes.c_int64, p, ctypes.c_int64, ctypes.c_int32, p]
     return lib
 
 
