@@ -52,7 +52,8 @@ class KernelPoints:
         self.switch = len(kinds)   # event_kind's 'switch': two points
         ords = dict(con.execute(_over_values("point_ord", kinds)).fetchall())
         self.ords = np.array([ords[k] for k in kinds], np.int64)
-        pids = con.execute("SELECT node, pid FROM dbms_pid").fetchall()
+        # a statement without a pid (a slow query log's) has no task to follow
+        pids = con.execute("SELECT node, pid FROM dbms_pid WHERE pid IS NOT NULL").fetchall()
         self.pids = np.unique(np.array([self.nodes[n] << 32 | p for n, p in pids if n in self.nodes], np.int64))
         self.codes = _Kinds(*[kinds.index(k) for k in ("on", "off", "wake", "enter", "exit")], self.switch,
                             self.ords.ctypes.data, self.pids.ctypes.data, len(self.pids))
