@@ -734,7 +734,8 @@ def test_the_c_kernel_points_and_slice_order_read_the_columns_in_their_order():
     LABELS and POINT_COLUMNS and attribution's SLICE_COLUMNS and WALK_INPUTS: one moved on one side only
     would read one column as another."""
     source = (Path(kernel_points.__file__).with_name("kernelpoints.c")).read_text()
-    assert _c_enum(source, "C", "NCOLS") == [c.removesuffix("_ns").replace("syscall_", "") for c in kernel_points.COLUMNS]
+    columns = [c.removesuffix("_ns").replace("syscall_", "") for c in kernel_points.COLUMNS]
+    assert _c_enum(source, "C", "NCOLS") == columns
     assert _c_enum(source, "L", "NLABELS") == list(kernel_points.LABELS)
     assert _c_enum(source, "O") == list(kernel_points.POINT_COLUMNS)
     source = (Path(attribution.__file__).with_name("slicepoints.c")).read_text()

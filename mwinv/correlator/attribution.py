@@ -4,8 +4,8 @@ One pass per node: all state-changing points of each DBMS pid — scheduler swit
 syscall entries and exits, block requests issued and completed, PostgreSQL lock-wait probes and the
 statement boundaries themselves — go into one stream ordered by (pid, time) (kernel_points.py and
 sql/derived_point.sql). Forward fills carry the state, so each stretch between two points has a known
-CPU state, syscall, lock state, I/O in flight and statement. Summing the stretches per statement and component is linear in the
-number of events; no interval join of statements against events is needed.
+CPU state, syscall, lock state, I/O in flight and statement. Summing the stretches per statement and
+component is linear in the number of events; no interval join of statements against events is needed.
 
 The SQL modules (sql/*.sql) build the points and sum the segments; this module is the one step SQL
 cannot do, the walk that carries each pid's state (`segment_walk`), and the constants the modules read
@@ -48,7 +48,8 @@ NET_TX_SYSCALLS = numbers("sendto", "sendmsg")
 EPOLL_SYSCALLS = numbers("epoll_wait", "epoll_pwait")
 EAGAIN = 11
 
-# The kinds of point (kernel_points.py, sql/derived_point.sql) and the labels of the segment's code columns (segment_walk).
+# The kinds of point (kernel_points.py, sql/derived_point.sql) and the labels of the segment's code columns
+# (segment_walk).
 POINT_KINDS = ("on", "off", "wake", "enter", "exit", "lock_start", "lock_done", "lwlock_start", "lwlock_done",
                "io_start", "io_done", "stmt_start", "stmt_end", "gap")
 CPU_STATES = ("running", "runnable", "sleeping")
@@ -190,7 +191,8 @@ def segment_walk(db: CaptureDB, bounds: list[tuple[int | None, int | None]]):
 
 
 def _read_slice(con, kernel: KernelPoints, nodes: list[str], infos: list[str],
-                windows: dict[int, tuple[np.ndarray, np.ndarray]], lo: int | None, hi: int | None) -> dict[str, np.ndarray]:
+                windows: dict[int, tuple[np.ndarray, np.ndarray]], lo: int | None,
+                hi: int | None) -> dict[str, np.ndarray]:
     """One time slice of the point stream, sorted by (node, pid, ts, ord), as numpy columns (labels as
     codes), each point marked seen where a trace window of its node covers it (windows: per node code,
     their sorted lo and hi): the kernel's points (kernel_points.py) and those of derived tables."""
@@ -203,8 +205,7 @@ def _read_slice(con, kernel: KernelPoints, nodes: list[str], infos: list[str],
                io_seq::BIGINT AS io_seq, io_rand::BIGINT AS io_rand
         FROM derived_point WHERE {range_sql('ts', lo, hi)}""").to_arrow_table()
     con.close()
-    derived = {"node": _codes(t["node"]), "kind": _codes(t["kind"]), "info": _codes(t["info"]),
-               "stack_id": np.full(t.num_rows, -1, np.int64)}
+    derived = {"node": _codes(t["node"]), "kind": _codes(t["kind"]), "info": _codes(t["info"])}
     derived.update({c: numpy_ints(t[c]) for c in ("pid", "ts", "ord", "nr", "ret", "sid", "io_seq", "io_rand")})
     return _in_order([*kernel.read(lo, hi), derived], kernel.pids, windows)
 
