@@ -35,9 +35,14 @@ typedef struct {
     int64_t n_pids;
 } Kinds;
 
+static inline int is_null(const Column *c, int64_t r) {
+    int64_t i = c->offset + r;
+    return c->valid && !(c->valid[i >> 3] >> (i & 7) & 1);
+}
+
 static inline int64_t value(const Column *c, int64_t r) {
     int64_t i = c->offset + r;
-    if (c->valid && !(c->valid[i >> 3] >> (i & 7) & 1)) return c->null_value;
+    if (is_null(c, r)) return c->null_value;
     switch (c->width) {
     case 1: return ((const int8_t *)c->values)[i];
     case 2: return ((const int16_t *)c->values)[i];
@@ -63,12 +68,12 @@ static int is_dbms(const Kinds *k, int32_t node, int64_t pid) {
 
 /* Writes the points of the n events (out NULL: only counts them) and returns how many there are: per
  * event of a DBMS pid's its point, a switch's two (the task switched out, then the one switched in),
- * in the events' order. */
+ * in the events' order; an event without a time has none. */
 int64_t kernel_points(int64_t n, const Column *col, const Labels *lab, const Kinds *k, void **out) {
     int64_t m = 0;
     for (int64_t r = 0; r < n; r++) {
         int32_t kind = label(&lab[L_EVENT], r), node = label(&lab[L_NODE], r);
-        if (kind < 0 || node < 0) continue;
+        if (kind < 0 || node < 0 || is_null(&col[C_TS], r)) continue;
         for (int half = 0; half < (kind == k->sw ? 2 : 1); half++) {
             int32_t pk = kind == k->sw ? (half ? k->on : k->off) : kind;
             int64_t pid = value(&col[kind == k->sw ? (half ? C_NEXT_PID : C_PREV_PID)
