@@ -232,7 +232,7 @@ def test_report_says_what_is_missing(captures, tmp_path):
 def test_report_checks_the_disk_against_calibration(captures, tmp_path):
     """The model section sets the run's disk wait per request beside the calibration's, over the statements
     that read in short requests (the cold index scans; the cold full scan of lineitem_x20 streams its reads
-    and is left out)."""
+    and is left out), of the calibration's order, or says that the disk drifted from it."""
     import re
     before, _ = captures
     _, md = render_report(before.path, tmp_path)
@@ -251,7 +251,15 @@ def test_report_checks_the_disk_against_calibration(captures, tmp_path):
     assert requests > io[big_index_scan[0]]["seq_reqs"] + io[big_index_scan[0]]["random_reqs"] > 100
     # an 8 KiB read here takes tens of µs; the wait per request is of that order, not of a tick or a second
     latency_us = before.manifest()["calibration"]["disk"]["rand_latency_p50_s"] * 1e6
-    assert 0.1 * latency_us < waited_us < 10 * latency_us
+    assert abs(waited_us) < 10 * latency_us
+    # a VM's disk moves between latency levels: two CI runs waited 6 and -6 µs (the transfer at the calibrated
+    # rate took longer than the wait) against 134 and 104 µs calibrated; the report then says the disk drifted
+    dw = disk_wait_check(model_connection(before.read("statement"), before.read("statement_attribution"),
+                                          before.read("statement_io")), before.manifest()["calibration"])
+    if dw.drifted:
+        assert "did not behave as calibrated" in model, model[:600]
+    else:
+        assert 0.1 * latency_us < waited_us, (waited_us, latency_us)
 
 
 def test_capped_backend_is_told_from_cpu_shortage(captures):
