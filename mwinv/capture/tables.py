@@ -207,19 +207,20 @@ COMPACT = {"statement_attribution": "rusage_attribution"}
 COMPACT_MARK = b"mwinv.compact"
 
 
-def rusage_rows(relation: str, keys: str = "node, statement_id, query_id") -> str:
+def rusage_rows(relation: str, keys: tuple[str, ...] = ("node", "statement_id", "query_id")) -> str:
     """SQL: statement_attribution's rows of the statements in `relation` (rusage_attribution's columns), one
     per component of some time (of RUSAGE_COMPONENTS; none for one of 0, as in every part): the one
     expansion every reader of statement_attribution goes through (the correlation's session, a correlated
     capture's read back, Capture.read). A cross join with a table of the components, not an unnest of a
     list per statement: summed per component over 10.5 M statements in 0.28 s against 1.67 s, and a filter
-    on the component or the statement reaches the statements' scan. `keys`: the columns kept (a relation
+    on the component or the statement reaches the statements' scan. `relation`: a table's name or a
+    parenthesized query (its values through load's quoting helpers); `keys`: the columns kept (a relation
     of sums per query keeps its own)."""
     from mwinv.correlator.load import ident, literal
 
     ns = " ".join(f"WHEN {literal(c)} THEN {ident(c + '_ns')}" for c in RUSAGE_COMPONENTS)
     components = ", ".join(f"({literal(c)})" for c in RUSAGE_COMPONENTS)
-    return (f"SELECT * FROM (SELECT {keys}, component, CASE component {ns} END::BIGINT AS ns, "
+    return (f"SELECT * FROM (SELECT {', '.join(map(ident, keys))}, component, CASE component {ns} END::BIGINT AS ns, "
             f"0::BIGINT AS from_workers_ns FROM {relation}, (VALUES {components}) AS c(component)) WHERE ns <> 0")
 
 
@@ -285,7 +286,7 @@ def _check_types(path: Path, got: pa.Schema, want: pa.Schema) -> None:
 
 
 @contextlib.contextmanager
-def _unreadable(path: Path):
+def unreadable(path: Path):
     """A part Arrow cannot read (corrupt pages, a checksum that does not match, a value that does not
     fit its column): a one-line error naming it."""
     try:
@@ -313,7 +314,7 @@ def _open(path: Path) -> pq.ParquetFile:
 
 
 def _check_part(path: Path, schema: pa.Schema) -> None:
-    with _unreadable(path):
+    with unreadable(path):
         f = _open(path)
         _check_types(path, f.schema_arrow, schema)
         # the parts are in threads; batches of 256 k rows: a dictionary column of ~200 k texts per row group
@@ -337,7 +338,7 @@ def one_valued(parts: list[Path], names: list[str]) -> dict[str, object] | None:
         seen[name] = value if seen.get(name, value) == value else _MIXED
 
     for p in parts:
-        with _unreadable(p):
+        with unreadable(p):
             md = pq.read_metadata(p)
         index = {md.schema.column(i).name: i for i in range(md.num_columns)}
         for g in range(md.num_row_groups):
@@ -362,7 +363,7 @@ def one_valued(parts: list[Path], names: list[str]) -> dict[str, object] | None:
 
 def _marked(p: Path) -> bool:
     """A part written with its table's compact rows apart (COMPACT_MARK)."""
-    with _unreadable(p):
+    with unreadable(p):
         return COMPACT_MARK in (pq.read_schema(p).metadata or {})
 
 
@@ -506,7 +507,7 @@ class Capture:
     def _read_part(self, p: Path, table: str) -> pa.Table:
         """One part in its table's schema (a column an older recorder did not write: NULL)."""
         schema = SCHEMAS[table]
-        with _unreadable(p):
+        with unreadable(p):
             t = _open(p).read()
             _check_types(p, t.schema, schema)
             return pa.Table.from_arrays([t[f.name].cast(f.type) if f.name in t.column_names

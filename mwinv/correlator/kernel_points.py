@@ -8,8 +8,8 @@ A part holds its node's events in time order, in row groups of about a million (
 with its time range in the part's statistics. Each row group is decoded once, when the first slice it
 overlaps is read, and its points kept until the walk is past it: DuckDB's scan of kernel_event for each
 slice of a 600 s pgbench capture decoded every row group again for each of the ~2 slices it overlaps and
-took 0.27 s a slice of the 0.43 s the slice's read took, its 41.7 M events 18.6 s in all; Arrow decodes
-them once in 2.0 s."""
+took 0.27 s of the 0.43 s a slice's read took (one slice's EXPLAIN ANALYZE; ~18.6 s over its 69 slices
+at that rate); Arrow decodes its 41.7 M events once in 2.0 s."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mwinv.correlator.load import literal
+from mwinv.capture.tables import unreadable
+from mwinv.correlator.load import ident, literal
 from mwinv.errors import MwinvError
 from mwinv.native import compiled
 
@@ -57,8 +58,11 @@ class KernelPoints:
         self.pids = np.unique(np.array([self.nodes[n] << 32 | p for n, p in pids if n in self.nodes], np.int64))
         self.codes = _Kinds(*[kinds.index(k) for k in ("on", "off", "wake", "enter", "exit")], self.switch,
                             self.ords.ctypes.data, self.pids.ctypes.data, len(self.pids))
-        self.groups = [(path, i, *_time_range(md.row_group(i))) for path in parts
-                       for md in [_metadata(path)] for i in range(md.num_row_groups)]
+        self.groups = []
+        for path in parts:
+            with unreadable(path):
+                md = pq.read_metadata(path)
+            self.groups += [(path, i, *_time_range(md.row_group(i))) for i in range(md.num_row_groups)]
         # by row group: its last ts, and its points and whether they are in time order (_decoded) once read
         self.kept: dict[tuple[Path, int], tuple[int, Future]] = {}
         self.lock = threading.Lock()
@@ -118,11 +122,9 @@ class KernelPoints:
 
     def _points(self, path: Path, i: int) -> dict[str, np.ndarray]:
         """The points of one row group (kernelpoints.c)."""
-        try:
+        with unreadable(path):
             f = pq.ParquetFile(path)
             t = f.read_row_group(i, columns=[c for c in (*LABELS, *COLUMNS) if c in f.schema_arrow.names])
-        except (OSError, pa.ArrowException) as exc:
-            raise MwinvError(f"{path}: unreadable part ({str(exc).splitlines()[0]})") from None
         keep = []   # the arrays the C reads stay alive until it is done
         columns = (_Column * len(COLUMNS))(*[_column(t, c, null, keep) for c, null in COLUMNS.items()])
         dictionaries = {c: _dictionary(_array(t, c)) for c in LABELS if c in t.column_names}
@@ -209,18 +211,11 @@ def _labels(d: pa.DictionaryArray | None, n: int, codes: dict[str, int], keep: l
 
 def _over_values(macro: str, values) -> str:
     """A query of (value, macro(value)) over these values (the names through the one quoting helper)."""
-    return f"SELECT v, {macro}(v) FROM (VALUES " + ", ".join(f"({literal(v)})" for v in values) + ") t(v)"
+    return f"SELECT v, {ident(macro)}(v) FROM (VALUES " + ", ".join(f"({literal(v)})" for v in values) + ") t(v)"
 
 
 def _dictionary(chunk: pa.Array) -> pa.DictionaryArray:
     return chunk if pa.types.is_dictionary(chunk.type) else pc.dictionary_encode(chunk)
-
-
-def _metadata(path: Path) -> pq.FileMetaData:
-    try:
-        return pq.ParquetFile(path).metadata
-    except (OSError, pa.ArrowException) as exc:
-        raise MwinvError(f"{path}: unreadable part ({str(exc).splitlines()[0]})") from None
 
 
 def _time_range(rg: pq.RowGroupMetaData) -> tuple[int | None, int | None]:

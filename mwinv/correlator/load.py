@@ -334,7 +334,7 @@ def query_attribution(db: CaptureDB) -> None:
         # a statement of its rusage alone is one no trace window covers: not looked up in traced_statement
         # (probing it with 10.5 M rusage statements took 0.35 of query_summary's 1.37 s at 120 s)
         "UNION ALL " + rusage_rows(f"(SELECT {key}, false AS traced, {sums} FROM rusage_attribution a "
-                                   f"WHERE {unlinked} GROUP BY ALL)", keys="key, node, traced"))
+                                   f"WHERE {unlinked} GROUP BY ALL)", keys=("key", "node", "traced")))
 
 
 # What a derived table's parts hold, read back and written from: statement_attribution's the rows of the
