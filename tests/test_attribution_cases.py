@@ -67,6 +67,10 @@ CASES = {
     "file_read_in_d_state": (lambda p: [enter(2 * MS, p, "pread64"), switch_out(2 * MS + 1, p, "D"),
                                         wakeup(8 * MS, p), switch_in(8 * MS, p), leave(8 * MS + 1, p, "pread64")],
                              "disk_random"),
+    # a request of its own in flight explains a sleep a completion can end, not a wait on sockets or a latch
+    "futex_with_own_request": (lambda p: [*block(MS, 9 * MS, p, 1000), *sleep_in(p, "futex")], "disk_random"),
+    "epoll_with_own_request": (lambda p: [*block(MS, 9 * MS, p, 1000), *sleep_in(p, "epoll_wait")], "other_wait"),
+    "socket_with_own_request": (lambda p: [*block(MS, 9 * MS, p, 1000), *sleep_in(p, "recvfrom")], "network"),
     "socket_sleep": (lambda p: sleep_in(p, "recvfrom"), "network"),
     "epoll_after_send_eagain": (lambda p: sleep_in(p, "epoll_wait", before=[
         enter(MS, p, "sendto"), leave(MS + 1, p, "sendto", EAGAIN)]), "network"),

@@ -365,8 +365,10 @@ def test_model_leaves_the_sleep_unexplained(captures):
     before, _ = captures
     rows, _, _ = _estimates(before)
     sleep_ids = set(statement_ids(before, "SELECT pg_sleep(0.3)"))
+    at = before.read("statement_attribution")
+    components = [(r["component"], r["ns"]) for r in at.to_pylist() if r["statement_id"] in sleep_ids]
     assert [r for r in rows if r["statement_id"] in sleep_ids
-            and (1 - r["allocated_share"]) * r["measured_ns"] >= 250e6]
+            and (1 - r["allocated_share"]) * r["measured_ns"] >= 250e6], components
 
 
 def test_model_accuracy_on_real_run(captures):

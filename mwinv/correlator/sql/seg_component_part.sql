@@ -15,8 +15,11 @@ SELECT node, sid AS statement_id,
       WHEN cpu_state = v.cpu.runnable THEN 'cpu_or_queue'
       WHEN cpu_state < 0 THEN 'not_allocated'
       WHEN in_lock THEN 'lock_wait'
-      WHEN io_rand_inflight > 0 THEN 'disk_random'
-      WHEN io_seq_inflight > 0 THEN 'disk_seq'
+      -- an own request in flight is what a sleep waits for, unless it waits on file descriptors (epoll,
+      -- sockets), which no block completion ends (a fault's readahead the task never waited for may still be)
+      WHEN io_rand_inflight + io_seq_inflight > 0 AND NOT list_contains(getvariable('network_syscalls'), syscall)
+           AND NOT list_contains(getvariable('epoll_syscalls'), syscall) THEN
+           CASE WHEN io_rand_inflight > 0 THEN 'disk_random' ELSE 'disk_seq' END
       -- a file syscall that sleeps waits for the disk (a page-cache hit does not sleep)
       WHEN list_contains(getvariable('file_io_syscalls'), syscall) OR disk_sleep THEN
            CASE WHEN file_pattern = v.pattern.seq THEN 'disk_seq' WHEN file_pattern = v.pattern.rand THEN 'disk_random'
