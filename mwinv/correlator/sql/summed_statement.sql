@@ -91,16 +91,16 @@ split AS (
     -- outside the trace, where the DBMS kept its own account of the time
     SELECT d.node, d.statement_id, s.into_id, s.worker, d.component, d.ns
     FROM dbms_attribution d JOIN stmts s USING (node, statement_id)),
--- a statement's own time per component, rounded once as a sum of its pieces
-own AS (
-    SELECT node, into_id AS statement_id, worker, component, CAST(round(sum(ns)) AS BIGINT) AS ns
-    FROM split GROUP BY node, into_id, worker, split.statement_id, component),
+-- its pieces into its lists as they are: each is a whole number of ns (the splits are floors and what
+-- they leave), and a component's pieces are summed from the list (summing them per statement and
+-- component first took 0.19 s of a 233 k-statement slice's 0.88 s)
 per AS (
     SELECT node, statement_id,
            list({'i': i, 'ns': ns}) FILTER (WHERE NOT worker) AS own, list({'i': i, 'ns': ns}) FILTER (WHERE worker) AS w,
            coalesce(sum(ns) FILTER (WHERE NOT worker AND i <> c.na), 0) AS allocated,
            coalesce(sum(ns) FILTER (WHERE NOT worker AND i = c.na), 0) AS not_allocated
-    FROM (SELECT own.*, list_position(c.names, component) AS i FROM own, comps c), comps c
+    FROM (SELECT node, into_id AS statement_id, worker, ns::BIGINT AS ns, list_position(c.names, component) AS i
+          FROM split, comps c), comps c
     WHERE i IS NOT NULL GROUP BY node, statement_id)
 SELECT s.node, s.statement_id, s.query_id,
        list_transform(range(1, len(c.names) + 1), k ->
