@@ -29,8 +29,8 @@ from mwinv.correlator.load import ident, literal
 from mwinv.errors import MwinvError
 from mwinv.native import compiled
 
-# the event columns the points take, with the value each takes where it is null (or its part lacks it), and
-# the label columns, in kernelpoints.c's order
+# the event columns the points take, with the value each takes where it is null (or its part lacks it; never
+# ts_ns's: an event without a time gives no point), and the label columns, in kernelpoints.c's order
 COLUMNS = {"ts_ns": 0, "pid": -1, "prev_pid": -1, "next_pid": -1, "target_pid": -1, "stack_id": -1,
            "syscall_nr": -1, "syscall_ret": 0}
 LABELS = ("node", "event", "prev_state")

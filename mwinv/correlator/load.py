@@ -324,7 +324,7 @@ def query_attribution(db: CaptureDB) -> None:
     the sums): 18 M rows read, not the 124 M expanded ones, on a 120 s capture (1.3 s -> 0.6 s)."""
     traced = "(SELECT node, statement_id FROM traced_statement WHERE getvariable('duty_cycled'))"
     unlinked = "(node, statement_id) NOT IN (SELECT (node, statement_id) FROM statement_link)"
-    sums = ", ".join(f"sum({c}_ns)::BIGINT AS {c}_ns" for c in RUSAGE_COMPONENTS)
+    sums = ", ".join(f"sum({ident(c + '_ns')})::BIGINT AS {ident(c + '_ns')}" for c in RUSAGE_COMPONENTS)
     key = "coalesce(a.query_id, -a.statement_id) AS key, a.node"
     db.con.execute(
         "CREATE VIEW query_attribution AS "
