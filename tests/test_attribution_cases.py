@@ -101,14 +101,23 @@ def attributed(tmp_path_factory):
                            query_text_hash=100, start_ns=base + 10_000 * MS, end_ns=base + 10_010 * MS,
                            cpu_user_ns=3 * MS, cpu_sys_ns=MS, client_wait_ns=5 * MS, nesting_level=0,
                            errored=False))
-    events.append(dict(node=NODE, **switch_in(base + 200 * MS, 999)))   # the trace's end
+    # two statements on a CPU throughout with the extension's rusage: one longer than RUSAGE_MIN_WALL_NS,
+    # whose CPU total is its rusage, one shorter, whose CPU total is its running time
+    for sid, t0, wall, user, sys in ((101, base + 400 * MS, 60 * MS, 30 * MS, 10 * MS),
+                                     (102, base + 500 * MS, 10 * MS, 3 * MS, MS)):
+        statements.append(dict(node=NODE, dbms="postgresql", pid=sid, statement_id=sid, query_id=sid,
+                               query_text_hash=sid, start_ns=t0, end_ns=t0 + wall, cpu_user_ns=user,
+                               cpu_sys_ns=sys, client_wait_ns=0, nesting_level=0, errored=False))
+        events += [dict(node=NODE, **ev) for ev in (switch_in(t0 - MS, sid), enter(t0 + MS, sid, "getpid"),
+                                                   leave(t0 + 2 * MS, sid, "getpid"), switch_out(t0 + wall + MS, sid))]
+    events.append(dict(node=NODE, **switch_in(base + 600 * MS, 999)))   # the trace's end
     cap.write_part("statement", statements, node=NODE)
     cap.write_part("statement_text", [dict(query_text_hash=s["statement_id"], query_id=s["query_id"],
                                            text=f"case {s['statement_id']}") for s in statements], node=NODE)
     cap.write_part("kernel_event", sorted(events, key=lambda e: e["ts_ns"]), node=NODE)
     db = correlate(cap.path, write=False)
     return {sid: dict(db.sql(f"SELECT component, ns FROM statement_attribution WHERE statement_id = {sid}").fetchall())
-            for sid in [*range(1, len(CASES) + 1), 100]}
+            for sid in [*range(1, len(CASES) + 1), 100, 101, 102]}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -130,3 +139,10 @@ def test_outside_the_trace_takes_the_extensions_figures(attributed):
     assert comp["cpu_user"] == 3 * MS and comp["cpu_sys"] == MS
     assert comp["client_wait"] == 5 * MS
     assert comp["not_allocated"] == MS
+
+
+def test_a_statement_on_a_cpu_throughout_splits_its_cpu_by_its_rusage(attributed):
+    # 60 ms running, its rusage 30 + 10 ms: that is its CPU, the rest waited for one (sql/summed_statement.sql)
+    assert attributed[101] == {"cpu_user": 30 * MS, "cpu_sys": 10 * MS, "run_queue": 20 * MS}
+    # 10 ms, too short for its rusage's total: all of it CPU, split 3:1 as its rusage
+    assert attributed[102] == {"cpu_user": 7_500_000, "cpu_sys": 2_500_000}
