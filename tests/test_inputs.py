@@ -184,6 +184,50 @@ def test_flipped_bit_in_a_page_is_found(tmp_path):
         correlate(cap.path)
 
 
+def test_a_part_that_matches_its_seal_is_not_read_through(tmp_path, monkeypatch):
+    """A part write_part wrote is sealed (its CRC-32 and size beside it): the check reads it through only
+    when its bytes no longer match, and a seal that is a symlink is no seal; a moved or removed part
+    takes its seal along."""
+    import pyarrow.parquet as pq
+
+    cap = copy_capture(tmp_path)
+    table = "process_sample"
+    original = cap.read(table)
+    (old,) = cap.parts(table)
+    old.unlink()
+    part = cap.write_part(table, original, node="pg")
+    seal = part.with_name(part.name + ".crc")
+    assert seal.stat().st_mode & 0o777 == 0o600
+    read_through = []
+    real = pq.ParquetFile.iter_batches
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", lambda *a, **k: read_through.append(1) or real(*a, **k))
+    cap.check(table)
+    assert not read_through
+    raw = part.read_bytes()
+    part.write_bytes(raw[:-9] + bytes([raw[-9] ^ 1]) + raw[-8:])   # the footer's last byte: no page's
+    with pytest.raises(MwinvError, match=f"^{part}: "):
+        cap.check(table)
+    part.write_bytes(raw)
+    seal.unlink()
+    (tmp_path / "elsewhere").write_text(seal.name)
+    seal.symlink_to(tmp_path / "elsewhere")
+    cap.check(table)
+    assert read_through
+    seal.unlink()
+
+    other = Capture(tmp_path / "other").create(node="pg")
+    moved = other.write_part(table, original, node="pg")
+    cap.take_parts(other)
+    assert not moved.exists() and not moved.with_name(moved.name + ".crc").exists()
+    (_, taken) = cap.parts(table)
+    assert taken.with_name(taken.name + ".crc").exists()
+    read_through.clear()
+    cap.check(table)
+    assert len(read_through) == 1   # the first part, now without its seal
+    cap.remove_part(taken)
+    assert not taken.exists() and not taken.with_name(taken.name + ".crc").exists()
+
+
 def _edited(src: Path, tmp_path: Path, line: int, old: str, new: str) -> Path:
     lines = src.read_text().split("\n")
     assert old in lines[line - 1]
@@ -310,7 +354,7 @@ def test_full_disk_during_a_capture_parse_is_finished_by_the_next_correlation(ti
     (kdir / "formats.json").write_text("{}")
     (kdir / "recorder.json").write_text("{}")
     cap.update_manifest(nodes={"n1": {"clock": "mono", "kernel_unparsed": UNPARSED.format("n1")}})
-    filler = fill(tiny_fs, 8192)   # room for the events' part, not for the processes' after it
+    filler = fill(tiny_fs, 12288)   # room for the events' part and its seal, not for the processes' after it
     with pytest.raises(MwinvError, match=f"^no space left on device writing {kdir}/parsed/process/"):
         correlate(cap.path)
     assert not cap.has("kernel_event") and not (kdir / "parsed").exists() and not no_tmp(tiny_fs)

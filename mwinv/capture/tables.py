@@ -19,6 +19,7 @@ import re
 import socket
 import threading
 import time
+import zlib
 from pathlib import Path
 
 import pyarrow as pa
@@ -318,10 +319,45 @@ def _open(path: Path) -> pq.ParquetFile:
     return f
 
 
+# A part's seal: the CRC-32 and size of its bytes as written, in `<part>.crc` beside it. Its pages were
+# checksummed as they were written, and any byte changed since (a page, its header, the footer) changes the
+# CRC, so a part that still matches its seal needs no read page by page; one without a seal, or that does
+# not match it, is read through, which names what is wrong. A 600 s capture's 55 parts (434 MB): read
+# through in 8.1 s, their CRCs in 0.4 s.
+def _seal_path(part: Path) -> Path:
+    return part.with_name(part.name + ".crc")
+
+
+def _crc(path: Path) -> tuple[int, int]:
+    crc = size = 0
+    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as fh:
+        while chunk := fh.read(1 << 23):
+            crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+    return crc, size
+
+
+def _seal(part: Path) -> None:
+    crc, size = _crc(part)
+    privfile.write(_seal_path(part), f"{crc:08x} {size}\n")
+
+
+def _sealed(part: Path) -> bool:
+    """Whether the part's bytes are those its seal recorded (no seal, or an unreadable one: no)."""
+    try:
+        with os.fdopen(os.open(_seal_path(part), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as fh:
+            crc, size = fh.read(64).split()
+        want = (int(crc, 16), int(size))
+    except (OSError, ValueError):
+        return False
+    return os.stat(part, follow_symlinks=False).st_size == want[1] and _crc(part) == want
+
+
 def _check_part(path: Path, schema: pa.Schema) -> None:
     with unreadable(path):
         f = _open(path)
         _check_types(path, f.schema_arrow, schema)
+        if _sealed(path):
+            return
         # the parts are in threads; batches of 256 k rows: a dictionary column of ~200 k texts per row group
         # (kernel_event's fields) is sliced per batch, and the 600 s capture's parts took 7.6 s at 64 k rows,
         # 5.8 s at 256 k (1 M: 5.8 s, 220 MiB more)
@@ -472,6 +508,7 @@ class Capture:
                         writer.write_table(conform(pa.Table.from_batches([batch]), schema).cast(schema))
             else:
                 pq.write_table(data.replace_schema_metadata(schema.metadata), f, **options)
+        _seal(path)
         return path
 
     def take_parts(self, other: "Capture") -> None:
@@ -481,7 +518,16 @@ class Capture:
             for p in other.parts(table):
                 d = self.table_dir(table)
                 privfile.make_dir(d)
-                os.replace(p, _next_part(d, p.name.rsplit("-", 1)[0]))
+                to = _next_part(d, p.name.rsplit("-", 1)[0])
+                os.replace(p, to)
+                if _seal_path(p).exists():
+                    os.replace(_seal_path(p), _seal_path(to))
+
+    @staticmethod
+    def remove_part(part: Path) -> None:
+        """A part gone, and its seal."""
+        part.unlink()
+        _seal_path(part).unlink(missing_ok=True)
 
     def parts(self, table: str) -> list[Path]:
         d = self.table_dir(table)
@@ -522,9 +568,9 @@ class Capture:
         """Every part of `tables` read through once, its pages' checksums verified and its columns'
         types checked: DuckDB verifies no checksum (a flipped bit changed a sum silently) and a column
         of another type turned a query's comparison into a string one. A bad part: a one-line error,
-        the first bad one in the order of the tables and their parts. It costs a read of the parts,
-        in threads (Arrow's reader releases the GIL): a 600 s capture's 60 M statements and 52 M kernel
-        events in 4.9 s on 2 cores, 7.0-7.3 s one part at a time."""
+        the first bad one in the order of the tables and their parts. It costs a read of the parts that do
+        not match their seal (_seal_path), in threads (Arrow's reader releases the GIL): a 600 s capture's
+        60 M statements and 52 M kernel events in 4.9 s on 2 cores, 7.0-7.3 s one part at a time."""
         todo = [(p, SCHEMAS[t]) for t in tables for p in self.parts(t)]
         taken, failed = itertools.count(), []
 

@@ -162,7 +162,7 @@ def _write(db: CaptureDB, names: tuple[str, ...], prefix: str, replace: tuple[st
         d = db.capture.table_dir(name)
         for old in d.glob("*.parquet") if d.exists() else []:
             if "*" in replace or old.name.rsplit("-", 1)[0] in replace:
-                old.unlink()
+                db.capture.remove_part(old)
         t0 = time.monotonic()
         write_derived(db, name, only, prefix)
         db.modules.timed(f"writing {name}", time.monotonic() - t0)
