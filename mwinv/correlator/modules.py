@@ -11,6 +11,7 @@ Header of an SQL module (tests/test_sql_files.py checks every file):
     -- inputs:  the tables it reads (text in parentheses is commentary); the variable(s) a, b
     -- slice:   pid   (optional: time-local per node and pid, run once per time slice of the points)
     -- slice:   statement   (optional: per statement, run once per slice of the statements' starts)
+    -- slice:   range   (optional: per statement, run once over the statements a correlation attributes)
     -- scope:   request   (optional: built for one request, e.g. the statements advised, dropped after)
     -- columns: its columns
 
@@ -27,7 +28,9 @@ slice_hi; NULL: open-ended): its first slice creates its table, every later one 
 pid`: a time slice of the point stream (the segment walk and its per-slice sums). `slice: statement`:
 the statements whose slice key (sql/slice_statement.sql: its start, a parallel worker's leader's) lies
 in the slice, so that a per-statement module's joins hold one slice's statements, not the capture's;
-its inputs are in about that key's order, so a slice's scan skips the others' row groups.
+its inputs are in about that key's order, so a slice's scan skips the others' row groups. `slice:
+range`: one slice, the statements this correlation attributes (a capture correlated in parts: this
+part's), for a per-statement module whose joins hold nothing per statement it reads.
 
 `python -m mwinv.correlator.modules --graph` prints the module graph docs/architecture.md shows."""
 
@@ -44,7 +47,7 @@ from pathlib import Path
 
 SQL_DIR = Path(__file__).parent / "sql"
 FIELDS = ("builds", "inputs", "slice", "scope", "columns")
-SLICES = ("pid", "statement")
+SLICES = ("pid", "statement", "range")
 SCOPES = ("session", "request")
 
 

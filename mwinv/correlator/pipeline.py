@@ -106,14 +106,16 @@ def _correlate(capture_dir: str | Path, write: bool, progress, node: str | None,
 
 def _slices(db: CaptureDB, kind: str) -> list[tuple[int | None, int | None]]:
     """The point stream is walked in time slices (attribution.chunk_points: by DuckDB's limit), the per-statement
-    modules run per slice of attribution.CHUNK_STATEMENTS statements; in a capture correlated in parts,
-    over this part's range."""
+    modules run per slice of attribution.CHUNK_STATEMENTS statements or over their range at once; in a
+    capture correlated in parts, over this part's range."""
     parts = db.parts
     if kind == "pid":
         return attribution.slice_bounds(db, attribution.chunk_points(db), *((parts.since_ns, parts.until_ns)
                                                                          if parts else ()))
-    return attribution.statement_bounds(db, attribution.CHUNK_STATEMENTS, *(
-        (parts.key_since, incremental.statement_cut(db, parts)) if parts else ()))
+    bounds = (parts.key_since, incremental.statement_cut(db, parts)) if parts else (None, None)
+    if kind == "range":
+        return [bounds]
+    return attribution.statement_bounds(db, attribution.CHUNK_STATEMENTS, *bounds)
 
 
 # The correlation's tables in the order they are built, each group under the label progress() shows. A
