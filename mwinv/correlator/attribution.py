@@ -108,11 +108,14 @@ def component_ns(db: CaptureDB) -> None:
 # the next slice, read meanwhile, are outside DuckDB's limit (the estimate counts a kernel event as 1.5
 # points; pgbench captures have ~1). A 120 s pgbench capture (9.7 M events, DuckDB at 768 MiB), once
 # a pid stopped carrying the statements between trace windows: the walk took 15.5 s at 1 M points a
-# slice, the process 1,472 MiB meanwhile (before: 18.2 s and 2,300 MiB; at 250 k 29.1 s, 1,830 MiB).
-CHUNK_POINTS = 1_000_000
-# ... at most: the slice follows DuckDB's limit (--memory), a point per POINT_BYTES of it (1 M at 768 MiB,
+# slice, the process 1,472 MiB meanwhile (before: 18.2 s and 2,300 MiB; at 250 k 29.1 s, 1,830 MiB). The
+# 600 s capture (23 M statements), whole correlation, two runs each: 1 M 44.4-45.2 s at 1,193-1,251 MiB
+# peak, 2 M 42.3-42.6 s at 1,276-1,351 MiB, 4 M 42.3-42.9 s at 1,470-1,540 MiB (69 slices at 1 M: each
+# slice's sums are queries of their own).
+CHUNK_POINTS = 2_000_000
+# ... at most: the slice follows DuckDB's limit (--memory), a point per POINT_BYTES of it (2 M at 768 MiB,
 # the default's cap), so that a lower limit lowers the walk's share of the process too.
-POINT_BYTES = 768
+POINT_BYTES = 384
 # Slices read at once, in threads, while one is walked (each holds its points outside DuckDB's limit too): a
 # slice's read (kernel_points.py, sql/derived_point.sql, the sort) took 0.22-0.29 s of the 600 s pgbench
 # capture's 69. With one reader the walk waited 12.4 s of its 12.8 s for it; with two the walk took 10.2 s.
