@@ -124,9 +124,6 @@ READERS = 2
 # many statements' rows at once, not the capture's: on a 120 s pgbench capture (12.3 M statements) with
 # DuckDB at 512 MB, slices of 1 M ran out of memory, of 250 k they took 37 s at 2.05 GiB.
 CHUNK_STATEMENTS = 250_000
-# A statement slice's statements in all, most of them rusage-only in a duty-cycled capture: only
-# statement_io reads those, a join with the few statements with requests (seg_io), nothing held.
-CHUNK_RUSAGE_ONLY = 4_000_000
 # A pid that never switches carries its whole tail from slice to slice: past this many rows that pid's
 # tail is counted at once, as at the end of the trace (its last stretch loses the evidence of what follows).
 MAX_CARRY_POINTS = 4_000_000
@@ -276,16 +273,13 @@ def chunk_points(db: CaptureDB) -> int:
 def statement_bounds(db: CaptureDB, chunk_statements: int, lo: int | None = None,
                      hi: int | None = None) -> list[tuple[int | None, int | None]]:
     """Slices of [lo, hi) of the statements' slice keys (sql/slice_statement.sql) for the `slice: statement`
-    modules, each of about `chunk_statements` statements whose own rows are summed (not rusage_only) and
-    at most CHUNK_RUSAGE_ONLY in all; the cuts are statements' keys (exact quantiles: 0.35 s for 13 M)."""
-    cuts = set()
-    for only, chunk in (("NOT rusage_only", chunk_statements), ("true", max(chunk_statements, CHUNK_RUSAGE_ONLY))):
-        where = f"{only} AND {range_sql('key_ns', lo, hi)}"
-        n = db.sql(f"SELECT count(*) FROM slice_statement WHERE {where}").fetchone()[0]
-        bounds = _quantile_bounds(db, "slice_statement", "key_ns", -(-n // chunk), "quantile_disc", lo, hi, only)
-        cuts |= {c for c, _ in bounds[1:]}
-    cuts = sorted(cuts)
-    return list(zip([lo] + cuts, cuts + [hi]))
+    modules, each of about `chunk_statements` statements whose own rows are summed (not rusage_only: the
+    others they filter out as they scan, holding none); the cuts are statements' keys (exact quantiles:
+    0.35 s for 13 M)."""
+    n = db.sql(f"SELECT count(*) FROM slice_statement WHERE NOT rusage_only AND {range_sql('key_ns', lo, hi)}"
+               ).fetchone()[0]
+    return _quantile_bounds(db, "slice_statement", "key_ns", -(-n // chunk_statements), "quantile_disc", lo, hi,
+                            "NOT rusage_only")
 
 
 def _quantile_bounds(db: CaptureDB, table: str, column: str, slices: int, quantile: str,
