@@ -25,11 +25,15 @@ def summary(name: str) -> str:
 
 def run(name: str, args: list[str]) -> None:
     sys.argv = [f"bench.bench_{name}", *args]
+    from mwinv.errors import MwinvError
+
     try:
         runpy.run_module(f"bench.bench_{name}", run_name="__main__", alter_sys=True)
     except SystemExit as exc:  # click and argparse end with sys.exit()
         if exc.code not in (None, 0):
             raise
+    except MwinvError as exc:   # a bad input or a failed step: one line
+        sys.exit(f"bench {name}: error: {exc}")
 
 
 def main(argv: list[str]) -> None:

@@ -28,9 +28,11 @@ from rich.table import Table
 from bench.bench_correlate import GOAL_RSS_BYTES, table_rows
 from bench.bench_extension import pgbench
 from bench.machine import memory_line
+from mwinv import privfile
 from mwinv.capture.tables import Capture
 from mwinv.engines.postgresql.reader import connect_untracked
 from mwinv.engines.postgresql.server import PgServer, pg_bindir
+from mwinv.errors import MwinvError
 
 BIN = Path(sys.executable).parent
 GOAL_STATEMENTS_PER_S = 1_000_000
@@ -78,7 +80,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="where the captures go (default: a temporary directory)")
     ap.add_argument("--keep", action="store_true", help="keep the captures")
     args = ap.parse_args()
-    lengths = [int(s) for s in args.seconds.split(",")]
+    try:
+        lengths = [int(s) for s in args.seconds.split(",")]
+    except ValueError:
+        ap.error(f"--seconds {args.seconds}: lengths in whole seconds, comma-separated (e.g. 30,120)")
+    if args.out is not None:
+        privfile.make_dir(args.out)
     console = Console(width=200)   # the side-by-side table whole, also in a log
     console.print(memory_line())
     root = Path(tempfile.mkdtemp(prefix="mwinv-bench-long-", dir=args.out))
@@ -156,4 +163,7 @@ def projection(rows: list[dict]) -> list[str]:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except MwinvError as exc:
+        sys.exit(f"bench long: error: {exc}")
