@@ -153,6 +153,17 @@ def test_part_of_an_older_recorder_reads_its_newer_columns_as_null(tmp_path):
     assert db.sql("SELECT count(*), count(client_wait_ns) FROM statement").fetchone() == (t.num_rows, 0)
 
 
+def _rewritten_part(tmp_path: Path):
+    """A copy of the golden capture with its process_sample part written again as the recorders write
+    parts now: (capture, table, its rows, the part)."""
+    cap = copy_capture(tmp_path)
+    table = "process_sample"
+    original = cap.read(table)
+    (old,) = cap.parts(table)
+    old.unlink()
+    return cap, table, original, cap.write_part(table, original, node="pg")
+
+
 def test_flipped_bit_in_a_page_is_found(tmp_path):
     """A part as the recorders write it, one bit flipped where Arrow without the page checksums reads
     other values (found by trying each byte): the reader and the correlator name the part."""
@@ -160,12 +171,7 @@ def test_flipped_bit_in_a_page_is_found(tmp_path):
 
     from mwinv.correlator.pipeline import correlate
 
-    cap = copy_capture(tmp_path)
-    table = "process_sample"
-    original = cap.read(table)
-    (old,) = cap.parts(table)
-    old.unlink()
-    part = cap.write_part(table, original, node="pg")
+    cap, table, original, part = _rewritten_part(tmp_path)
     raw = part.read_bytes()
     for at in range(4, len(raw)):
         flipped = bytearray(raw)
@@ -190,12 +196,7 @@ def test_a_part_that_matches_its_seal_is_not_read_through(tmp_path, monkeypatch)
     takes its seal along."""
     import pyarrow.parquet as pq
 
-    cap = copy_capture(tmp_path)
-    table = "process_sample"
-    original = cap.read(table)
-    (old,) = cap.parts(table)
-    old.unlink()
-    part = cap.write_part(table, original, node="pg")
+    cap, table, original, part = _rewritten_part(tmp_path)
     seal = part.with_name(part.name + ".crc")
     assert seal.stat().st_mode & 0o777 == 0o600
     read_through = []
