@@ -565,12 +565,12 @@ class Capture:
                                          else pa.nulls(t.num_rows, f.type) for f in schema], schema=schema)
 
     def check(self, *tables: str) -> None:
-        """Every part of `tables` read through once, its pages' checksums verified and its columns'
-        types checked: DuckDB verifies no checksum (a flipped bit changed a sum silently) and a column
-        of another type turned a query's comparison into a string one. A bad part: a one-line error,
-        the first bad one in the order of the tables and their parts. It costs a read of the parts that do
-        not match their seal (_seal_path), in threads (Arrow's reader releases the GIL): a 600 s capture's
-        60 M statements and 52 M kernel events in 4.9 s on 2 cores, 7.0-7.3 s one part at a time."""
+        """Every part of `tables` checked once: its footer and its columns' types, and its pages' checksums
+        (read through) unless its bytes match its seal (_seal_path): DuckDB verifies no checksum (a flipped
+        bit changed a sum silently) and a column of another type turned a query's comparison into a string
+        one. A bad part: a one-line error, the first bad one in the order of the tables and their parts.
+        Reading parts through runs in threads (Arrow's reader releases the GIL): a 600 s capture's 60 M
+        statements and 52 M kernel events in 4.9 s on 2 cores, 7.0-7.3 s one part at a time."""
         todo = [(p, SCHEMAS[t]) for t in tables for p in self.parts(t)]
         taken, failed = itertools.count(), []
 
