@@ -20,7 +20,8 @@
 -- component's text in each), 7.6-9.7 s as lists from a table of the own rows, which took 13-14 s more.
 --
 -- builds:  summed_statement
--- inputs:  slice_statement, seg_component, seg_io, dbms_attribution, in_slice, component_ns; the variables components
+-- inputs:  slice_statement, seg_component, seg_io, dbms_attribution, in_slice, component_ns, statement_cpu_ns,
+--          user_part_ns; the variables components
 --          (ATTRIBUTION_COMPONENTS, in order), rusage_min_wall_ns (attribution.RUSAGE_MIN_WALL_NS),
 --          slice_lo, slice_hi
 -- slice:   statement
@@ -55,24 +56,19 @@ comp AS (
     JOIN (SELECT * FROM seg_component WHERE in_slice(key_ns)) c USING (node, statement_id) WHERE b.traced),
 -- a statement the segments saw no request of has none (statement_io's zeros)
 io AS (SELECT node, statement_id, seq_reqs, random_reqs FROM seg_io WHERE in_slice(key_ns)),
--- the statement's rusage is exact for its CPU total, the scheduler places it in time: on-CPU
--- stretches plus runnable ones whose switch-in was not recorded, up to the rusage total; the
--- rest waited for a CPU (without rusage, or for a statement too short for it, all of it is CPU)
+-- its on-CPU stretches and its runnable ones whose switch-in was not recorded, split by cpu_split's rule
 cpu AS (
     SELECT node, statement_id, into_id, worker, wall_ns, u, k, has_rusage,
            coalesce(sum(ns) FILTER (WHERE component = 'cpu'), 0) AS running,
            coalesce(sum(ns) FILTER (WHERE component = 'cpu_or_queue'), 0) AS unconfirmed
     FROM comp GROUP BY ALL),
 cpu_total AS (
-    SELECT *, CASE WHEN has_rusage AND wall_ns >= getvariable('rusage_min_wall_ns') THEN least(u + k, running + unconfirmed)
-                   ELSE running + unconfirmed END AS cpu_ns
-    FROM cpu),
+    SELECT *, statement_cpu_ns(has_rusage, wall_ns, u, k, running + unconfirmed) AS cpu_ns FROM cpu),
 split AS (
-    SELECT node, statement_id, into_id, worker, 'cpu_user' AS component,
-           CASE WHEN u + k > 0 THEN floor(cpu_ns * u / (u + k)) ELSE cpu_ns END AS ns
+    SELECT node, statement_id, into_id, worker, 'cpu_user' AS component, user_part_ns(cpu_ns, u, k) AS ns
     FROM cpu_total
     UNION ALL
-    SELECT node, statement_id, into_id, worker, 'cpu_sys', CASE WHEN u + k > 0 THEN cpu_ns - floor(cpu_ns * u / (u + k)) ELSE 0 END
+    SELECT node, statement_id, into_id, worker, 'cpu_sys', cpu_ns - user_part_ns(cpu_ns, u, k)
     FROM cpu_total
     UNION ALL
     SELECT node, statement_id, into_id, worker, 'run_queue', running + unconfirmed - cpu_ns
@@ -125,15 +121,13 @@ SELECT s.node, s.statement_id, s.query_id,
            AS from_workers_ns
 FROM flagged s LEFT JOIN per p USING (node, statement_id), comps c WHERE NOT s.worker AND NOT s.simple
 UNION ALL
--- cpu_ns and the split as in cpu_total and split above; what the cpu row leaves of the wall: not_allocated
+-- the same CPU split (cpu_split); what the cpu row leaves of the wall: not_allocated
 SELECT node, statement_id, query_id,
-       component_ns(CASE WHEN u + k > 0 THEN floor(cpu_ns * u / (u + k)) ELSE cpu_ns END,
-                    CASE WHEN u + k > 0 THEN cpu_ns - floor(cpu_ns * u / (u + k)) ELSE 0 END,
-                    running - cpu_ns, greatest(0, wall_ns - running)) AS ns,
+       component_ns(user_part_ns(cpu_ns, u, k), cpu_ns - user_part_ns(cpu_ns, u, k), running - cpu_ns,
+                    greatest(0, wall_ns - running)) AS ns,
        NULL::BIGINT[] AS from_workers_ns
 FROM (SELECT s.node, s.statement_id, s.query_id, s.wall_ns, s.u, s.k, coalesce(r.ns, 0) AS running,
-             CASE WHEN s.has_rusage AND s.wall_ns >= getvariable('rusage_min_wall_ns')
-                  THEN least(s.u + s.k, coalesce(r.ns, 0)) ELSE coalesce(r.ns, 0) END AS cpu_ns
+             statement_cpu_ns(s.has_rusage, s.wall_ns, s.u, s.k, coalesce(r.ns, 0)) AS cpu_ns
       FROM flagged s
       LEFT JOIN (SELECT node, statement_id, ns FROM seg_component WHERE in_slice(key_ns) AND component = 'cpu') r
            USING (node, statement_id)
