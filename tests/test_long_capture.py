@@ -288,6 +288,30 @@ def test_statement_dup_groups_a_million_statements_in_a_small_memory_limit(tmp_p
     assert con.sql("SELECT * FROM statement_dup ORDER BY ALL").fetchall() == [("all", 5, 3), ("other", 9, 2)]
 
 
+@pytest.mark.parametrize("ids, unique", [("as recorded", True), ("one twice", False), ("far apart", False)])
+def test_statement_ids_recorded_once_are_known_by_a_bitmap(tmp_path, ids, unique):
+    """The golden capture's statement ids, each recorded once, are found unique by the bitmap of their
+    range (load._ids_unique), and statement_dup holds none; an id recorded twice is not (its rows are
+    counted), nor are ids too far apart for a bitmap (grouped: the same rows as over ids recorded once)."""
+    cap_dir = tmp_path / "cap"
+    shutil.copytree(CAPTURE, cap_dir)
+    cap = Capture(cap_dir)
+    rows = cap.read("statement")
+    sid = rows["statement_id"].to_pylist()
+    if ids == "one twice":
+        sid[1] = sid[0]
+    elif ids == "far apart":
+        sid[-1] += 1 << 40
+    rows = rows.set_column(rows.schema.get_field_index("statement_id"), "statement_id", pa.array(sid, pa.int64()))
+    for p in cap.parts("statement"):
+        cap.remove_part(p)
+    cap.write_part("statement", rows, node="all")
+    db = open_capture(cap_dir)
+    assert db.modules.variables["statement_ids_unique"] is unique
+    dups = db.sql("SELECT statement_id, n FROM statement_dup").fetchall()
+    assert dups == ([] if ids != "one twice" else [(sid[0], 2)])
+
+
 # the golden capture's SELECT pg_sleep(0.2) and the later SELECT that waited for the table lock, on
 # another backend: made its parallel worker, it starts in a later slice than its leader
 LEADER, WORKER = 1838743949164766209, 1838743949164768256
