@@ -235,10 +235,13 @@ def load(coordinator, data_nodes: dict[str, tuple], scheme: Scheme, data_dir: Pa
     for node, (conn, _, _) in data_nodes.items():
         for stmt in _keys_on_node(scheme, list(data_nodes), node):
             conn.execute(stmt)
-        conn.execute("VACUUM ANALYZE")
+        conn.execute(tpch.vacuum_analyze([*tpch.TABLES, *(remote for t in scheme.partitioned for where, remote in
+                                                          placement(scheme, list(data_nodes), t)
+                                                          if where == node and remote != t)]))
     for stmt in _statements_on(tpch.KEYS_SQL, scheme.replicated()):
         coordinator.execute(stmt)
-    coordinator.execute("VACUUM ANALYZE")
+    if scheme.replicated():
+        coordinator.execute(tpch.vacuum_analyze(scheme.replicated()))
     for t in scheme.partitioned:   # the foreign partitions' statistics, sampled from the nodes
         coordinator.execute(f"ANALYZE {t}")
     for t in scheme.partitioned:

@@ -209,8 +209,14 @@ def load(conn, data_dir: Path, progress=None) -> dict[str, int]:
             cur.execute(stmt)
         if progress:
             progress("analyze")
-        cur.execute("VACUUM ANALYZE")
+        cur.execute(vacuum_analyze(TABLES))
     return counts
+
+
+def vacuum_analyze(tables) -> str:
+    """VACUUM ANALYZE of the loaded tables (code's names) alone: the whole database's took 0.8-0.9 s a
+    server at SF 0.01, most of it the system catalogs, which no measured query reads."""
+    return "VACUUM ANALYZE " + ", ".join(tables)
 
 
 def _cell_equal(got, want: str) -> bool:
