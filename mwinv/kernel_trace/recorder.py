@@ -491,7 +491,9 @@ class KernelRecorder:
             with self._pid_lock:
                 if on == "1":
                     self.instance.write("set_event_pid", "")   # truncated, then the live pids
-                    for pid in self.procs:
+                    # a copy: _follow adds processes meanwhile (iterating the dict itself ended the
+                    # cycling when one came: a 600 s capture's windows stopped after 39 s)
+                    for pid in list(self.procs):
                         if pid not in self._gone:
                             self._add_event_pid(pid)
                 for ev in self.enabled:
