@@ -295,6 +295,8 @@ class NodeCapture:
                 self._update_node({"statements": self.engine.probe_source, "statements_lost": self.engine.probe_lost})
         self.summary["errors"] = errors
         rec = self.summary.get("recorder", {})
+        if rec.get("errors"):   # what the recorder kept going past (a duty cycle that stopped, a pid not followed)
+            self._update_node({"kernel_errors": "kernel recorder: " + "; ".join(rec["errors"])})
         self._update_node({
             "end_ns": time.monotonic_ns(), "wall_minus_mono_end": wall_minus_mono(),
             "tracer": rec.get("tracer", "none"), "events": rec.get("events", []),

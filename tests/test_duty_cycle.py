@@ -16,6 +16,7 @@ from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
 from mwinv.correlator.pipeline import correlate, top_statements
 from mwinv.correlator.report import load
 from mwinv.engines.postgresql.server import PgServer, pg_bindir
+from mwinv.kernel_trace.recorder import KernelRecorder
 
 MWINV_TRACE = str(Path(sys.executable).parent / "mwinv-trace")
 
@@ -177,3 +178,28 @@ def test_over_the_budget_long_statements_keep_every_event(server, tmp_path):
     db = correlate(out, write=False)
     assert not db.duty_cycled
     assert db.sql("SELECT count(*) FROM traced_statement").fetchone()[0] >= 40
+
+
+def test_a_duty_cycle_that_fails_is_said_and_leaves_the_events_on(server, tmp_path, monkeypatch):
+    """A failure in the duty cycle (here the one a process followed meanwhile caused: the pid dict
+    changed size while the events were switched back on) ended its thread in silence, the events off
+    for the rest of the capture: a 600 s capture's windows stopped after 39 s. Now it is recorded, said
+    in the manifest and by the correlation, and the rest of the capture is one window."""
+    switch = KernelRecorder._switch_events
+    ons = []
+
+    def failing_once(self, on):
+        ons.append(on)
+        if on == "1" and ons.count("1") == 1:
+            raise RuntimeError("dictionary changed size during iteration")
+        return switch(self, on)
+
+    monkeypatch.setattr(KernelRecorder, "_switch_events", failing_once)
+    summary, db = _captured(server, tmp_path / "failed", duty=0.25, window_s=0.4)
+    assert summary["recorder"]["errors"] == [
+        "duty cycle stopped: RuntimeError('dictionary changed size during iteration')"]
+    first, rest = summary["recorder"]["windows"]
+    assert first[1] - first[0] < 0.8e9 and rest[1] - rest[0] > 1.5e9, summary["recorder"]["windows"]   # to the stop
+    info = json.loads((tmp_path / "failed" / "manifest.json").read_text())["nodes"]["n1"]
+    assert "duty cycle stopped" in info["kernel_errors"]
+    assert any(w.startswith("node n1: kernel recorder: duty cycle stopped") for w in db.warnings), db.warnings

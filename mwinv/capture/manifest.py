@@ -45,6 +45,7 @@ NODE = {
     "engine": ("str", False),
     "kernel_unparsed": (["null", "str"], False),
     "kernel_recovered": ("str", False),
+    "kernel_errors": ("str", False),
     # the recorder's function tracer (kernel_trace/recorder.py): whether it ran, and why not
     "function_tracer": (["null", {"ran": ("bool", True), "why_not": (["null", "str"], True),
                                   "filter": (["list", "str"], False)}], False),

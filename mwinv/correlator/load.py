@@ -460,7 +460,8 @@ def remove_stale(capture: Capture) -> None:
 
 def _check(db: CaptureDB, manifest: dict) -> None:
     for node, info in (manifest.get("nodes") or {}).items():   # a capture that did not stop (recover_kernel)
-        db.warnings += [f"node {node}: {info[key]}" for key in ("kernel_unparsed", "kernel_recovered") if info.get(key)]
+        db.warnings += [f"node {node}: {info[key]}" for key in ("kernel_unparsed", "kernel_recovered", "kernel_errors")
+                        if info.get(key)]
     if not db.has("statement"):
         db.warnings.append("table statement: missing (no DBMS-side capture): no per-statement attribution possible")
         return

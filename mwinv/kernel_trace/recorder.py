@@ -420,10 +420,20 @@ class KernelRecorder:
                 self._errors.append(f"following pids: {exc}")
 
     def _duty_loop(self) -> None:
-        """Events on for window_s, off for window_s * (1 / duty - 1), and so on. Off means disabled, not
-        just unrecorded: an enabled tracepoint costs every task that passes it, filtered out or not
-        (docs/overhead.md), a disabled one a not-taken branch. With an event budget the duty follows the
-        rate the windows see (1 while it is within the budget: events on throughout)."""
+        """Events on for window_s, off for window_s * (1 / duty - 1), and so on (_cycle). A failure ends
+        the cycling, said at stop (the node's kernel_errors), and leaves the events on: the rest of the
+        capture one window, not none."""
+        try:
+            self._cycle()
+        except Exception as exc:   # a defect: reported, not a thread ended in silence
+            self._errors.append(f"duty cycle stopped: {exc!r}")
+            if not self._stop.is_set() and not self._events_on and self._switch_events("1"):
+                self.windows.append([time.monotonic_ns(), None])
+
+    def _cycle(self) -> None:
+        """Off means disabled, not just unrecorded: an enabled tracepoint costs every task that passes it,
+        filtered out or not (docs/overhead.md), a disabled one a not-taken branch. With an event budget
+        the duty follows the rate the windows see (1 while it is within the budget: events on throughout)."""
         seen: list[tuple[float, int]] = []   # (seconds on, events) of the recent windows, newest last
         while True:
             t0, n0 = time.monotonic(), self._events_so_far() if self.cfg.event_budget else 0
