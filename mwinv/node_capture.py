@@ -295,9 +295,10 @@ class NodeCapture:
                 self._update_node({"statements": self.engine.probe_source, "statements_lost": self.engine.probe_lost})
         self.summary["errors"] = errors
         rec = self.summary.get("recorder", {})
-        if rec.get("errors"):   # what the recorder kept going past (a duty cycle that stopped, a pid not followed)
-            self._update_node({"kernel_errors": "kernel recorder: " + "; ".join(rec["errors"])})
+        # what the recorder kept going past (a duty cycle that stopped, a pid not followed)
+        said = {"kernel_errors": "kernel recorder: " + "; ".join(rec["errors"])} if rec.get("errors") else {}
         self._update_node({
+            **said,
             "end_ns": time.monotonic_ns(), "wall_minus_mono_end": wall_minus_mono(),
             "tracer": rec.get("tracer", "none"), "events": rec.get("events", []),
             "function_tracer": rec.get("function_tracer"),

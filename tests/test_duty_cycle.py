@@ -200,6 +200,10 @@ def test_a_duty_cycle_that_fails_is_said_and_leaves_the_events_on(server, tmp_pa
         "duty cycle stopped: RuntimeError('dictionary changed size during iteration')"]
     first, rest = summary["recorder"]["windows"]
     assert first[1] - first[0] < 0.8e9 and rest[1] - rest[0] > 1.5e9, summary["recorder"]["windows"]   # to the stop
+    # and the events were on in it, not only said to be: switches of the backends throughout
+    late = db.sql(f"SELECT count(*) FROM kernel_event WHERE event = 'sched_switch' AND ts_ns > {rest[0] + 1_000_000_000}"
+                  ).fetchone()[0]
+    assert late > 100, late
     info = json.loads((tmp_path / "failed" / "manifest.json").read_text())["nodes"]["n1"]
     assert "duty cycle stopped" in info["kernel_errors"]
     assert any(w.startswith("node n1: kernel recorder: duty cycle stopped") for w in db.warnings), db.warnings
