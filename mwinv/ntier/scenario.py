@@ -45,6 +45,7 @@ MAX_REPLICAS = 3
 MAX_CLIENTS = 64
 RAMP_GROUPS = 4          # clients start and stop in up to this many groups
 WATCH_S = 0.2            # how often the servers and pgpool are checked during a level
+DEATH_NOTICE_S = 1.0     # how long a failed pgbench waits for a server's exit to show
 CATCH_UP_S = 60.0        # how long a new replica may take to replay the load
 SERVER_GUCS = {"compute_query_id": "on", "shared_buffers": "'32MB'", "jit": "off", "max_connections": "100",
                "log_connections": "on", "log_line_prefix": "'%m [%p] '"}
@@ -356,7 +357,10 @@ class NTier:
                 for p in procs:
                     if p.poll() not in (None, 0):
                         # a server or pgpool that died since the check above is the cause, not the clients
-                        # it aborted (a replica killed 1 s in: pgbench's abort came first in 1 CI run of 5)
+                        # it aborted. A dying server's sockets close before its exit shows on its pidfd, so
+                        # the clients' abort can come first (a replica killed 1 s in: 1 CI run of 5 alone,
+                        # 1 of 1 beside another test run): its exit is waited for a while
+                        select.select(list(watched.values()), [], [], DEATH_NOTICE_S)
                         self._check_tiers(watched, pids, clients, now_s)
                         lines = [ln for ln in p.stderr.read().splitlines() if ln.strip()]
                         raise MwinvError(f"pgbench failed {now_s:.1f} s into the {clients}-client level: "
