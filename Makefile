@@ -22,9 +22,16 @@ demo: deps extension
 demo-cluster: deps extension
 	$(VENV)/bin/mwinv demo --nodes 3 --scale 0.01 --out out/demo-cluster
 
+# Two at a time (pytest-xdist, a test file per worker), then the tests marked `serial` alone: most tests
+# wait on servers, disks and sleeps (the whole suite kept 2 cores 25-50 % busy, one at a time) and take
+# 11-13 minutes so, against 19-20 one at a time. Exit 5 of a phase is "no test selected" (PYTEST_ARGS).
+TEST_WORKERS ?= 2
 test: deps extension
 	@if [ -f dbplugins/postgresql/Makefile ]; then bash scripts/installcheck.sh; fi
-	$(PY) -m pytest $(PYTEST_ARGS)
+	@rc=0; \
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" $(PYTEST_ARGS) || [ $$? = 5 ] || rc=1; \
+	$(PY) -m pytest -m serial $(PYTEST_ARGS) || [ $$? = 5 ] || rc=1; \
+	exit $$rc
 
 # the tests that need no root (those that do carry the marker `root`, given in tests/conftest.py):
 # any user, under 2 minutes, once `make deps extension` has run (docs/contributing.md)

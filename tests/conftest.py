@@ -74,6 +74,25 @@ ROOT_FIXTURES = {
 }
 
 
+# The tests `make test` runs alone, after the others have run two at a time (pytest-xdist): those that
+# time what they check (another test's load on the 2 cores moves it), and those that kill -9 a run and
+# check that their clean-up removed what it left (any other test's `mwinv clean`, or the start of any
+# kernel recorder, may remove it first). The one place the `serial` marker is given, like `root`'s.
+SERIAL_MODULES = {
+    "test_model_calibrate": "measures the disk's and the link's rates",
+    "test_model_whatif": "what-ifs checked by timed runs",
+    "test_report": "its checks time queries against the calibration and the idle CPUs",
+    "test_serverdir": "`mwinv clean` of what a killed run left",
+}
+SERIAL_TESTS = {
+    "test_cluster::test_link_rate_what_if_checked_by_running": "a what-if checked by timed runs",
+    "test_cluster::test_kill_9_then_clean_removes_everything": "clean-up of a killed run",
+    "test_kernel_record::test_kill9_leftovers_are_cleaned_by_the_next_run": "clean-up of a killed run",
+    "test_kernel_settings::test_kill_9_then_clean_restores": "clean-up of a killed run",
+    "test_ntier::test_a_run_killed_with_9_is_cleaned": "clean-up of a killed run",
+    "test_storage::test_kill_9_then_clean_removes_mounts_and_daemons": "clean-up of a killed run",
+}
+
 def _needs(item: pytest.Item) -> list[str]:
     module = item.module.__name__ if getattr(item, "module", None) else ""
     said = [ROOT_MODULES.get(module), ROOT_TESTS.get(f"{module}::{item.originalname}"),
@@ -95,12 +114,15 @@ def _missing(needs: list[str]) -> str | None:
 @pytest.hookimpl(tryfirst=True)   # before -m selects by the marker
 def pytest_collection_modifyitems(config, items):
     modules = {item.module.__name__: item.module for item in items if getattr(item, "module", None)}
-    stale = [m for m in ROOT_MODULES if not (Path(__file__).parent / f"{m}.py").exists()]
-    stale += [t for t in ROOT_TESTS if t.split("::")[0] in modules
+    stale = [m for m in (*ROOT_MODULES, *SERIAL_MODULES) if not (Path(__file__).parent / f"{m}.py").exists()]
+    stale += [t for t in (*ROOT_TESTS, *SERIAL_TESTS) if t.split("::")[0] in modules
               and not hasattr(modules[t.split("::")[0]], t.split("::")[1])]
     if stale:
         raise pytest.UsageError(f"tests/conftest.py names modules or tests that do not exist: {stale}")
     for item in items:
+        module = item.module.__name__ if getattr(item, "module", None) else ""
+        if why := SERIAL_MODULES.get(module) or SERIAL_TESTS.get(f"{module}::{item.originalname}"):
+            item.add_marker(pytest.mark.serial(why))
         needs = _needs(item)
         if needs:
             item.add_marker(pytest.mark.root(*needs))
