@@ -98,6 +98,12 @@ def test_a_restart_is_followed_with_the_data_directory(server, tmp_path):
     _stop(server)
     time.sleep(0.5)
     server.restart()   # a cold start of the same server (pg_ctl start on the same data directory)
+    # the capture sees the new postmaster within its check (every 0.2 s) and records the restart as it
+    # follows it: a backend that came and went before then is not traced (one did, beside another test run)
+    deadline = time.monotonic() + 30
+    while not next(iter(Capture(out).manifest()["nodes"].values())).get("restarts"):
+        assert proc.poll() is None and time.monotonic() < deadline, "the capture did not follow the restart"
+        time.sleep(0.05)
     with server.connect() as conn:
         after_pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
         conn.execute("SELECT 'after the restart', pg_sleep(0.2)")
