@@ -93,8 +93,13 @@ SERIAL_TESTS = {
     "test_storage::test_kill_9_then_clean_removes_mounts_and_daemons": "clean-up of a killed run",
 }
 
+
+def _module(item: pytest.Item) -> str:
+    return item.module.__name__ if getattr(item, "module", None) else ""
+
+
 def _needs(item: pytest.Item) -> list[str]:
-    module = item.module.__name__ if getattr(item, "module", None) else ""
+    module = _module(item)
     said = [ROOT_MODULES.get(module), ROOT_TESTS.get(f"{module}::{item.originalname}"),
             *(ROOT_FIXTURES.get(f) for f in item.fixturenames)]
     return list(dict.fromkeys(n.strip() for s in said if s for n in s.split(",")))
@@ -120,7 +125,7 @@ def pytest_collection_modifyitems(config, items):
     if stale:
         raise pytest.UsageError(f"tests/conftest.py names modules or tests that do not exist: {stale}")
     for item in items:
-        module = item.module.__name__ if getattr(item, "module", None) else ""
+        module = _module(item)
         if why := SERIAL_MODULES.get(module) or SERIAL_TESTS.get(f"{module}::{item.originalname}"):
             item.add_marker(pytest.mark.serial(why))
         needs = _needs(item)
