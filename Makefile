@@ -23,7 +23,7 @@ demo-cluster: deps extension
 	$(VENV)/bin/mwinv demo --nodes 3 --scale 0.01 --out out/demo-cluster
 
 # Two at a time (pytest-xdist, a test file per worker), then the tests marked `serial` alone: most tests
-# wait on servers, disks and sleeps (the whole suite kept 2 cores 25-50 % busy, one at a time): 777-790 s
+# wait on servers, disks and sleeps (the whole suite kept 2 cores 25-50 % busy, one at a time): 731-788 s
 # of pytest so, against 1,145-1,232 s one at a time. Exit 5 of a phase is "no test selected" (PYTEST_ARGS).
 TEST_WORKERS ?= 2
 test: deps extension
