@@ -13,6 +13,7 @@ import pytest
 from mwinv.node_capture import NodeCapture
 from mwinv.options import CaptureOptions
 from mwinv.capture.tables import ATTRIBUTION_COMPONENTS
+from mwinv.correlator.load import literal
 from mwinv.correlator.pipeline import correlate, top_statements
 from mwinv.correlator.report import load
 from mwinv.engines.postgresql.server import PgServer, pg_bindir
@@ -61,13 +62,13 @@ def test_events_only_in_windows_and_shares_as_a_full_capture(server, tmp_path):
     # nothing recorded while every event was off (switching them one by one takes a while)
     off = summary["recorder"]["off"]
     assert len(off) >= len(windows) - 1 and all(b - a >= 0.5e9 for a, b in off), off
-    gaps = " OR ".join(f"ts_ns BETWEEN {a} AND {b}" for a, b in off)
+    gaps = " OR ".join(f"ts_ns BETWEEN {literal(a)} AND {literal(b)}" for a, b in off)
     assert db.sql(f"SELECT count(*) FROM kernel_event WHERE {gaps}").fetchone()[0] == 0
 
     traced, total, outside = db.sql(f"""
         SELECT count(t.statement_id), count(*),
                count(t.statement_id) FILTER (WHERE NOT ({" OR ".join(
-                   f"(s.start_ns >= {lo} AND s.end_ns <= {hi})" for lo, hi in windows)}))
+                   f"(s.start_ns >= {literal(lo)} AND s.end_ns <= {literal(hi)})" for lo, hi in windows)}))
         FROM statement_clean s LEFT JOIN traced_statement t USING (node, statement_id)""").fetchone()
     assert 0 < traced < total and outside == 0, (traced, total, outside)
     assert traced / total < 0.5   # a quarter of the time traced: not most statements
@@ -81,7 +82,7 @@ def test_events_only_in_windows_and_shares_as_a_full_capture(server, tmp_path):
     assert db.sql(f"""
         SELECT coalesce(sum(a.ns), 0) FROM statement_attribution a
         LEFT JOIN traced_statement t USING (node, statement_id)
-        WHERE t.statement_id IS NULL AND a.component IN {kernel_only}""").fetchone()[0] == 0
+        WHERE t.statement_id IS NULL AND a.component IN ({', '.join(map(literal, kernel_only))})""").fetchone()[0] == 0
     # the report: the pgbench statement's breakdown comes from its traced executions, scaled to all of
     # them (its untraced ones, without rusage below the cost threshold, are all not_allocated)
     correlate(tmp_path / "duty")
@@ -149,15 +150,17 @@ def test_stacks_sample_the_cpu_in_the_windows_only(server, tmp_path):
         pytest.skip("perf is not available here")
     off = [w for w in rec["off"] if w[1] - w[0] > 0]
     assert off, rec
-    gaps = " OR ".join(f"ts_ns BETWEEN {a} AND {b}" for a, b in off)
+    gaps = " OR ".join(f"ts_ns BETWEEN {literal(a)} AND {literal(b)}" for a, b in off)
     assert db.sql(f"SELECT count(*) FROM cpu_sample WHERE {gaps}").fetchone()[0] == 0
     # a window the stop cut after pgbench had ended holds no work to sample: judged are the windows in
     # which the server ran statements (failed once on a busy host with a last window of 0.41 s)
     busy = [(lo, hi) for lo, hi in rec["windows"]
-            if db.sql(f"SELECT count(*) FROM statement WHERE start_ns BETWEEN {lo} AND {hi}").fetchone()[0] >= 100]
+            if db.sql(f"SELECT count(*) FROM statement WHERE start_ns BETWEEN {literal(lo)} AND {literal(hi)}"
+                      ).fetchone()[0] >= 100]
     assert len(busy) >= 2, rec["windows"]
     for lo, hi in busy:
-        assert db.sql(f"SELECT count(*) FROM cpu_sample WHERE ts_ns BETWEEN {lo} AND {hi}").fetchone()[0] > 0, (lo, hi)
+        assert db.sql(f"SELECT count(*) FROM cpu_sample WHERE ts_ns BETWEEN {literal(lo)} AND {literal(hi)}"
+                      ).fetchone()[0] > 0, (lo, hi)
 
 
 def test_over_the_budget_long_statements_keep_every_event(server, tmp_path):
@@ -201,8 +204,8 @@ def test_a_duty_cycle_that_fails_is_said_and_leaves_the_events_on(server, tmp_pa
     first, rest = summary["recorder"]["windows"]
     assert first[1] - first[0] < 0.8e9 and rest[1] - rest[0] > 1.5e9, summary["recorder"]["windows"]   # to the stop
     # and the events were on in it, not only said to be: switches of the backends throughout
-    late = db.sql(f"SELECT count(*) FROM kernel_event WHERE event = 'sched_switch' AND ts_ns > {rest[0] + 1_000_000_000}"
-                  ).fetchone()[0]
+    late = db.sql("SELECT count(*) FROM kernel_event WHERE event = 'sched_switch' "
+                  f"AND ts_ns > {literal(rest[0] + 1_000_000_000)}").fetchone()[0]
     assert late > 100, late
     info = json.loads((tmp_path / "failed" / "manifest.json").read_text())["nodes"]["n1"]
     assert "duty cycle stopped" in info["kernel_errors"]
